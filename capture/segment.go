@@ -1,0 +1,57 @@
+// Package capture turns packets, from pcap files or from the kernel, into TCP
+// segments. Every capture path (pcap, AF_PACKET, eBPF ring buffer) hands the
+// same Segment type to the stream layer, so nothing downstream knows or cares
+// where the bytes came from.
+package capture
+
+import "net/netip"
+
+// TCP flag bits as they appear in byte 13 of the TCP header.
+const (
+	FlagFIN uint8 = 0x01
+	FlagSYN uint8 = 0x02
+	FlagRST uint8 = 0x04
+	FlagPSH uint8 = 0x08
+	FlagACK uint8 = 0x10
+)
+
+// Segment is one TCP segment with its flow tuple.
+//
+// Payload aliases the source's buffer and is valid only until the next call
+// to Source.Next: a consumer that keeps bytes must copy them. Filling a
+// Segment never allocates.
+type Segment struct {
+	// TS is the packet time in Unix nanoseconds. On replay it is the only clock.
+	TS  int64
+	Src netip.AddrPort
+	Dst netip.AddrPort
+	Seq uint32
+	Ack uint32
+	// Flags holds the TCP flag bits (FlagSYN, ...).
+	Flags uint8
+	// Payload is the captured TCP payload.
+	Payload []byte
+	// Missing counts payload bytes that were on the wire but not captured
+	// (snap length, eBPF copy limit). They follow Payload in sequence space,
+	// so the stream layer treats them as a gap.
+	Missing uint32
+}
+
+// Source yields TCP segments.
+type Source interface {
+	// Next fills seg with the next TCP segment. It returns io.EOF when the
+	// source is exhausted. Packets that are not TCP are skipped and counted.
+	Next(seg *Segment) error
+	// Stats reports what the source has read so far.
+	Stats() Stats
+	Close() error
+}
+
+// Stats counts what a Source has seen. Counters only grow.
+type Stats struct {
+	Packets   uint64 // packets read from the source
+	Segments  uint64 // TCP segments returned by Next
+	Skipped   uint64 // packets that were not IPv4/IPv6 TCP (ARP, UDP, ...)
+	Malformed uint64 // packets whose headers did not parse (truncated, lying lengths)
+	Bytes     uint64 // bytes of the underlying file or ring consumed, for progress
+}

@@ -1,0 +1,139 @@
+// Package event is the hot-key message of CONTRACT §2: the same JSON object is
+// printed by `hotsniff replay`, published on the pub/sub channel and read by
+// client shims. It depends on nothing else in hotsniff so shims can import it.
+package event
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// Version is the schema version carried in "v".
+const Version = 1
+
+// Types of event.
+const (
+	TypeHot        = "hot"
+	TypeCold       = "cold"
+	TypeInvalidate = "invalidate"
+)
+
+// Sources of event.
+const (
+	SourceDetected = "detected"
+	SourceManual   = "manual"
+)
+
+// Event is one hot-key message.
+type Event struct {
+	V      int    `json:"v"`
+	Seq    uint64 `json:"seq"`
+	Type   string `json:"type"`
+	Proto  string `json:"proto"`
+	Server string `json:"server"`
+	NS     string `json:"ns"`
+	// Key holds the raw key bytes. It is written as "key" when valid UTF-8,
+	// else as "key_b64".
+	Key []byte `json:"-"`
+	// Display is an optional readable form (Tair Java-client keys).
+	Display string `json:"display,omitempty"`
+	// Prefix is set for a Tair pkey reported for prefix reads.
+	Prefix bool `json:"prefix,omitempty"`
+	// QPS is the measured weighted rate; absent on invalidate.
+	QPS   float64   `json:"qps,omitempty"`
+	TTLms int64     `json:"ttl_ms"`
+	TS    time.Time `json:"ts"`
+	// Source is "detected" or "manual".
+	Source string `json:"source"`
+	Node   string `json:"node"`
+}
+
+// wire is Event as it travels, with the key split into its two forms.
+type wire struct {
+	V       int      `json:"v"`
+	Seq     uint64   `json:"seq"`
+	Type    string   `json:"type"`
+	Proto   string   `json:"proto"`
+	Server  string   `json:"server"`
+	NS      string   `json:"ns"`
+	Key     *string  `json:"key,omitempty"`
+	KeyB64  *string  `json:"key_b64,omitempty"`
+	Display string   `json:"display,omitempty"`
+	Prefix  bool     `json:"prefix,omitempty"`
+	QPS     *float64 `json:"qps,omitempty"`
+	TTLms   int64    `json:"ttl_ms"`
+	TS      string   `json:"ts"`
+	Source  string   `json:"source"`
+	Node    string   `json:"node"`
+}
+
+// TSFormat is the event time format: RFC 3339 UTC with microseconds.
+const TSFormat = "2006-01-02T15:04:05.000000Z07:00"
+
+// MarshalJSON writes the contract form.
+func (e *Event) MarshalJSON() ([]byte, error) {
+	w := wire{
+		V: e.V, Seq: e.Seq, Type: e.Type, Proto: e.Proto, Server: e.Server, NS: e.NS,
+		Display: e.Display, Prefix: e.Prefix, TTLms: e.TTLms,
+		TS: e.TS.UTC().Format(TSFormat), Source: e.Source, Node: e.Node,
+	}
+	if w.V == 0 {
+		w.V = Version
+	}
+	if utf8.Valid(e.Key) {
+		s := string(e.Key)
+		w.Key = &s
+	} else {
+		s := base64.StdEncoding.EncodeToString(e.Key)
+		w.KeyB64 = &s
+	}
+	if e.Type != TypeInvalidate {
+		q := e.QPS
+		w.QPS = &q
+	}
+	return json.Marshal(&w)
+}
+
+// UnmarshalJSON reads the contract form, accepting either key field.
+func (e *Event) UnmarshalJSON(b []byte) error {
+	var w wire
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*e = Event{V: w.V, Seq: w.Seq, Type: w.Type, Proto: w.Proto, Server: w.Server, NS: w.NS,
+		Display: w.Display, Prefix: w.Prefix, TTLms: w.TTLms, Source: w.Source, Node: w.Node}
+	switch {
+	case w.Key != nil:
+		e.Key = []byte(*w.Key)
+	case w.KeyB64 != nil:
+		k, err := base64.StdEncoding.DecodeString(*w.KeyB64)
+		if err != nil {
+			return fmt.Errorf("decode key_b64: %w", err)
+		}
+		e.Key = k
+	}
+	if w.QPS != nil {
+		e.QPS = *w.QPS
+	}
+	if w.TS != "" {
+		t, err := time.Parse(time.RFC3339Nano, w.TS)
+		if err != nil {
+			return fmt.Errorf("parse ts: %w", err)
+		}
+		e.TS = t
+	}
+	return nil
+}
+
+// Snapshot is the document kept at "<channel>:snapshot": the whole current hot
+// set and the seq of the last message it reflects.
+type Snapshot struct {
+	V    int      `json:"v"`
+	Seq  uint64   `json:"seq"`
+	TS   string   `json:"ts"`
+	Node string   `json:"node"`
+	Keys []*Event `json:"keys"`
+}
