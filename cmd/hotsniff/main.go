@@ -1,0 +1,59 @@
+// Command hotsniff finds hot keys in cache traffic without touching the cache
+// servers or the applications.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// usageError marks errors that are the user's (bad flags, bad arguments):
+// they exit 2, runtime failures exit 1.
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+// usagef returns a usage error.
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "hotsniff",
+		Short:         "Find hot keys in Redis, memcached and Tair traffic, passively",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(
+		newDecodeCmd(),
+		newReplayCmd(),
+		newSubscribeCmd(),
+		newHotkeysCmd(),
+		newVersionCmd(),
+	)
+	return root
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+// run executes the CLI and maps errors to the contract's exit codes.
+func run(args []string) int {
+	root := newRootCmd()
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "hotsniff: %v\n", err)
+	var u usageError
+	if errors.As(err, &u) || isCobraUsage(err) {
+		return 2
+	}
+	return 1
+}
