@@ -1,12 +1,64 @@
 package main
 
 import (
-	"errors"
+	"bufio"
+	"context"
+	"os"
+	"os/signal"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/hotsniff/hotsniff/decode"
+	"github.com/hotsniff/hotsniff/stream"
 )
 
-// placeholder until the command lands.
 func newDecodeCmd() *cobra.Command {
-	return &cobra.Command{Use: "decode", RunE: func(*cobra.Command, []string) error { return errors.New("decode: not implemented yet") }}
+	var (
+		sf    streamFlags
+		count bool
+	)
+	cmd := &cobra.Command{
+		Use:   "decode [flags] FILE...",
+		Short: "Print every request decoded from pcap/pcapng files (gzip too), one JSON object per key",
+		Long: `Prints one JSON line per key that a request names (CONTRACT §3): reads and
+writes, with the pick-key rules deciding "key" and "weight". With --count, prints
+one line per (proto, ns, key) over reads only:
+COUNT<TAB>WEIGHT<TAB>PROTO<TAB>NS<TAB>KEY, sorted by WEIGHT descending.
+A summary line goes to stderr. "-" reads standard input.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := applyConfig(cmd, sf.configPath); err != nil {
+				return err
+			}
+			ports, scfg, err := sf.build()
+			if err != nil {
+				return err
+			}
+			out := bufio.NewWriterSize(cmd.OutOrStdout(), 256<<10)
+			defer out.Flush()
+			var sink decode.Sink
+			var counts *countSink
+			if count {
+				counts = newCountSink()
+				sink = counts
+			} else {
+				sink = newJSONSink(out)
+			}
+			counter := decode.NewCounter(sink)
+			asm := stream.NewAssembler(scfg, ports, registry(), counter)
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			defer stop()
+			start := time.Now()
+			tot, err := readFiles(ctx, args, asm, newProgress(cmd.ErrOrStderr(), sf.progress))
+			if counts != nil {
+				counts.write(out)
+			}
+			summary(cmd.ErrOrStderr(), tot, counter, asm.Stats(), time.Since(start))
+			return err
+		},
+	}
+	sf.register(cmd)
+	cmd.Flags().BoolVar(&count, "count", false, "print per-key read counts instead of one line per key")
+	return cmd
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -39,18 +40,20 @@ func newRootCmd() *cobra.Command {
 }
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(runWith(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run executes the CLI and maps errors to the contract's exit codes.
-func run(args []string) int {
+// runWith executes the CLI and maps errors to the contract's exit codes.
+func runWith(args []string, stdout, stderr io.Writer) int {
 	root := newRootCmd()
 	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
 	err := root.Execute()
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(os.Stderr, "hotsniff: %v\n", err)
+	fmt.Fprintf(stderr, "hotsniff: %v\n", err)
 	var u usageError
 	if errors.As(err, &u) || isCobraUsage(err) {
 		return 2

@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// placeholder until the command lands.
+// placeholder until detection lands.
 func newReplayCmd() *cobra.Command {
 	return &cobra.Command{Use: "replay", RunE: func(*cobra.Command, []string) error { return errors.New("replay: not implemented yet") }}
 }

@@ -1,0 +1,61 @@
+# hotsniff — see README.md. `make test` is what CI runs.
+GO       ?= go
+PKGS     ?= ./...
+FUZZTIME ?= 20s
+BENCHTIME ?= 1s
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
+export CGO_ENABLED ?= 0
+
+.PHONY: all build test test-privileged generate generate-check bench fuzz lint fixtures clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o hotsniff ./cmd/hotsniff
+
+# Everything, privileged tests included: they need root and skip without it
+# (except under CI=true, where a skipped capability test fails).
+test:
+	$(GO) vet $(PKGS)
+	$(GO) test -count=1 -timeout 15m $(PKGS)
+
+# Only the tests that need root: eBPF, AF_PACKET, network namespaces.
+test-privileged:
+	$(GO) test -count=1 -timeout 10m -run 'Privileged|BPF|XDP|TC|AFPacket|Netns' ./bpf/... ./capture/... ./internal/netnstest/... ./cmd/...
+
+# Rebuild the eBPF objects with bpf2go (needs clang, llvm, libbpf-dev).
+generate:
+	$(GO) generate ./bpf/...
+
+# CI: the committed bpf2go output must match what the sources build to.
+generate-check: generate
+	git diff --exit-code -- bpf/ || { echo "bpf2go output is stale: run 'make generate' and commit" >&2; exit 1; }
+
+# Benchmarks on one core, as the targets are stated.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 -benchtime $(BENCHTIME) $(PKGS)
+
+# Every native fuzz target for FUZZTIME each.
+fuzz:
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+	  for t in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 $(PKGS)
+
+# Re-capture the fixtures from real servers (root; ports 6379/11211 free).
+fixtures:
+	$(GO) run ./internal/gen/redisfixtures -out testdata/redis
+	$(GO) run ./internal/gen/memcachefixtures
+	$(GO) run ./internal/gen/tairfixtures
+
+clean:
+	rm -f hotsniff

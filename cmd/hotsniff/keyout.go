@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bufio"
+	"encoding/base64"
+	"sort"
+	"strconv"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/hotsniff/hotsniff/decode"
+	"github.com/hotsniff/hotsniff/decode/tair"
+	"github.com/hotsniff/hotsniff/event"
+)
+
+// jsonSink prints one CONTRACT §3 object per key occurrence. It appends
+// into one reused buffer: printing a key allocates nothing.
+type jsonSink struct {
+	w   *bufio.Writer
+	buf []byte
+}
+
+func newJSONSink(w *bufio.Writer) *jsonSink { return &jsonSink{w: w, buf: make([]byte, 0, 1024)} }
+
+func (j *jsonSink) Request(*decode.Flow, *decode.Request) {}
+func (j *jsonSink) Error(*decode.Flow, string)            {}
+
+func (j *jsonSink) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
+	b := append(j.buf[:0], `{"ts":"`...)
+	b = time.Unix(0, f.TS).UTC().AppendFormat(b, event.TSFormat)
+	b = append(b, `","proto":"`...)
+	b = append(b, f.Proto.String()...)
+	b = append(b, `","server":"`...)
+	b = f.Server.AppendTo(b)
+	b = append(b, `","client":"`...)
+	b = f.Client.AppendTo(b)
+	b = append(b, `","ns":"`...)
+	b = append(b, decode.NSString(r.NS)...)
+	b = append(b, `","op":`...)
+	b = appendJSONString(b, r.Op)
+	if utf8.Valid(k.Bytes) {
+		b = append(b, `,"key":`...)
+		b = appendJSONString(b, k.Bytes)
+	} else {
+		b = append(b, `,"key_b64":"`...)
+		b = base64.StdEncoding.AppendEncode(b, k.Bytes)
+		b = append(b, '"')
+	}
+	if f.Proto == decode.ProtoTair {
+		if d, ok := tair.Display(k.Bytes); ok {
+			b = append(b, `,"display":`...)
+			b = appendJSONString(b, d)
+		}
+	}
+	b = append(b, `,"weight":`...)
+	b = strconv.AppendUint(b, uint64(k.Weight), 10)
+	b = append(b, `,"write":`...)
+	b = strconv.AppendBool(b, r.Write)
+	if k.Prefix {
+		b = append(b, `,"prefix":true`...)
+	}
+	b = append(b, "}\n"...)
+	j.buf = b
+	_, _ = j.w.Write(b)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s, which must be valid UTF-8, as a JSON string.
+func appendJSONString[T string | []byte](b []byte, s T) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c != 0x7f {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// countSink sums read key occurrences per (proto, ns, key) for --count.
+type countSink struct {
+	byNS map[nsKey]map[string]*[2]uint64
+}
+
+type nsKey struct {
+	proto decode.Proto
+	ns    int32
+}
+
+func newCountSink() *countSink { return &countSink{byNS: map[nsKey]map[string]*[2]uint64{}} }
+
+func (c *countSink) Request(*decode.Flow, *decode.Request) {}
+func (c *countSink) Error(*decode.Flow, string)            {}
+
+func (c *countSink) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
+	if r.Write {
+		return
+	}
+	nk := nsKey{f.Proto, r.NS}
+	m := c.byNS[nk]
+	if m == nil {
+		m = map[string]*[2]uint64{}
+		c.byNS[nk] = m
+	}
+	v := m[string(k.Bytes)] // no allocation: map index with a converted key
+	if v == nil {
+		v = new([2]uint64)
+		m[string(k.Bytes)] = v
+	}
+	v[0]++
+	v[1] += uint64(k.Weight)
+}
+
+type countRow struct {
+	proto, ns, key string
+	count, weight  uint64
+}
+
+func (c *countSink) rows() []countRow {
+	var rows []countRow
+	for nk, m := range c.byNS {
+		p, ns := nk.proto.String(), decode.NSString(nk.ns)
+		for k, v := range m {
+			rows = append(rows, countRow{p, ns, k, v[0], v[1]})
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		a, b := &rows[i], &rows[j]
+		switch {
+		case a.weight != b.weight:
+			return a.weight > b.weight
+		case a.count != b.count:
+			return a.count > b.count
+		case a.proto != b.proto:
+			return a.proto < b.proto
+		case a.ns != b.ns:
+			return a.ns < b.ns
+		}
+		return a.key < b.key
+	})
+	return rows
+}
+
+func (c *countSink) write(w *bufio.Writer) {
+	for _, r := range c.rows() {
+		w.WriteString(strconv.FormatUint(r.count, 10))
+		w.WriteByte('\t')
+		w.WriteString(strconv.FormatUint(r.weight, 10))
+		w.WriteByte('\t')
+		w.WriteString(r.proto)
+		w.WriteByte('\t')
+		w.WriteString(r.ns)
+		w.WriteByte('\t')
+		w.WriteString(printableKey(r.key))
+		w.WriteByte('\n')
+	}
+}
+
+// printableKey is the --count form of a key: raw when it is printable
+// UTF-8, else Go-quoted, so one line is always one key.
+func printableKey(k string) string {
+	if !utf8.ValidString(k) {
+		return strconv.Quote(k)
+	}
+	for _, r := range k {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(k)
+		}
+	}
+	return k
+}

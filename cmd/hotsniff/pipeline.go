@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/hotsniff/hotsniff/capture"
+	"github.com/hotsniff/hotsniff/decode"
+	"github.com/hotsniff/hotsniff/decode/memcache"
+	"github.com/hotsniff/hotsniff/decode/redis"
+	"github.com/hotsniff/hotsniff/decode/tair"
+	"github.com/hotsniff/hotsniff/stream"
+)
+
+// registry builds the protocol decoders explicitly, in one place.
+func registry() *decode.Registry {
+	var r decode.Registry
+	r.Register(redis.New(redis.Config{}))
+	r.Register(memcache.New())
+	r.Register(tair.New(tair.Config{}))
+	return &r
+}
+
+// fileTotals is what reading capture files saw, for the summary line.
+type fileTotals struct {
+	capture.Stats
+	Files int
+}
+
+// readFiles feeds every segment of the files, in order, to asm and flushes
+// it at the end. tick, when set, is called with the packet time of every
+// segment (replay's detector runs on packet time). A corrupt or truncated
+// file stops the run with an error naming it, after everything before the
+// damage was processed.
+func readFiles(ctx context.Context, paths []string, asm *stream.Assembler, prog *progress) (fileTotals, error) {
+	var tot fileTotals
+	var seg capture.Segment
+	defer asm.Flush()
+	for _, path := range paths {
+		f, err := capture.OpenFile(path)
+		if err != nil {
+			return tot, err
+		}
+		tot.Files++
+		if prog != nil {
+			prog.startFile(path, f.Size())
+		}
+		n := 0
+		for {
+			err = f.Next(&seg)
+			if err != nil {
+				break
+			}
+			asm.Add(&seg)
+			n++
+			if n&4095 == 0 {
+				if ctx.Err() != nil {
+					err = ctx.Err()
+					break
+				}
+				if prog != nil {
+					prog.update(f.Stats())
+				}
+			}
+		}
+		st := f.Stats()
+		tot.Packets += st.Packets
+		tot.Segments += st.Segments
+		tot.Skipped += st.Skipped
+		tot.Malformed += st.Malformed
+		tot.Bytes += st.Bytes
+		f.Close()
+		if prog != nil {
+			prog.finishFile(st)
+		}
+		if !errors.Is(err, io.EOF) {
+			return tot, err
+		}
+	}
+	return tot, nil
+}
+
+// summary is the one-line account of a decode or replay run on stderr.
+func summary(w io.Writer, tot fileTotals, c *decode.Counter, st stream.Stats, elapsed time.Duration) {
+	req, keys, reads, writes, errs := c.Totals()
+	fmt.Fprintf(w, "hotsniff: %d packets (%d tcp segments, %d skipped, %d malformed), %d requests, %d keys (%d reads, %d writes), %d decode errors, %d stream gaps, %d flows in %s\n",
+		tot.Packets, tot.Segments, tot.Skipped, tot.Malformed, req, keys, reads, writes, errs, st.TotalGaps(), st.FlowsCreated, elapsed.Round(time.Millisecond))
+}

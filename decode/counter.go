@@ -1,0 +1,101 @@
+package decode
+
+// OpKey names one request counter: a protocol and a table op name.
+type OpKey struct {
+	Proto Proto
+	Op    string
+}
+
+// ErrKey names one decode-error counter.
+type ErrKey struct {
+	Proto  Proto
+	Reason string
+}
+
+// Counter is a Sink that counts what passes through it and forwards every
+// call to Next (which may be nil). It backs the stderr summary of `decode`
+// and `replay` and the request/key metrics of `run`. It is not safe for
+// concurrent use: the pipeline goroutine owns it, readers take Snapshot
+// under their own lock.
+type Counter struct {
+	Next Sink
+
+	Requests map[OpKey]uint64
+	Errors   map[ErrKey]uint64
+	// Reads and Writes count key occurrences per protocol.
+	Reads  [numProtos]uint64
+	Writes [numProtos]uint64
+	// ReadWeight sums the weights of read key occurrences.
+	ReadWeight [numProtos]uint64
+}
+
+// NewCounter returns a Counter forwarding to next.
+func NewCounter(next Sink) *Counter {
+	return &Counter{Next: next, Requests: map[OpKey]uint64{}, Errors: map[ErrKey]uint64{}}
+}
+
+// Request counts one request. Op strings come from fixed tables, so the map
+// stays small and the lookup does not allocate once a key exists.
+func (c *Counter) Request(f *Flow, r *Request) {
+	c.Requests[OpKey{f.Proto, r.Op}]++
+	if c.Next != nil {
+		c.Next.Request(f, r)
+	}
+}
+
+// Key counts one key occurrence.
+func (c *Counter) Key(f *Flow, r *Request, k Key) {
+	if r.Write {
+		c.Writes[f.Proto]++
+	} else {
+		c.Reads[f.Proto]++
+		c.ReadWeight[f.Proto] += uint64(k.Weight)
+	}
+	if c.Next != nil {
+		c.Next.Key(f, r, k)
+	}
+}
+
+// Error counts one decode error.
+func (c *Counter) Error(f *Flow, reason string) {
+	c.Errors[ErrKey{f.Proto, reason}]++
+	if c.Next != nil {
+		c.Next.Error(f, reason)
+	}
+}
+
+// Totals sums the counters over protocols.
+func (c *Counter) Totals() (requests, keys, reads, writes, errors uint64) {
+	for _, n := range c.Requests {
+		requests += n
+	}
+	for p := range c.Reads {
+		reads += c.Reads[p]
+		writes += c.Writes[p]
+	}
+	for _, n := range c.Errors {
+		errors += n
+	}
+	return requests, reads + writes, reads, writes, errors
+}
+
+// Tee forwards every call to each sink in order.
+type Tee []Sink
+
+func (t Tee) Request(f *Flow, r *Request) {
+	for _, s := range t {
+		s.Request(f, r)
+	}
+}
+
+func (t Tee) Key(f *Flow, r *Request, k Key) {
+	for _, s := range t {
+		s.Key(f, r, k)
+	}
+}
+
+func (t Tee) Error(f *Flow, reason string) {
+	for _, s := range t {
+		s.Error(f, reason)
+	}
+}
