@@ -48,24 +48,7 @@ func readFiles(ctx context.Context, paths []string, asm *stream.Assembler, prog 
 		if prog != nil {
 			prog.startFile(path, f.Size())
 		}
-		n := 0
-		for {
-			err = f.Next(&seg)
-			if err != nil {
-				break
-			}
-			asm.Add(&seg)
-			n++
-			if n&4095 == 0 {
-				if ctx.Err() != nil {
-					err = ctx.Err()
-					break
-				}
-				if prog != nil {
-					prog.update(f.Stats())
-				}
-			}
-		}
+		err = drain(ctx, f, &seg, asm, prog)
 		st := f.Stats()
 		tot.Packets += st.Packets
 		tot.Segments += st.Segments
@@ -81,6 +64,26 @@ func readFiles(ctx context.Context, paths []string, asm *stream.Assembler, prog 
 		}
 	}
 	return tot, nil
+}
+
+// drain feeds every segment of src to asm until the source ends (io.EOF)
+// or fails, or ctx is cancelled. This is the per-packet loop: it allocates
+// nothing.
+func drain(ctx context.Context, src capture.Source, seg *capture.Segment, asm *stream.Assembler, prog *progress) error {
+	for n := 1; ; n++ {
+		if err := src.Next(seg); err != nil {
+			return err
+		}
+		asm.Add(seg)
+		if n&4095 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if prog != nil {
+				prog.update(src.Stats())
+			}
+		}
+	}
 }
 
 // summary is the one-line account of a decode or replay run on stderr.

@@ -1,12 +1,135 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
+	"github.com/hotsniff/hotsniff/client"
+	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/publish"
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// placeholder until the command lands.
+// redisFlags are the flags of every command that talks to the channel.
+type redisFlags struct {
+	url, channel              string
+	caFile, certFile, keyFile string
+	insecureSkipVerify        bool
+}
+
+func (f *redisFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.url, "redis-url", "", "Redis to use: redis://[user:pass@]host:port/db, rediss:// for TLS, ?cluster=true (or addr=host:port...) for Redis Cluster (env HOTSNIFF_REDIS_URL)")
+	fs.StringVar(&f.channel, "channel", publish.DefaultChannel, "pub/sub channel; the snapshot is at <channel>:snapshot")
+	fs.StringVar(&f.caFile, "redis-ca-file", "", "PEM CA bundle to verify a rediss:// server")
+	fs.StringVar(&f.certFile, "redis-cert-file", "", "PEM client certificate for rediss://")
+	fs.StringVar(&f.keyFile, "redis-key-file", "", "PEM client key for rediss://")
+	fs.BoolVar(&f.insecureSkipVerify, "redis-insecure-skip-verify", false, "do not verify the rediss:// server certificate (testing only)")
+}
+
+// connect parses the URL (a bad one is a usage error) and checks that Redis
+// answers, so an unreachable server is one clear line, not a retry loop.
+func (f *redisFlags) connect(ctx context.Context) (redis.UniversalClient, error) {
+	raw := f.url
+	if raw == "" {
+		raw = os.Getenv("HOTSNIFF_REDIS_URL")
+	}
+	if raw == "" {
+		return nil, usagef("--redis-url is required (or set HOTSNIFF_REDIS_URL)")
+	}
+	if f.channel == "" {
+		return nil, usagef("--channel must not be empty")
+	}
+	t, err := publish.ParseURL(raw)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	rdb, err := publish.Connect(t, publish.TLSOptions{
+		CAFile: f.caFile, CertFile: f.certFile, KeyFile: f.keyFile, InsecureSkipVerify: f.insecureSkipVerify,
+	})
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("connect redis %s: %w", t.Redacted, err)
+	}
+	return rdb, nil
+}
+
+// quietRedisLogs stops go-redis from printing its own reconnect chatter on
+// stderr, which would break the one-line error rule; hotsniff logs instead.
+func quietRedisLogs() {
+	redis.SetLogger(nopLogger{})
+}
+
+type nopLogger struct{}
+
+func (nopLogger) Printf(context.Context, string, ...any) {}
+
 func newSubscribeCmd() *cobra.Command {
-	return &cobra.Command{Use: "subscribe", RunE: func(*cobra.Command, []string) error { return errors.New("subscribe: not implemented yet") }}
+	var (
+		rf     redisFlags
+		output string
+	)
+	cmd := &cobra.Command{
+		Use:   "subscribe",
+		Short: "Print the hot-key snapshot, then every message on the channel",
+		Long: `Subscribes to the hot-key channel, reads the snapshot (<channel>:snapshot),
+prints its entries, then prints every message as it arrives, one per line.
+On a seq gap or a reconnect the snapshot is read and printed again.
+Stops cleanly on SIGINT or SIGTERM.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w, err := publish.NewWriter(cmd.OutOrStdout(), output, "")
+			if err != nil {
+				return usageError{err}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			quietRedisLogs()
+			rdb, err := rf.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer rdb.Close()
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			sub := client.New(rdb, client.Options{
+				Channel: rf.channel,
+				Logger:  log,
+				Handler: client.HandlerFuncs{
+					OnSnapshot: func(s *event.Snapshot) {
+						for _, e := range s.Keys {
+							if e != nil {
+								w.Emit(e)
+							}
+						}
+					},
+					OnEvent: w.Emit,
+				},
+			})
+			if err := sub.Run(ctx); err != nil {
+				return err
+			}
+			if err := w.Err(); err != nil && !errors.Is(err, syscall.EPIPE) {
+				return err
+			}
+			return nil
+		},
+	}
+	if cmd.Context() == nil {
+		cmd.SetContext(context.Background())
+	}
+	rf.register(cmd.Flags())
+	cmd.Flags().StringVar(&output, "output", publish.FormatJSONL, "output format: jsonl or text")
+	return cmd
 }

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/pcapgo"
+
+	"github.com/hotsniff/hotsniff/capture"
+	"github.com/hotsniff/hotsniff/decode"
+	"github.com/hotsniff/hotsniff/stream"
+)
+
+// repeatCapture builds an in-memory pcap holding the fixture's traffic reps
+// times over, as one long run of the same connections: each repetition's
+// TCP sequence numbers continue where the previous ended and handshakes and
+// closes are left out after the first. That is steady state: every flow is
+// known, so the benchmark measures the per-packet path, not setup.
+func repeatCapture(tb testing.TB, path string, reps int) (pcap []byte, packets int) {
+	tb.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pr, err := pcapgo.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	type pkt struct {
+		ts     int64
+		data   []byte
+		seqOff int // offset of the TCP sequence number in data, -1 if none
+		dir    string
+		plen   int
+		syn    bool
+		fin    bool // FIN or RST
+	}
+	var pkts []pkt
+	var seg capture.Segment
+	totals := map[string]uint32{}
+	var first, last int64
+	for {
+		data, ci, err := pr.ReadPacketData()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+		p := pkt{ts: ci.Timestamp.UnixNano(), data: data, seqOff: -1}
+		if err := capture.ParsePacket(capture.LinkType(pr.LinkType()), data, &seg); err == nil {
+			ihl := int(data[14]&0x0f) * 4
+			p.seqOff = 14 + ihl + 4
+			p.dir = seg.Src.String() + ">" + seg.Dst.String()
+			p.plen = len(seg.Payload)
+			p.syn = seg.Flags&capture.FlagSYN != 0
+			p.fin = seg.Flags&(capture.FlagFIN|capture.FlagRST) != 0
+			totals[p.dir] += uint32(p.plen)
+		}
+		if first == 0 {
+			first = p.ts
+		}
+		last = p.ts
+		pkts = append(pkts, p)
+	}
+	span := last - first + 1000
+	var out bytes.Buffer
+	w := pcapgo.NewWriterNanos(&out)
+	if err := w.WriteFileHeader(262144, pr.LinkType()); err != nil {
+		tb.Fatal(err)
+	}
+	buf := make([]byte, 0, 65536+100)
+	for rep := 0; rep < reps; rep++ {
+		for _, p := range pkts {
+			if (rep > 0 && p.syn) || (rep < reps-1 && p.fin) {
+				continue
+			}
+			buf = append(buf[:0], p.data...)
+			if p.seqOff >= 0 {
+				seq := binary.BigEndian.Uint32(buf[p.seqOff:])
+				binary.BigEndian.PutUint32(buf[p.seqOff:], seq+uint32(rep)*totals[p.dir])
+			}
+			ci := gopacket.CaptureInfo{Timestamp: time.Unix(0, p.ts+int64(rep)*span), CaptureLength: len(buf), Length: len(buf)}
+			if err := w.WritePacket(ci, buf); err != nil {
+				tb.Fatal(err)
+			}
+			packets++
+		}
+	}
+	return out.Bytes(), packets
+}
+
+// nopSink counts nothing: the benchmark measures capture, stream and decode.
+type nopSink struct{ keys int }
+
+func (n *nopSink) Request(*decode.Flow, *decode.Request)         {}
+func (n *nopSink) Key(*decode.Flow, *decode.Request, decode.Key) { n.keys++ }
+func (n *nopSink) Error(*decode.Flow, string)                    {}
+
+func benchFile(b *testing.B, fixture string, reps int) {
+	data, packets := repeatCapture(b, fixture, reps)
+	reg := registry()
+	var requests uint64
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		f, err := capture.OpenReader("bench", bytes.NewReader(data))
+		if err != nil {
+			b.Fatal(err)
+		}
+		counter := decode.NewCounter(&nopSink{})
+		asm := stream.NewAssembler(stream.DefaultConfig(), stream.DefaultPorts(), reg, counter)
+		var seg capture.Segment
+		if err := drain(context.Background(), f, &seg, asm, nil); err != io.EOF {
+			b.Fatal(err)
+		}
+		asm.Flush()
+		requests, _, _, _, _ = counter.Totals()
+		if st := asm.Stats(); st.TotalGaps() != 0 {
+			b.Fatalf("stream gaps in steady-state replay: %+v", st)
+		}
+	}
+	el := b.Elapsed().Seconds()
+	b.ReportMetric(float64(requests)*float64(b.N)/el, "requests/s")
+	b.ReportMetric(float64(packets)*float64(b.N)/el, "packets/s")
+	b.ReportMetric(float64(packets), "packets/op")
+}
+
+// BenchmarkFilePipelined is the whole file path on redis-benchmark -P 16 GET
+// traffic: pcap bytes -> segments -> reassembly -> RESP -> keys.
+func BenchmarkFilePipelined(b *testing.B) { benchFile(b, "../../testdata/redis/get-p16.pcap", 50) }
+
+// BenchmarkFileUnpipelined is the same on redis-benchmark -P 1 GET traffic.
+func BenchmarkFileUnpipelined(b *testing.B) { benchFile(b, "../../testdata/redis/get-p1.pcap", 50) }
+
+// TestSteadyStateAllocs holds the per-packet path to zero allocations: over
+// tens of thousands of packets of known flows, only the fixed cost of
+// opening the reader and the assembler may allocate.
+func TestSteadyStateAllocs(t *testing.T) {
+	data, packets := repeatCapture(t, "../../testdata/redis/get-p16.pcap", 20)
+	reg := registry()
+	allocs := testing.AllocsPerRun(3, func() {
+		f, err := capture.OpenReader("bench", bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		asm := stream.NewAssembler(stream.DefaultConfig(), stream.DefaultPorts(), reg, decode.NewCounter(&nopSink{}))
+		var seg capture.Segment
+		if err := drain(context.Background(), f, &seg, asm, nil); err != io.EOF {
+			t.Fatal(err)
+		}
+		asm.Flush()
+	})
+	if per := allocs / float64(packets); per > 0.002 {
+		t.Errorf("%.0f allocations for %d packets (%.4f per packet): the per-packet path allocates", allocs, packets, per)
+	} else {
+		t.Logf("%.0f allocations for %d packets", allocs, packets)
+	}
+}
