@@ -26,9 +26,16 @@ func TestFixtureCounts(t *testing.T) {
 		t.Fatal("no fixtures found")
 	}
 	for _, golden := range goldens {
-		pcap := strings.TrimSuffix(golden, ".count.golden") + ".pcap"
-		if _, err := os.Stat(pcap); err != nil {
-			pcap += "ng"
+		base := strings.TrimSuffix(golden, ".count.golden")
+		var pcap string
+		for _, ext := range []string{".pcap", ".pcapng", ".pcap.gz", ".pcapng.gz"} {
+			if _, err := os.Stat(base + ext); err == nil {
+				pcap = base + ext
+				break
+			}
+		}
+		if pcap == "" {
+			t.Fatalf("no capture beside %s", golden)
 		}
 		name := strings.TrimSuffix(strings.TrimPrefix(filepath.ToSlash(golden), "../../testdata/"), ".count.golden")
 		t.Run(name, func(t *testing.T) {

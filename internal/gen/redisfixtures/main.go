@@ -75,6 +75,7 @@ func run(out, only string) error {
 		{"goredis-mix", goredisMix},
 		{"resp3", resp3},
 		{"midstream", nil}, // special: capture starts while traffic is flowing
+		{"hotkey", hotkey},
 	}
 	ctx := context.Background()
 	for _, g := range gens {
@@ -94,6 +95,13 @@ func run(out, only string) error {
 		}
 		if err := truth.Write(golden); err != nil {
 			return err
+		}
+		if g.name == "hotkey" {
+			// Kept gzipped: it is the largest capture, and it exercises the
+			// reader's transparent gunzip.
+			if out, err := exec.Command("gzip", "-9", "-f", pcap).CombinedOutput(); err != nil {
+				return fmt.Errorf("gzip %s: %v: %s", pcap, err, out)
+			}
 		}
 		c, w := truth.Keys()
 		slog.Info("fixture", "name", g.name, "keys", c, "weight", w)
@@ -436,4 +444,73 @@ func midstream(ctx context.Context, pcap string, t *fixture.Truth) error {
 	})
 	slog.Info("midstream trimmed", "dropped_packets", dropped)
 	return err
+}
+
+// hotkey is paced traffic with one planted hot key, for `hotsniff replay`:
+// two connections each send a pipeline of 20 reads every 10 ms (about
+// 4000 reads/s in all) for 3 s. Background reads are Zipf over 10 000 keys
+// (the busiest near 450 reads/s); "item:hot" takes 6 of every 20 reads
+// (about 1200/s, plus its share of MGETs) during the first 2 s only, and is
+// written once at 1 s (an invalidate). So with --hot-qps 1000 exactly one
+// key is hot, from the start until about 2 s.
+func hotkey(ctx context.Context, t *fixture.Truth) error {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	start := time.Now()
+	for c := 0; c < 2; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			cl := client(&redis.Options{PoolSize: 1})
+			defer cl.Close()
+			next := zipfKeys(uint64(100+c), 10000)
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			wrote := false
+			for range tick.C {
+				el := time.Since(start)
+				if el > 3*time.Second {
+					return
+				}
+				hot := el < 2*time.Second
+				_, err := cl.Pipelined(ctx, func(p redis.Pipeliner) error {
+					mu.Lock()
+					defer mu.Unlock()
+					for j := 0; j < 16; j++ {
+						k := next()
+						if hot && j%3 == 0 {
+							k = "item:hot"
+						}
+						p.Get(ctx, k)
+						t.Add("redis", "0", k, 1, 1)
+					}
+					keys := []string{next(), next(), next(), next()}
+					if hot {
+						keys[0] = "item:hot"
+					}
+					p.MGet(ctx, keys...)
+					for _, k := range keys {
+						t.Add("redis", "0", k, 1, 1)
+					}
+					if c == 0 && !wrote && el > time.Second {
+						p.Set(ctx, "item:hot", "new value", 0)
+						wrote = true
+					}
+					return nil
+				})
+				if err != nil && err != redis.Nil {
+					errc <- err
+					return
+				}
+			}
+		}(c)
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
 }
