@@ -1,0 +1,136 @@
+package afpacket
+
+import (
+	"fmt"
+
+	"golang.org/x/net/bpf"
+)
+
+// Filter assembles the classic BPF program the kernel runs on every packet
+// before it reaches the ring: accept Ethernet frames carrying TCP with a
+// source or destination port in ports, over IPv4 (non-fragment or first
+// fragment) or IPv6 (TCP as the first next header), with or without one
+// 802.1Q/802.1ad tag; accept up to snaplen bytes. Everything else never
+// leaves the kernel, so it costs no ring space.
+func Filter(ports []uint16, snaplen uint32) ([]bpf.RawInstruction, error) {
+	var a asm
+	// X holds the offset added by a VLAN tag (0 or 4) and, later, of the
+	// TCP header relative to the untagged IP header start minus 14.
+	a.op(bpf.LoadConstant{Dst: bpf.RegX, Val: 0})
+	a.op(bpf.LoadAbsolute{Off: 12, Size: 2})
+	a.jeq(0x8100, "vlan", "")
+	a.jeq(0x88a8, "vlan", "etype")
+	a.label("vlan")
+	a.op(bpf.LoadConstant{Dst: bpf.RegX, Val: 4})
+	a.op(bpf.LoadIndirect{Off: 12, Size: 2})
+	a.label("etype")
+	a.jeq(0x0800, "ip4", "")
+	a.jeq(0x86dd, "ip6", "drop")
+
+	a.label("ip4")
+	a.op(bpf.LoadIndirect{Off: 23, Size: 1}) // protocol
+	a.jeq(6, "", "drop")
+	a.op(bpf.LoadIndirect{Off: 20, Size: 2}) // flags + fragment offset
+	a.jset(0x1fff, "drop", "")
+	a.op(bpf.LoadIndirect{Off: 14, Size: 1}) // version + IHL
+	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: 0x0f})
+	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpShiftLeft, Val: 2})
+	a.op(bpf.ALUOpX{Op: bpf.ALUOpAdd})
+	a.op(bpf.TAX{})
+	a.ja("ports")
+
+	a.label("ip6")
+	a.op(bpf.LoadIndirect{Off: 20, Size: 1}) // next header
+	a.jeq(6, "", "drop")
+	a.op(bpf.TXA{})
+	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAdd, Val: 40})
+	a.op(bpf.TAX{})
+
+	a.label("ports") // the TCP header is at X+14
+	a.op(bpf.LoadIndirect{Off: 14, Size: 2})
+	for _, p := range ports {
+		a.jeq(uint32(p), "accept", "")
+	}
+	a.op(bpf.LoadIndirect{Off: 16, Size: 2})
+	for _, p := range ports {
+		a.jeq(uint32(p), "accept", "")
+	}
+	a.label("drop")
+	a.op(bpf.RetConstant{Val: 0})
+	a.label("accept")
+	a.op(bpf.RetConstant{Val: snaplen})
+	return a.assemble()
+}
+
+// asm is a tiny assembler with named jump targets; "" means the next
+// instruction.
+type asm struct {
+	ins    []bpf.Instruction
+	jumps  map[int][2]string
+	labels map[string]int
+}
+
+func (a *asm) op(i bpf.Instruction) { a.ins = append(a.ins, i) }
+
+func (a *asm) label(name string) {
+	if a.labels == nil {
+		a.labels = map[string]int{}
+	}
+	a.labels[name] = len(a.ins)
+}
+
+func (a *asm) jump(i bpf.Instruction, t, f string) {
+	if a.jumps == nil {
+		a.jumps = map[int][2]string{}
+	}
+	a.jumps[len(a.ins)] = [2]string{t, f}
+	a.ins = append(a.ins, i)
+}
+
+func (a *asm) jeq(v uint32, t, f string) {
+	a.jump(bpf.JumpIf{Cond: bpf.JumpEqual, Val: v}, t, f)
+}
+
+func (a *asm) jset(v uint32, t, f string) {
+	a.jump(bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: v}, t, f)
+}
+
+func (a *asm) ja(t string) { a.jump(bpf.Jump{}, t, "") }
+
+func (a *asm) assemble() ([]bpf.RawInstruction, error) {
+	skip := func(pc int, name string) (int, error) {
+		if name == "" {
+			return 0, nil
+		}
+		to, ok := a.labels[name]
+		if !ok || to <= pc {
+			return 0, fmt.Errorf("assemble filter: bad label %q", name)
+		}
+		return to - pc - 1, nil
+	}
+	for pc, j := range a.jumps {
+		t, err := skip(pc, j[0])
+		if err != nil {
+			return nil, err
+		}
+		f, err := skip(pc, j[1])
+		if err != nil {
+			return nil, err
+		}
+		switch in := a.ins[pc].(type) {
+		case bpf.JumpIf:
+			if t > 255 || f > 255 {
+				return nil, fmt.Errorf("assemble filter: too many ports (jump of %d)", max(t, f))
+			}
+			in.SkipTrue, in.SkipFalse = uint8(t), uint8(f)
+			a.ins[pc] = in
+		case bpf.Jump:
+			a.ins[pc] = bpf.Jump{Skip: uint32(t)}
+		}
+	}
+	raw, err := bpf.Assemble(a.ins)
+	if err != nil {
+		return nil, fmt.Errorf("assemble filter: %w", err)
+	}
+	return raw, nil
+}
