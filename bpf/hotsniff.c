@@ -1,0 +1,464 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//
+// hotsniff's in-kernel capture: an XDP program (ingress) and TC programs
+// (ingress, egress; attachable through TCX or a classic clsact filter) that
+// copy the payload of TCP segments to or from the configured cache ports into
+// one BPF ring buffer, with the flow tuple, seq, ack, flags and a timestamp.
+//
+// The programs only ever read: every path returns XDP_PASS or TC_ACT_UNSPEC
+// (TCX_NEXT) and no helper that writes or pulls the packet is called, so a
+// bug here can cost CPU but never a packet.
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/pkt_cls.h>
+#include <linux/tcp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+// CHUNK is the most payload one ring record carries. Larger segments (TSO/GSO
+// and GRO super-packets seen by TC, XDP multi-buffer frames) are split into
+// several records with consecutive sequence numbers.
+#define CHUNK 4096
+// MAX_CHUNKS bounds the copy loop for the verifier: at most 256 KiB of one
+// packet is copied; max_copy below lowers it at load time.
+#define MAX_CHUNKS 64
+
+// Hooks index the counters map; they are also the record's "hook" field.
+enum hook {
+	HOOK_XDP = 0,
+	HOOK_TC_INGRESS = 1,
+	HOOK_TC_EGRESS = 2,
+	HOOK_MAX = 3,
+};
+
+// Set from Go before loading (ebpf.CollectionSpec.Variables).
+// max_copy is the most payload bytes copied from one packet; the rest is
+// counted as truncated and reported to user space as Missing.
+volatile const __u32 max_copy = 65536;
+// wakeup_bytes: the reader is woken only once this much data waits in the
+// ring; below it, it polls on a short timer. A wakeup per record costs an
+// irq_work (a self-IPI, a VM exit on virtual machines): ~1 us, ten times
+// the rest of the program.
+volatile const __u64 wakeup_bytes = 1 << 20;
+// raw_ip is 1 on devices without a link-layer header (tun, wireguard).
+volatile const __u8 raw_ip = 0;
+
+// rec_hdr precedes every ring record's payload. Addresses keep network byte
+// order; ports, seq and ack are converted to host order here, once.
+struct rec_hdr {
+	__u64 ts;        // bpf_ktime_get_ns (CLOCK_MONOTONIC)
+	__u8 saddr[16];  // IPv4 uses the first 4 bytes
+	__u8 daddr[16];
+	__u16 sport;
+	__u16 dport;
+	__u32 seq;       // TCP seq as if this record were a segment of its own
+	__u32 ack;
+	__u32 len;       // payload bytes that follow this header
+	__u32 missing;   // payload bytes after these that were not copied (copy limit)
+	__u32 ifindex;
+	__u8 flags;      // TCP flags
+	__u8 family;     // 4 or 6
+	__u8 hook;       // enum hook
+	__u8 pad;
+	__u32 pad2;
+};
+
+// counters is per CPU and per hook: no atomics on the packet path.
+struct counters {
+	__u64 packets;       // packets the program ran on
+	__u64 matched;       // TCP segments to or from a configured port
+	__u64 records;       // ring records submitted
+	__u64 bytes;         // payload bytes copied into the ring
+	__u64 rb_full;       // records lost because the ring was full
+	__u64 rb_full_bytes; // payload bytes lost because the ring was full
+	__u64 truncated;     // payload bytes beyond max_copy (sent as Missing)
+	__u64 load_err;      // payload bytes lost because a load helper failed
+	__u64 nonlinear;     // packets whose headers were not all in the linear data (not parsed)
+};
+
+// ports is a bitmap of the 65536 TCP ports: bit p set means port p is a cache
+// port. One array lookup that the verifier inlines, whatever the port count.
+struct port_bitmap {
+	__u8 bits[8192];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct port_bitmap);
+} ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, HOOK_MAX);
+	__type(key, __u32);
+	__type(value, struct counters);
+} stats SEC(".maps");
+
+// events' size is set from Go at load time (a power of two of pages).
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 24);
+} events SEC(".maps");
+
+// Make the record and counters types visible to bpf2go.
+const struct rec_hdr *unused_rec_hdr __attribute__((unused));
+const struct counters *unused_counters __attribute__((unused));
+const struct port_bitmap *unused_port_bitmap __attribute__((unused));
+
+// TCP flag bits in byte 13 of the header.
+#define F_FIN 0x01
+#define F_SYN 0x02
+#define F_RST 0x04
+
+#define VLAN_HDR_LEN 4
+#define ETH_P_8021AD_OLD 0x9100
+
+// parsed is what parse() learns from the headers.
+struct parsed {
+	__u32 pay_off; // offset of the TCP payload from the start of the packet
+	__u32 pay_len; // TCP payload length per the IP header (0 = unknown: use the packet length)
+};
+
+static __always_inline int port_match(__u16 sport, __u16 dport)
+{
+	__u32 zero = 0;
+	struct port_bitmap *pm = bpf_map_lookup_elem(&ports, &zero);
+	if (!pm)
+		return 0;
+	if (pm->bits[(sport >> 3) & 8191] & (1 << (sport & 7)))
+		return 1;
+	return pm->bits[(dport >> 3) & 8191] & (1 << (dport & 7));
+}
+
+// parse reads the Ethernet/VLAN/IP/TCP headers between data and end and fills
+// h and p. It returns 0 for a TCP segment on a configured port, 1 when the
+// packet is not one (the caller passes it on) and -1 when the headers are not
+// all within [data, end).
+static __always_inline int parse(void *data, void *end, struct rec_hdr *h, struct parsed *p)
+{
+	void *cur = data;
+	__u16 proto;
+
+	if (raw_ip) {
+		if (cur + 1 > end)
+			return -1;
+		proto = ((*(__u8 *)cur) >> 4) == 6 ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP);
+	} else {
+		struct ethhdr *eth = cur;
+		if ((void *)(eth + 1) > end)
+			return -1;
+		proto = eth->h_proto;
+		cur = eth + 1;
+#pragma unroll
+		for (int i = 0; i < 2; i++) {
+			if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD) &&
+			    proto != bpf_htons(ETH_P_8021AD_OLD))
+				break;
+			if (cur + VLAN_HDR_LEN > end)
+				return -1;
+			proto = *(__u16 *)(cur + 2);
+			cur += VLAN_HDR_LEN;
+		}
+	}
+
+	__u32 l4_len; // TCP header + payload per the IP header; 0 = unknown
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = cur;
+		if ((void *)(ip + 1) > end)
+			return -1;
+		if (ip->protocol != IPPROTO_TCP)
+			return 1;
+		if (ip->frag_off & bpf_htons(0x3fff)) // fragments are not followed
+			return 1;
+		__u32 ihl = ip->ihl * 4;
+		if (ihl < sizeof(*ip))
+			return 1;
+		__u32 tot = bpf_ntohs(ip->tot_len);
+		// GSO/BIG TCP super-packets may carry tot_len 0: length unknown.
+		l4_len = tot > ihl ? tot - ihl : 0;
+		__builtin_memset(h->saddr, 0, sizeof(h->saddr));
+		__builtin_memset(h->daddr, 0, sizeof(h->daddr));
+		__builtin_memcpy(h->saddr, &ip->saddr, 4);
+		__builtin_memcpy(h->daddr, &ip->daddr, 4);
+		h->family = 4;
+		cur += ihl & 0x3c;
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = cur;
+		if ((void *)(ip6 + 1) > end)
+			return -1;
+		__u8 next = ip6->nexthdr;
+		l4_len = bpf_ntohs(ip6->payload_len);
+		__builtin_memcpy(h->saddr, &ip6->saddr, 16);
+		__builtin_memcpy(h->daddr, &ip6->daddr, 16);
+		h->family = 6;
+		cur = ip6 + 1;
+		// Step over the extension headers a cache connection may carry.
+#pragma unroll
+		for (int i = 0; i < 3; i++) {
+			if (next != IPPROTO_HOPOPTS && next != IPPROTO_ROUTING && next != IPPROTO_DSTOPTS)
+				break;
+			__u8 *ext = cur;
+			if ((void *)(ext + 2) > end)
+				return -1;
+			__u32 elen = ((__u32)ext[1] + 1) * 8;
+			next = ext[0];
+			cur += elen;
+			if (l4_len >= elen)
+				l4_len -= elen;
+		}
+		if (next != IPPROTO_TCP)
+			return 1;
+	} else {
+		return 1;
+	}
+
+	struct tcphdr *tcp = cur;
+	if ((void *)(tcp + 1) > end)
+		return -1;
+	h->sport = bpf_ntohs(tcp->source);
+	h->dport = bpf_ntohs(tcp->dest);
+	if (!port_match(h->sport, h->dport))
+		return 1;
+	__u32 doff = tcp->doff * 4;
+	if (doff < sizeof(*tcp))
+		return 1;
+	h->seq = bpf_ntohl(tcp->seq);
+	h->ack = bpf_ntohl(tcp->ack_seq);
+	h->flags = ((__u8 *)tcp)[13];
+	p->pay_off = (__u32)(cur - data) + doff;
+	p->pay_len = l4_len > doff ? l4_len - doff : 0;
+	if (l4_len == 0)
+		p->pay_len = 0xffffffff; // unknown: the caller uses the packet length
+	return 0;
+}
+
+// wake_flags wakes the reader only for the record (of size bytes, already
+// reserved) that makes the unread data cross wakeup_bytes: forcing a wakeup
+// for every record while a slow reader catches up would cost the irq_work
+// each time.
+static __always_inline __u64 wake_flags(__u64 size)
+{
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	return avail >= wakeup_bytes && avail < wakeup_bytes + size + 8 ? BPF_RB_FORCE_WAKEUP
+									 : BPF_RB_NO_WAKEUP;
+}
+
+// EMIT_CLASS reserves a record with room for exactly N payload bytes and
+// fills it with c <= N bytes from offset off. N must be a constant: the
+// verifier wants ringbuf reservations of known size. Size classes keep small
+// segments (most cache requests) from taking a whole CHUNK of the ring.
+#define EMIT_CLASS(N, LOAD)                                                         \
+	if (c <= N) {                                                               \
+		struct rec_hdr *r = bpf_ringbuf_reserve(&events, sizeof(*r) + N, 0); \
+		if (!r)                                                             \
+			return -1;                                                  \
+		*r = *h;                                                            \
+		if (N > 0 && c > 0 && LOAD(ctx, off, (void *)(r + 1), c) < 0) {      \
+			bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);                   \
+			return -2;                                                  \
+		}                                                                   \
+		bpf_ringbuf_submit(r, wake_flags(sizeof(*r) + N));                 \
+		return 0;                                                           \
+	}
+
+// The emit functions are not inlined so the verifier checks the size classes
+// once per program, not once per loop iteration of the caller. c is 64-bit so
+// the bounds the verifier learns from the comparisons reach the helper call.
+#define DEFINE_EMIT(NAME, CTX, LOAD)                                                \
+	static __noinline int NAME(CTX *ctx, struct rec_hdr *h, __u32 off, __u64 c)   \
+	{                                                                             \
+		if (c > CHUNK)                                                        \
+			return -2;                                                    \
+		EMIT_CLASS(0, LOAD)                                                   \
+		EMIT_CLASS(64, LOAD)                                                  \
+		EMIT_CLASS(128, LOAD)                                                 \
+		EMIT_CLASS(256, LOAD)                                                 \
+		EMIT_CLASS(512, LOAD)                                                 \
+		EMIT_CLASS(1024, LOAD)                                                \
+		EMIT_CLASS(1536, LOAD)                                                \
+		EMIT_CLASS(2048, LOAD)                                                \
+		EMIT_CLASS(CHUNK, LOAD)                                               \
+		return -2;                                                            \
+	}
+
+DEFINE_EMIT(emit_skb, struct __sk_buff, bpf_skb_load_bytes)
+DEFINE_EMIT(emit_xdp, struct xdp_md, bpf_xdp_load_bytes)
+
+static __always_inline struct counters *counters_for(__u32 hook)
+{
+	return bpf_map_lookup_elem(&stats, &hook);
+}
+
+// copy_state carries one packet's copy through bpf_loop, which the verifier
+// checks once instead of once per chunk.
+struct copy_state {
+	void *ctx; // struct __sk_buff or struct xdp_md
+	struct counters *cnt;
+	struct rec_hdr h;
+	__u32 pay_off; // payload offset in the packet
+	__u32 n;       // payload bytes to copy
+	__u32 missing; // payload bytes not copied (beyond max_copy, or not captured)
+	__u32 done;    // payload bytes copied so far
+	__u32 seq0;
+	__u8 flags;
+};
+
+// copy_chunk sends one record: the next CHUNK bytes or fewer. Only the first
+// record carries SYN and only the last FIN and Missing, so each reads as a
+// segment of its own. It returns 1 to stop the loop.
+#define DEFINE_COPY_CHUNK(NAME, CTX, EMIT)                                            \
+	static long NAME(__u64 i, struct copy_state *st)                              \
+	{                                                                             \
+		__u32 c = st->n - st->done;                                           \
+		if (c > CHUNK)                                                        \
+			c = CHUNK;                                                    \
+		int last = st->done + c >= st->n;                                     \
+		st->h.flags = st->flags;                                              \
+		if (i > 0)                                                            \
+			st->h.flags &= ~F_SYN;                                        \
+		if (!last)                                                            \
+			st->h.flags &= ~F_FIN;                                        \
+		st->h.seq = st->seq0 + st->done + (i > 0 && (st->flags & F_SYN) ? 1 : 0); \
+		st->h.len = c;                                                        \
+		st->h.missing = last ? st->missing : 0;                               \
+		int err = EMIT((CTX *)st->ctx, &st->h, st->pay_off + st->done, c);    \
+		if (err) {                                                            \
+			if (err == -1) {                                              \
+				st->cnt->rb_full++;                                   \
+				st->cnt->rb_full_bytes += st->n - st->done;           \
+			} else {                                                      \
+				st->cnt->load_err += st->n - st->done;                \
+			}                                                             \
+			return 1;                                                     \
+		}                                                                     \
+		st->cnt->records++;                                                   \
+		st->cnt->bytes += c;                                                  \
+		st->done += c;                                                        \
+		return last;                                                          \
+	}
+
+DEFINE_COPY_CHUNK(copy_chunk_skb, struct __sk_buff, emit_skb)
+DEFINE_COPY_CHUNK(copy_chunk_xdp, struct xdp_md, emit_xdp)
+
+// copy_out sends the payload at pay_off: avail bytes are in the packet, wire
+// bytes were sent (more when a header claims more than was captured). What
+// is not copied is counted and reported as Missing on the last record.
+static __always_inline void copy_out(void *ctx, int xdp, struct counters *cnt, struct rec_hdr *h,
+				     __u32 pay_off, __u32 avail, __u32 wire)
+{
+	__u32 n = avail;
+	if (n > wire)
+		n = wire;
+	if (n > max_copy)
+		n = max_copy;
+	if (n > CHUNK * MAX_CHUNKS)
+		n = CHUNK * MAX_CHUNKS;
+	cnt->truncated += wire - n;
+	if (n == 0 && !(h->flags & (F_SYN | F_FIN | F_RST)))
+		return; // a pure ACK tells the stream layer nothing
+	struct copy_state st = {
+		.ctx = ctx,
+		.cnt = cnt,
+		.h = *h,
+		.pay_off = pay_off,
+		.n = n,
+		.missing = wire - n,
+		.seq0 = h->seq,
+		.flags = h->flags,
+	};
+	__u32 chunks = n ? (n + CHUNK - 1) / CHUNK : 1;
+	if (xdp)
+		bpf_loop(chunks, copy_chunk_xdp, &st, 0);
+	else
+		bpf_loop(chunks, copy_chunk_skb, &st, 0);
+}
+
+static __always_inline void handle_skb(struct __sk_buff *skb, __u32 hook)
+{
+	struct counters *cnt = counters_for(hook);
+	if (!cnt)
+		return;
+	cnt->packets++;
+
+	struct rec_hdr h;
+	struct parsed p;
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	int ret = parse(data, end, &h, &p);
+	if (ret < 0) {
+		// Headers beyond the linear part of the skb. The stack keeps
+		// TCP/IP headers linear (GRO and the TCP output path pull them),
+		// so this is counted rather than handled with bpf_skb_pull_data,
+		// which would change the skb under the stack.
+		cnt->nonlinear++;
+		return;
+	}
+	if (ret != 0)
+		return;
+	cnt->matched++;
+	h.ts = bpf_ktime_get_ns();
+	h.ifindex = skb->ifindex;
+	h.hook = hook;
+	h.pad = 0;
+	h.pad2 = 0;
+	__u32 len = skb->len;
+	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;
+	__u32 wire = p.pay_len == 0xffffffff ? avail : p.pay_len;
+	copy_out(skb, 0, cnt, &h, p.pay_off, avail, wire);
+}
+
+SEC("tc")
+int hotsniff_tc_ingress(struct __sk_buff *skb)
+{
+	handle_skb(skb, HOOK_TC_INGRESS);
+	return TC_ACT_UNSPEC; // TCX_NEXT: let the next program and the stack decide
+}
+
+SEC("tc")
+int hotsniff_tc_egress(struct __sk_buff *skb)
+{
+	handle_skb(skb, HOOK_TC_EGRESS);
+	return TC_ACT_UNSPEC;
+}
+
+// xdp.frags: the program copes with multi-buffer frames (bpf_xdp_load_bytes
+// reads across fragments), so attaching it does not force a smaller MTU.
+SEC("xdp.frags")
+int hotsniff_xdp(struct xdp_md *ctx)
+{
+	struct counters *cnt = counters_for(HOOK_XDP);
+	if (!cnt)
+		return XDP_PASS;
+	cnt->packets++;
+
+	struct rec_hdr h;
+	struct parsed p;
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	int ret = parse(data, end, &h, &p);
+	if (ret < 0)
+		cnt->nonlinear++;
+	if (ret != 0)
+		return XDP_PASS;
+	cnt->matched++;
+	h.ts = bpf_ktime_get_ns();
+	h.ifindex = ctx->ingress_ifindex;
+	h.hook = HOOK_XDP;
+	h.pad = 0;
+	h.pad2 = 0;
+	__u32 len = bpf_xdp_get_buff_len(ctx);
+	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;
+	__u32 wire = p.pay_len == 0xffffffff ? avail : p.pay_len;
+	copy_out(ctx, 1, cnt, &h, p.pay_off, avail, wire);
+	return XDP_PASS;
+}

@@ -1,0 +1,510 @@
+// Package bpf holds hotsniff's in-kernel capture programs (hotsniff.c, built
+// with bpf2go into hotsniff_bpfel.go and hotsniff_bpfel.o) and the loader that
+// attaches them to interfaces.
+//
+// One Capture owns one ring buffer and one port map shared by every
+// interface; each attached interface gets its own copy of the programs and of
+// the per-CPU counters, so packets and drops are reported per interface.
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+)
+
+// Mode is how an interface is captured.
+type Mode string
+
+// Modes. ModeAuto resolves to ModeXDP on physical NICs and ModeTC elsewhere
+// (veth, loopback, tunnels), where generic XDP is slow and misses cloned skbs.
+const (
+	ModeAuto     Mode = "auto"
+	ModeXDP      Mode = "xdp"
+	ModeTC       Mode = "tc"
+	ModeAFPacket Mode = "afpacket"
+)
+
+// ParseMode validates a --mode value.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case ModeAuto, ModeXDP, ModeTC, ModeAFPacket:
+		return m, nil
+	}
+	return "", fmt.Errorf("parse mode %q: want auto, xdp, tc or afpacket", s)
+}
+
+// Hook is the program a record or counter comes from.
+type Hook uint8
+
+// Hooks, as numbered in hotsniff.c (enum hook).
+const (
+	HookXDP Hook = iota
+	HookTCIngress
+	HookTCEgress
+	numHooks
+)
+
+var hookNames = [...]string{"xdp", "tc_ingress", "tc_egress"}
+
+func (h Hook) String() string {
+	if int(h) < len(hookNames) {
+		return hookNames[h]
+	}
+	return "unknown"
+}
+
+// Limits of the copy, mirrored from hotsniff.c.
+const (
+	// Chunk is the most payload one ring record carries.
+	Chunk = 4096
+	// MaxCopyLimit is the largest MaxCopy the programs honour.
+	MaxCopyLimit = Chunk * 64
+	// RecHdrSize is the size of the header preceding each record's payload.
+	RecHdrSize = 72
+)
+
+// PollInterval is how often a reader looks at the ring when the programs
+// did not wake it: the latency bound under light traffic.
+const PollInterval = 5 * time.Millisecond
+
+// Config configures a Capture. Zero values take the defaults.
+type Config struct {
+	// Ports are the TCP server ports to capture (either direction).
+	Ports []uint16
+	// RingSize is the ring buffer size in bytes, rounded up to a power of
+	// two; default 32 MiB. It bounds the kernel memory used and how long
+	// a burst user space can fall behind before records are dropped.
+	RingSize int
+	// MaxCopy is the most payload bytes copied from one packet (a GRO/GSO
+	// super-packet may be 64 KiB or more); the rest is reported as
+	// Segment.Missing and counted as truncated. Default and maximum
+	// MaxCopyLimit (256 KiB).
+	MaxCopy uint32
+	// Logger receives one line per attachment; default slog.Default().
+	Logger *slog.Logger
+}
+
+const defaultRingSize = 32 << 20
+
+// Capture is a loaded set of capture programs with its attachments.
+type Capture struct {
+	cfg    Config
+	log    *slog.Logger
+	spec   *ebpf.CollectionSpec
+	events *ebpf.Map
+	ports  *ebpf.Map
+
+	mu     sync.Mutex
+	ifaces []*Attachment
+}
+
+// Attachment is one interface captured by a Capture.
+type Attachment struct {
+	Iface string
+	Mode  Mode // ModeXDP or ModeTC, never ModeAuto
+	// XDPFlags says how XDP was attached (driver or generic); empty for TC.
+	XDPMode string
+	// TCX is true when TC programs are bpf_link (TCX) attachments, false
+	// for the legacy clsact filters.
+	TCX bool
+
+	objs    hotsniffObjects
+	links   []link.Link
+	filters []netlink.Filter // legacy clsact filters, removed on Close
+}
+
+// Open loads the shared maps and checks that the programs load, so a missing
+// capability or an old kernel shows here (the caller then falls back to
+// AF_PACKET) rather than at the first Attach.
+func Open(cfg Config) (*Capture, error) {
+	if cfg.RingSize <= 0 {
+		cfg.RingSize = defaultRingSize
+	}
+	cfg.RingSize = roundPow2(max(cfg.RingSize, os.Getpagesize()))
+	if cfg.MaxCopy == 0 || cfg.MaxCopy > MaxCopyLimit {
+		cfg.MaxCopy = MaxCopyLimit
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	spec, err := loadHotsniff()
+	if err != nil {
+		return nil, fmt.Errorf("load bpf spec: %w", err)
+	}
+	spec.Maps[hotsniffMapEvents].MaxEntries = uint32(cfg.RingSize)
+	if err := spec.Variables[hotsniffVarMaxCopy].Set(cfg.MaxCopy); err != nil {
+		return nil, fmt.Errorf("set max_copy: %w", err)
+	}
+	// Wake the reader when a sixteenth of the ring is used; below that it
+	// finds the records on its PollInterval timer.
+	if err := spec.Variables[hotsniffVarWakeupBytes].Set(uint64(cfg.RingSize / 16)); err != nil {
+		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
+	}
+	c := &Capture{cfg: cfg, log: cfg.Logger.With("component", "bpf"), spec: spec}
+	if c.events, err = ebpf.NewMap(spec.Maps[hotsniffMapEvents]); err != nil {
+		return nil, fmt.Errorf("create ring buffer: %w", err)
+	}
+	if c.ports, err = ebpf.NewMap(spec.Maps[hotsniffMapPorts]); err != nil {
+		c.events.Close()
+		return nil, fmt.Errorf("create ports map: %w", err)
+	}
+	if err := c.SetPorts(cfg.Ports); err != nil {
+		c.Close()
+		return nil, err
+	}
+	// Load once to surface verifier or permission errors now.
+	var probe hotsniffObjects
+	if err := c.load(&probe, false); err != nil {
+		c.Close()
+		return nil, err
+	}
+	probe.Close()
+	return c, nil
+}
+
+func roundPow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
+}
+
+func (c *Capture) load(objs *hotsniffObjects, rawIP bool) error {
+	spec := c.spec.Copy()
+	var raw uint8
+	if rawIP {
+		raw = 1
+	}
+	if err := spec.Variables[hotsniffVarRawIp].Set(raw); err != nil {
+		return fmt.Errorf("set raw_ip: %w", err)
+	}
+	err := spec.LoadAndAssign(objs, &ebpf.CollectionOptions{
+		MapReplacements: map[string]*ebpf.Map{
+			hotsniffMapEvents: c.events,
+			hotsniffMapPorts:  c.ports,
+		},
+	})
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			// The last lines say why; the full log is thousands of lines.
+			return fmt.Errorf("load bpf programs: %w", ve)
+		}
+		return fmt.Errorf("load bpf programs: %w", err)
+	}
+	return nil
+}
+
+// Events is the ring buffer every attachment writes to.
+func (c *Capture) Events() *ebpf.Map { return c.events }
+
+// MaxCopy is the effective per-packet copy limit.
+func (c *Capture) MaxCopy() uint32 { return c.cfg.MaxCopy }
+
+// SetPorts replaces the captured ports; it takes effect for the next packet.
+func (c *Capture) SetPorts(ports []uint16) error {
+	var bm hotsniffPortBitmap
+	for _, p := range ports {
+		bm.Bits[p>>3] |= 1 << (p & 7)
+	}
+	if err := c.ports.Put(uint32(0), &bm); err != nil {
+		return fmt.Errorf("update ports map: %w", err)
+	}
+	return nil
+}
+
+// Attach captures iface in mode (ModeAuto, ModeXDP or ModeTC) in both
+// directions: XDP for ingress plus TC for egress, or TC for both. On loopback
+// only TC ingress is used: every loopback packet passes egress then ingress,
+// and one copy is enough.
+func (c *Capture) Attach(iface string, mode Mode) (*Attachment, error) {
+	l, err := netlink.LinkByName(iface)
+	if err != nil {
+		return nil, fmt.Errorf("find interface %s: %w", iface, err)
+	}
+	attrs := l.Attrs()
+	loopback := attrs.EncapType == "loopback"
+	if mode == ModeAuto {
+		mode = ModeTC
+		if isPhysical(iface) {
+			mode = ModeXDP
+		}
+	}
+	if mode != ModeXDP && mode != ModeTC {
+		return nil, fmt.Errorf("attach %s: mode %s is not an eBPF mode", iface, mode)
+	}
+	a := &Attachment{Iface: iface, Mode: mode}
+	if err := c.load(&a.objs, attrs.EncapType == "none"); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Attachment, error) {
+		a.close()
+		return nil, err
+	}
+	if err := removeStaleFilters(l); err != nil {
+		c.log.Warn("remove stale tc filters", "iface", iface, "err", err)
+	}
+	if mode == ModeXDP {
+		if err := a.attachXDP(attrs.Index); err != nil {
+			return fail(err)
+		}
+	} else if err := a.attachTC(l, ebpf.AttachTCXIngress, a.objs.HotsniffTcIngress); err != nil {
+		return fail(err)
+	}
+	if !loopback {
+		if err := a.attachTC(l, ebpf.AttachTCXEgress, a.objs.HotsniffTcEgress); err != nil {
+			return fail(err)
+		}
+	}
+	c.log.Info("capture attached", "iface", iface, "mode", mode, "xdp", a.XDPMode, "tcx", a.TCX)
+	c.mu.Lock()
+	c.ifaces = append(c.ifaces, a)
+	c.mu.Unlock()
+	return a, nil
+}
+
+// LoadDetached loads a set of programs writing to c's ring without
+// attaching them, for BPF_PROG_TEST_RUN (tests, benchmarks). Close it with
+// Detach.
+func (c *Capture) LoadDetached() (*Attachment, error) {
+	a := &Attachment{Iface: "", Mode: ModeTC}
+	if err := c.load(&a.objs, false); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Detach closes an attachment made by Attach or LoadDetached.
+func (a *Attachment) Detach() error { return a.close() }
+
+// Program returns the program of one hook (XDP, TC ingress or egress).
+func (a *Attachment) Program(h Hook) *ebpf.Program {
+	switch h {
+	case HookXDP:
+		return a.objs.HotsniffXdp
+	case HookTCIngress:
+		return a.objs.HotsniffTcIngress
+	}
+	return a.objs.HotsniffTcEgress
+}
+
+// isPhysical reports whether iface is backed by a device (a NIC), as opposed
+// to veth, bridge, loopback or tunnel devices.
+func isPhysical(iface string) bool {
+	_, err := os.Stat(filepath.Join("/sys/class/net", iface, "device"))
+	return err == nil
+}
+
+func (a *Attachment) attachXDP(ifindex int) error {
+	prog := a.objs.HotsniffXdp
+	// Native (driver) mode runs before the skb exists; drivers without XDP
+	// support only take generic mode.
+	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifindex, Flags: link.XDPDriverMode})
+	a.XDPMode = "driver"
+	if err != nil {
+		l, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifindex, Flags: link.XDPGenericMode})
+		a.XDPMode = "generic"
+	}
+	if err != nil {
+		a.XDPMode = ""
+		return fmt.Errorf("attach xdp to %s: %w", a.Iface, err)
+	}
+	a.links = append(a.links, l)
+	return nil
+}
+
+// filterPrefix names our legacy clsact filters so a restart finds and
+// removes those a killed predecessor left behind.
+const filterPrefix = "hotsniff_"
+
+func (a *Attachment) attachTC(l netlink.Link, dir ebpf.AttachType, prog *ebpf.Program) error {
+	// TCX (6.6+) attachments are bpf_links: the kernel removes them when
+	// the last fd closes, even if we are SIGKILLed.
+	tl, err := link.AttachTCX(link.TCXOptions{Interface: l.Attrs().Index, Program: prog, Attach: dir})
+	if err == nil {
+		a.TCX = true
+		a.links = append(a.links, tl)
+		return nil
+	}
+	if !errors.Is(err, ebpf.ErrNotSupported) {
+		return fmt.Errorf("attach tcx to %s: %w", a.Iface, err)
+	}
+	// Legacy path: a clsact qdisc and a direct-action bpf filter.
+	qd := &netlink.GenericQdisc{
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
+		QdiscType:  "clsact",
+	}
+	if err := netlink.QdiscReplace(qd); err != nil {
+		return fmt.Errorf("add clsact qdisc to %s: %w", a.Iface, err)
+	}
+	parent := uint32(netlink.HANDLE_MIN_INGRESS)
+	name := filterPrefix + "ingress"
+	if dir == ebpf.AttachTCXEgress {
+		parent, name = netlink.HANDLE_MIN_EGRESS, filterPrefix+"egress"
+	}
+	f := &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{
+			LinkIndex: l.Attrs().Index, Parent: parent, Handle: 1,
+			Protocol: 0x0300, Priority: 1, // ETH_P_ALL, first in line
+		},
+		Fd: prog.FD(), Name: name, DirectAction: true,
+	}
+	if err := netlink.FilterReplace(f); err != nil {
+		return fmt.Errorf("add tc filter to %s: %w", a.Iface, err)
+	}
+	a.filters = append(a.filters, f)
+	return nil
+}
+
+// removeStaleFilters deletes legacy clsact filters a previous hotsniff left
+// (a bpf_link cannot outlive its process; a netlink filter can).
+func removeStaleFilters(l netlink.Link) error {
+	var errs []error
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		fs, err := netlink.FilterList(l, parent)
+		if err != nil {
+			continue // no clsact qdisc: nothing of ours
+		}
+		for _, f := range fs {
+			if bf, ok := f.(*netlink.BpfFilter); ok && strings.HasPrefix(bf.Name, filterPrefix) {
+				if err := netlink.FilterDel(f); err != nil {
+					errs = append(errs, fmt.Errorf("delete filter %s: %w", bf.Name, err))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (a *Attachment) close() error {
+	var errs []error
+	for _, l := range a.links {
+		errs = append(errs, l.Close())
+	}
+	for _, f := range a.filters {
+		if err := netlink.FilterDel(f); err != nil {
+			errs = append(errs, fmt.Errorf("delete tc filter on %s: %w", a.Iface, err))
+		}
+	}
+	a.links, a.filters = nil, nil
+	errs = append(errs, a.objs.Close())
+	return errors.Join(errs...)
+}
+
+// Programs returns the attached programs by hook, for run-time statistics.
+func (a *Attachment) Programs() map[Hook]*ebpf.Program {
+	m := map[Hook]*ebpf.Program{HookTCEgress: a.objs.HotsniffTcEgress}
+	if a.Mode == ModeXDP {
+		m[HookXDP] = a.objs.HotsniffXdp
+	} else {
+		m[HookTCIngress] = a.objs.HotsniffTcIngress
+	}
+	return m
+}
+
+// Counters is what the programs on one interface counted, summed over CPUs.
+type Counters struct {
+	Iface string
+	Mode  Mode
+	// Packets is every packet the hooks ran on; Matched those on a
+	// captured port.
+	Packets, Matched uint64
+	// Records and Bytes are ring records and payload bytes written.
+	Records, Bytes uint64
+	// RingbufFull counts records lost because the ring was full and
+	// RingbufFullBytes their payload bytes.
+	RingbufFull, RingbufFullBytes uint64
+	// Truncated is payload bytes beyond MaxCopy, reported as Missing.
+	Truncated uint64
+	// LoadErrors is payload bytes lost because reading the packet failed.
+	LoadErrors uint64
+	// Nonlinear counts packets not parsed because their headers were not
+	// in the skb's linear data; expected to stay 0.
+	Nonlinear uint64
+}
+
+func (s *Counters) add(c *hotsniffCounters) {
+	s.Packets += c.Packets
+	s.Matched += c.Matched
+	s.Records += c.Records
+	s.Bytes += c.Bytes
+	s.RingbufFull += c.RbFull
+	s.RingbufFullBytes += c.RbFullBytes
+	s.Truncated += c.Truncated
+	s.LoadErrors += c.LoadErr
+	s.Nonlinear += c.Nonlinear
+}
+
+// Counters reads the counters of one interface.
+func (a *Attachment) Counters() (Counters, error) {
+	s := Counters{Iface: a.Iface, Mode: a.Mode}
+	var perCPU []hotsniffCounters
+	for h := range numHooks {
+		if err := a.objs.Stats.Lookup(uint32(h), &perCPU); err != nil {
+			return s, fmt.Errorf("read counters of %s: %w", a.Iface, err)
+		}
+		for i := range perCPU {
+			s.add(&perCPU[i])
+		}
+	}
+	return s, nil
+}
+
+// Attachments lists the attached interfaces.
+func (c *Capture) Attachments() []*Attachment {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*Attachment(nil), c.ifaces...)
+}
+
+// Counters reads the counters of every interface.
+func (c *Capture) Counters() ([]Counters, error) {
+	var out []Counters
+	for _, a := range c.Attachments() {
+		s, err := a.Counters()
+		if err != nil {
+			return out, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// Close detaches everything and frees the maps. Detaching is also what the
+// kernel does for bpf_link attachments if the process dies.
+func (c *Capture) Close() error {
+	c.mu.Lock()
+	ifaces := c.ifaces
+	c.ifaces = nil
+	c.mu.Unlock()
+	var errs []error
+	for _, a := range ifaces {
+		errs = append(errs, a.close())
+	}
+	if c.ports != nil {
+		errs = append(errs, c.ports.Close())
+	}
+	if c.events != nil {
+		errs = append(errs, c.events.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// MonotonicOffset returns what to add to a bpf_ktime_get_ns timestamp
+// (CLOCK_MONOTONIC) to get Unix nanoseconds. It drifts with NTP slewing and
+// jumps with clock steps, so long-running readers refresh it now and then.
+func MonotonicOffset() int64 {
+	mono := monotonicNow()
+	return time.Now().UnixNano() - mono
+}

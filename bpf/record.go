@@ -1,0 +1,74 @@
+package bpf
+
+import (
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hotsniff/hotsniff/capture"
+)
+
+// The record header layout must match struct rec_hdr in hotsniff.c; the
+// generated type pins its size at compile time.
+var _ [RecHdrSize]byte = [unsafe.Sizeof(hotsniffRecHdr{})]byte{}
+
+// Field offsets in a record, taken from the generated type so they follow
+// the C struct.
+const (
+	offTS      = unsafe.Offsetof(hotsniffRecHdr{}.Ts)
+	offSaddr   = unsafe.Offsetof(hotsniffRecHdr{}.Saddr)
+	offDaddr   = unsafe.Offsetof(hotsniffRecHdr{}.Daddr)
+	offSport   = unsafe.Offsetof(hotsniffRecHdr{}.Sport)
+	offDport   = unsafe.Offsetof(hotsniffRecHdr{}.Dport)
+	offSeq     = unsafe.Offsetof(hotsniffRecHdr{}.Seq)
+	offAck     = unsafe.Offsetof(hotsniffRecHdr{}.Ack)
+	offLen     = unsafe.Offsetof(hotsniffRecHdr{}.Len)
+	offMissing = unsafe.Offsetof(hotsniffRecHdr{}.Missing)
+	offFlags   = unsafe.Offsetof(hotsniffRecHdr{}.Flags)
+	offFamily  = unsafe.Offsetof(hotsniffRecHdr{}.Family)
+	offHook    = unsafe.Offsetof(hotsniffRecHdr{}.Hook)
+)
+
+// ErrShortRecord is returned for a ring record shorter than its header says.
+var ErrShortRecord = errors.New("short ring record")
+
+// ParseRecord fills seg from one ring record. monoOffset converts the
+// record's CLOCK_MONOTONIC timestamp to Unix time (MonotonicOffset).
+// seg.Payload aliases raw. It does not allocate.
+func ParseRecord(raw []byte, monoOffset int64, seg *capture.Segment) (Hook, error) {
+	if len(raw) < RecHdrSize {
+		return 0, ErrShortRecord
+	}
+	le := binary.LittleEndian // the programs are built for bpfel hosts only
+	n := le.Uint32(raw[offLen : offLen+4])
+	if uint64(len(raw)-RecHdrSize) < uint64(n) {
+		return 0, ErrShortRecord
+	}
+	seg.TS = int64(le.Uint64(raw[offTS:offTS+8])) + monoOffset
+	var src, dst netip.Addr
+	if raw[offFamily] == 6 {
+		src = netip.AddrFrom16([16]byte(raw[offSaddr : offSaddr+16]))
+		dst = netip.AddrFrom16([16]byte(raw[offDaddr : offDaddr+16]))
+	} else {
+		src = netip.AddrFrom4([4]byte(raw[offSaddr : offSaddr+4]))
+		dst = netip.AddrFrom4([4]byte(raw[offDaddr : offDaddr+4]))
+	}
+	seg.Src = netip.AddrPortFrom(src, le.Uint16(raw[offSport:offSport+2]))
+	seg.Dst = netip.AddrPortFrom(dst, le.Uint16(raw[offDport:offDport+2]))
+	seg.Seq = le.Uint32(raw[offSeq : offSeq+4])
+	seg.Ack = le.Uint32(raw[offAck : offAck+4])
+	seg.Missing = le.Uint32(raw[offMissing : offMissing+4])
+	seg.Flags = raw[offFlags]
+	end := RecHdrSize + int(n)
+	seg.Payload = raw[RecHdrSize:end:end]
+	return Hook(raw[offHook]), nil
+}
+
+func monotonicNow() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail for this clock
+	return ts.Nano()
+}
