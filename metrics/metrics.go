@@ -1,0 +1,162 @@
+// Package metrics exposes hotsniff's counters to Prometheus (CONTRACT §4).
+//
+// The capture pipeline runs on one goroutine and keeps plain counters; it
+// hands a copy to the Collector about once a second (Update). Scrapes read
+// that copy under a lock, so the per-packet path never touches a mutex or
+// an atomic for metrics. No key ever appears as a label: labels are fixed
+// sets (protocols, table op names, reasons, interfaces).
+package metrics
+
+import (
+	"sort"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hotsniff/hotsniff/decode"
+)
+
+// CaptureStat is what one interface's capture counted.
+type CaptureStat struct {
+	Iface, Mode string
+	Packets     uint64
+	// Dropped by reason: "ringbuf_full", "kernel" (records or packets) and
+	// "truncated" (packets cut short).
+	Dropped map[string]uint64
+	// TruncatedBytes is payload bytes not copied (snap length, eBPF limit).
+	TruncatedBytes uint64
+}
+
+// Snapshot is the state the pipeline reports.
+type Snapshot struct {
+	Capture      []CaptureStat
+	Requests     map[decode.OpKey]uint64
+	Keys         map[decode.Proto]uint64
+	DecodeErrors map[decode.ErrKey]uint64
+	Gaps         map[decode.Proto]uint64
+	LostBytes    uint64 // stream bytes never seen (holes, snap-length cuts)
+	Flows        int
+	Buffered     int
+	FlowsEvicted uint64
+	HotKeys      map[decode.Proto]int
+
+	Published      map[string]uint64
+	PublishErrors  uint64
+	PublishDropped uint64
+	PublishLag     float64 // seconds from event time to PUBLISH of the last batch
+	// DetectionLatency holds onset-to-event latencies (seconds) observed
+	// since the previous Update; they feed a histogram.
+	DetectionLatency []float64
+}
+
+// Collector is a prometheus.Collector over the last Snapshot.
+type Collector struct {
+	mu   sync.Mutex
+	snap Snapshot
+	lat  prometheus.Histogram
+
+	packets, dropped, truncated, requests, keys, decodeErrs, gaps, lost,
+	flows, buffered, evicted, hot, published, pubErrs, pubDropped, pubLag *prometheus.Desc
+}
+
+// New returns a Collector; register it with a prometheus.Registry.
+func New() *Collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("hotsniff_"+name, help, labels, nil)
+	}
+	return &Collector{
+		lat: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hotsniff_detection_latency_seconds",
+			Help:    "Time from a key's traffic crossing the threshold to its hot event, in packet time.",
+			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5},
+		}),
+		packets:    d("packets_total", "Packets seen by the capture.", "iface", "mode"),
+		dropped:    d("capture_dropped_total", "Packets or records lost by the capture.", "iface", "reason"),
+		truncated:  d("capture_truncated_bytes_total", "Payload bytes not copied by the capture (copy limit, snap length).", "iface"),
+		requests:   d("requests_total", "Decoded requests (MGET a b is one).", "proto", "op"),
+		keys:       d("keys_total", "Decoded key occurrences (MGET a b is two), reads and writes.", "proto"),
+		decodeErrs: d("decode_errors_total", "Bytes the decoders could not make sense of, by reason.", "proto", "reason"),
+		gaps:       d("stream_gaps_total", "Times a decoder lost bytes of a connection and resynchronised.", "proto"),
+		lost:       d("stream_lost_bytes_total", "Stream bytes never seen: holes given up on and snap-length cuts."),
+		flows:      d("stream_flows", "Connections tracked now."),
+		buffered:   d("stream_buffered_bytes", "Bytes held for reassembly now."),
+		evicted:    d("stream_flows_evicted_total", "Connections dropped to respect the flow and memory bounds."),
+		hot:        d("hot_keys", "Keys hot now.", "proto"),
+		published:  d("published_total", "Events published.", "type"),
+		pubErrs:    d("publish_errors_total", "Failed publish attempts."),
+		pubDropped: d("publish_queue_dropped_total", "Events dropped because the publish queue was full."),
+		pubLag:     d("publish_lag_seconds", "Event time to publish time of the last batch."),
+	}
+}
+
+// Update lets the pipeline change the snapshot under the lock.
+func (c *Collector) Update(fn func(s *Snapshot)) {
+	c.mu.Lock()
+	fn(&c.snap)
+	lat := c.snap.DetectionLatency
+	c.snap.DetectionLatency = c.snap.DetectionLatency[:0]
+	c.mu.Unlock()
+	for _, l := range lat {
+		c.lat.Observe(l)
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag} {
+		ch <- d
+	}
+	c.lat.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := &c.snap
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, cs := range s.Capture {
+		counter(c.packets, float64(cs.Packets), cs.Iface, cs.Mode)
+		for _, r := range sortedKeys(cs.Dropped) {
+			counter(c.dropped, float64(cs.Dropped[r]), cs.Iface, r)
+		}
+		counter(c.truncated, float64(cs.TruncatedBytes), cs.Iface)
+	}
+	for k, v := range s.Requests {
+		counter(c.requests, float64(v), k.Proto.String(), k.Op)
+	}
+	// Protocols are always present, so rate() works from the first scrape.
+	for _, p := range decode.Protos() {
+		counter(c.keys, float64(s.Keys[p]), p.String())
+		counter(c.gaps, float64(s.Gaps[p]), p.String())
+		gauge(c.hot, float64(s.HotKeys[p]), p.String())
+	}
+	for k, v := range s.DecodeErrors {
+		counter(c.decodeErrs, float64(v), k.Proto.String(), k.Reason)
+	}
+	counter(c.lost, float64(s.LostBytes))
+	gauge(c.flows, float64(s.Flows))
+	gauge(c.buffered, float64(s.Buffered))
+	counter(c.evicted, float64(s.FlowsEvicted))
+	for _, t := range []string{"hot", "cold", "invalidate"} {
+		counter(c.published, float64(s.Published[t]), t)
+	}
+	counter(c.pubErrs, float64(s.PublishErrors))
+	counter(c.pubDropped, float64(s.PublishDropped))
+	gauge(c.pubLag, s.PublishLag)
+	c.lat.Collect(ch)
+}
+
+func sortedKeys(m map[string]uint64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
