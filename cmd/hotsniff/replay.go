@@ -1,12 +1,165 @@
 package main
 
 import (
-	"errors"
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"time"
 
 	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/hotsniff/hotsniff/decode"
+	"github.com/hotsniff/hotsniff/detect"
+	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/publish"
+	"github.com/hotsniff/hotsniff/stream"
 )
 
-// placeholder until detection lands.
+// detectFlags are the detection and output flags of replay and run.
+type detectFlags struct {
+	cfg    detect.Config
+	output string
+	node   string
+}
+
+func (d *detectFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.Float64Var(&d.cfg.HotQPS, "hot-qps", 1000, "a key is hot when its weighted request rate at one server reaches this per second")
+	f.StringVar(&d.cfg.Detector, "detector", detect.DetectorDefault, "detection algorithm: default, or tair (Tair's server-side pipeline, for comparison)")
+	f.DurationVar(&d.cfg.TTL, "ttl", 60*time.Second, "how long a client may treat a key as hot without a refresh (ttl_ms)")
+	f.DurationVar(&d.cfg.Window, "window", 0, "rate measurement window (0: chosen from --hot-qps)")
+	f.IntVar(&d.cfg.MaxHot, "max-hot", 1024, "most keys hot at once (least recently seen is dropped)")
+	f.StringVar(&d.output, "output", "jsonl", "event format on stdout: jsonl or text")
+	f.StringVar(&d.node, "node", "", "node name in events (default: the host name; env HOTSNIFF_NODE)")
+}
+
+// rulesFile is the part of --config that is not flags.
+type rulesFile struct {
+	Rules  []detect.Rule `yaml:"rules"`
+	Ignore []string      `yaml:"ignore"`
+}
+
+// build validates the flags and reads rules and the ignore list from the
+// config file.
+func (d *detectFlags) build(configPath string) (detect.Config, error) {
+	cfg := d.cfg
+	if d.output != publish.FormatJSONL && d.output != publish.FormatText {
+		return cfg, usagef("--output %q: want jsonl or text", d.output)
+	}
+	if configPath != "" {
+		b, err := os.ReadFile(configPath)
+		if err != nil {
+			return cfg, usagef("read config: %v", err)
+		}
+		var rf rulesFile
+		if err := yaml.Unmarshal(b, &rf); err != nil {
+			return cfg, usagef("parse config %s: %v", configPath, err)
+		}
+		cfg.Rules, cfg.Ignore = rf.Rules, rf.Ignore
+	}
+	if d.node == "" {
+		d.node = os.Getenv("HOTSNIFF_NODE")
+	}
+	if d.node == "" {
+		d.node, _ = os.Hostname()
+	}
+	if _, err := detect.New(cfg, nil); err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
+}
+
+// emitters sends every event to each emitter in order. The publisher goes
+// first: it stamps seq and node, so what is printed is what was published.
+type emitters []detect.Emitter
+
+func (e emitters) Emit(ev *event.Event) {
+	for _, x := range e {
+		x.Emit(ev)
+	}
+}
+
 func newReplayCmd() *cobra.Command {
-	return &cobra.Command{Use: "replay", RunE: func(*cobra.Command, []string) error { return errors.New("replay: not implemented yet") }}
+	var (
+		sf streamFlags
+		df detectFlags
+		rf redisFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "replay [flags] FILE...",
+		Short: "Detect hot keys in pcap/pcapng files, with packet time as the clock",
+		Long: `Reads pcap or pcapng files (gzip-compressed too), decodes every request, runs
+hot-key detection with packet timestamps as the clock (same file, same output)
+and writes hot-key events (CONTRACT §2) on stdout. With --redis-url the events
+are also published on the channel and kept in the snapshot. No root needed.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := applyConfig(cmd, sf.configPath); err != nil {
+				return err
+			}
+			ports, scfg, err := sf.build()
+			if err != nil {
+				return err
+			}
+			dcfg, err := df.build(sf.configPath)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			defer stop()
+
+			out := bufio.NewWriter(cmd.OutOrStdout())
+			defer out.Flush()
+			w, err := publish.NewWriter(out, df.output, df.node)
+			if err != nil {
+				return usageError{err}
+			}
+			var em emitters
+			var pub *publish.Publisher
+			if rf.url != "" || os.Getenv("HOTSNIFF_REDIS_URL") != "" {
+				quietRedisLogs()
+				rdb, err := rf.connect(ctx)
+				if err != nil {
+					return err
+				}
+				defer rdb.Close()
+				pub, err = publish.New(rdb, publish.Options{Channel: rf.channel, Node: df.node})
+				if err != nil {
+					return err
+				}
+				em = append(em, pub)
+			}
+			em = append(em, w)
+			det, err := detect.New(dcfg, em)
+			if err != nil {
+				return usageError{err}
+			}
+			counter := decode.NewCounter(det)
+			asm := stream.NewAssembler(scfg, ports, registry(), counter)
+			start := time.Now()
+			tot, rerr := readFiles(ctx, args, asm, newProgress(cmd.ErrOrStderr(), sf.progress))
+			if pub != nil {
+				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if err := pub.Close(cctx); err != nil && rerr == nil {
+					rerr = fmt.Errorf("publish: %w", err)
+				}
+				cancel()
+			}
+			summary(cmd.ErrOrStderr(), tot, counter, asm.Stats(), time.Since(start))
+			ds := det.Stats()
+			fmt.Fprintf(cmd.ErrOrStderr(), "hotsniff: %d hot, %d refreshes, %d cold, %d invalidates; %d keys hot at the end\n",
+				ds.Hot, ds.Refreshes, ds.Cold, ds.Invalidates, ds.HotKeys)
+			if err := w.Err(); err != nil && rerr == nil {
+				rerr = fmt.Errorf("write events: %w", err)
+			}
+			return rerr
+		},
+	}
+	sf.register(cmd)
+	df.register(cmd)
+	rf.register(cmd.Flags())
+	return cmd
 }

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -550,4 +551,64 @@ func driveMidstream(s *session, t truth) error {
 		return err
 	}
 	return nil
+}
+
+// driveHotkey is paced traffic with one planted hot key, for `hotsniff
+// replay`: two gomemcache clients each send a 16-key GetMulti every 10 ms
+// for 3 s (about 3200 reads/s in all). Background keys are Zipf over 5000
+// keys; "item:hot" takes 6 of the 16 slots during the first 2 s only (about
+// 1200 reads/s) and is overwritten once at about 1 s (an invalidate). With
+// --hot-qps 1000 exactly one key is hot.
+func driveHotkey(_ *session, t truth) error {
+	start := time.Now()
+	errc := make(chan error, 2)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := newGomemcache(0)
+			defer c.Close()
+			rng := rand.New(rand.NewSource(int64(40 + g)))
+			zipf := rand.NewZipf(rng, 1.1, 1, 4999)
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			wrote := false
+			for range tick.C {
+				el := time.Since(start)
+				if el > 3*time.Second {
+					return
+				}
+				keys := make([]string, 16)
+				for j := range keys {
+					keys[j] = fmt.Sprintf("item:%d", zipf.Uint64())
+					if el < 2*time.Second && j%16 < 6 {
+						keys[j] = "item:hot"
+					}
+				}
+				mu.Lock()
+				t.add(keys...)
+				mu.Unlock()
+				if _, err := c.GetMulti(keys); err != nil {
+					errc <- fmt.Errorf("get multi: %w", err)
+					return
+				}
+				if g == 0 && !wrote && el > time.Second {
+					wrote = true
+					if err := c.Set(&memcache.Item{Key: "item:hot", Value: []byte("new")}); err != nil {
+						errc <- fmt.Errorf("set: %w", err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
 }

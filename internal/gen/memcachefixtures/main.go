@@ -80,6 +80,7 @@ var fixtures = []fixture{
 	{name: "meta", drive: driveMeta},
 	{name: "binary", drive: driveBinary},
 	{name: "midstream", warm: warmMidstream, drive: driveMidstream},
+	{name: "hotkey", drive: driveHotkey},
 }
 
 func run(log *slog.Logger, out, only string) error {

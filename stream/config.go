@@ -1,0 +1,143 @@
+package stream
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hotsniff/hotsniff/decode"
+)
+
+// Config bounds what the Assembler tracks and buffers. Start from
+// DefaultConfig and change fields: every field must be valid (see Validate).
+type Config struct {
+	// MaxFlows bounds the flow table: open connections plus closed markers.
+	// A new connection beyond it first displaces the oldest closed marker,
+	// else evicts the least recently active flow (counted).
+	MaxFlows int
+	// MaxBufferBytes bounds the buffer memory (capacity, not just length)
+	// held by all flows for unparsed tails and out-of-order data. Beyond it
+	// the least recently active flow holding buffers is evicted (counted).
+	MaxBufferBytes int
+	// MaxFlowBuffer bounds, per direction, the unparsed tail plus the
+	// out-of-order bytes. A parser that leaves a longer tail loses it (a gap,
+	// counted as an overflow); out-of-order data beyond it forces a gap.
+	MaxFlowBuffer int
+	// MaxOutOfOrder bounds the out-of-order segments held per direction.
+	// Zero means none: any hole is declared a gap at once.
+	MaxOutOfOrder int
+	// IdleTimeout expires flows without a segment for this long (packet time).
+	IdleTimeout time.Duration
+	// GapTimeout is how long (packet time) out-of-order data waits for the
+	// missing segment before the hole is declared a gap.
+	GapTimeout time.Duration
+	// ClosedTimeout is how long (packet time) a connection closed by FIN or
+	// RST is remembered, so late retransmissions are dropped instead of
+	// opening a mid-stream flow that decodes junk.
+	ClosedTimeout time.Duration
+}
+
+// DefaultConfig returns bounds fit for one busy cache node.
+func DefaultConfig() Config {
+	return Config{
+		MaxFlows:       65536,
+		MaxBufferBytes: 64 << 20,
+		MaxFlowBuffer:  256 << 10,
+		MaxOutOfOrder:  16,
+		IdleTimeout:    2 * time.Minute,
+		GapTimeout:     250 * time.Millisecond,
+		ClosedTimeout:  10 * time.Second,
+	}
+}
+
+// Validate reports every field that is out of range.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxFlows < 1 {
+		errs = append(errs, fmt.Errorf("max flows %d: must be at least 1", c.MaxFlows))
+	}
+	if c.MaxFlowBuffer < 1 {
+		errs = append(errs, fmt.Errorf("max flow buffer %d: must be at least 1", c.MaxFlowBuffer))
+	}
+	if c.MaxBufferBytes < c.MaxFlowBuffer {
+		errs = append(errs, fmt.Errorf("max buffer bytes %d: must be at least max flow buffer (%d)", c.MaxBufferBytes, c.MaxFlowBuffer))
+	}
+	if c.MaxOutOfOrder < 0 {
+		errs = append(errs, fmt.Errorf("max out of order %d: must not be negative", c.MaxOutOfOrder))
+	}
+	if c.IdleTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("idle timeout %v: must be positive", c.IdleTimeout))
+	}
+	if c.GapTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("gap timeout %v: must be positive", c.GapTimeout))
+	}
+	if c.ClosedTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("closed timeout %v: must be positive", c.ClosedTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Ports maps server ports to protocols. Lookup is one array index because it
+// runs for every captured segment. The zero value maps nothing.
+type Ports struct {
+	proto [1 << 16]decode.Proto
+}
+
+// DefaultPorts returns the contract's default mapping: redis=6379,
+// memcache=11211, tair=5191.
+func DefaultPorts() *Ports {
+	p := new(Ports)
+	p.Set(6379, decode.ProtoRedis)
+	p.Set(11211, decode.ProtoMemcache)
+	p.Set(5191, decode.ProtoTair)
+	return p
+}
+
+// Set maps a server port to a protocol; decode.ProtoUnknown, or a value
+// that is no protocol, unmaps it.
+func (p *Ports) Set(port uint16, proto decode.Proto) {
+	if int(proto) >= numProtos {
+		proto = decode.ProtoUnknown
+	}
+	p.proto[port] = proto
+}
+
+// Lookup returns the protocol served on port, or decode.ProtoUnknown.
+func (p *Ports) Lookup(port uint16) decode.Proto { return p.proto[port] }
+
+// ParsePorts builds a mapping from the CLI's repeatable --port PROTO=PORT
+// values ("redis=6379"). It holds only what is given: the caller decides
+// whether DefaultPorts applies when no flag is set. Mapping one port to two
+// protocols is an error.
+func ParsePorts(specs []string) (*Ports, error) {
+	p := new(Ports)
+	for _, spec := range specs {
+		name, num, ok := strings.Cut(spec, "=")
+		if !ok {
+			return nil, fmt.Errorf("parse port %q: want PROTO=PORT, e.g. redis=6379", spec)
+		}
+		proto, ok := decode.ParseProto(strings.TrimSpace(name))
+		if !ok {
+			return nil, fmt.Errorf("parse port %q: unknown protocol %q (want %s)", spec, name, protoNames())
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(num), 10, 16)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("parse port %q: port %q is not a number from 1 to 65535", spec, num)
+		}
+		if old := p.Lookup(uint16(n)); old != decode.ProtoUnknown && old != proto {
+			return nil, fmt.Errorf("parse port %q: port %d is already mapped to %s", spec, n, old)
+		}
+		p.Set(uint16(n), proto)
+	}
+	return p, nil
+}
+
+func protoNames() string {
+	var names []string
+	for _, p := range decode.Protos() {
+		names = append(names, p.String())
+	}
+	return strings.Join(names, ", ")
+}
