@@ -29,7 +29,10 @@ type CaptureStat struct {
 
 // Snapshot is the state the pipeline reports.
 type Snapshot struct {
-	Capture      []CaptureStat
+	Capture []CaptureStat
+	// TruncatedSegments counts segments the capture cut short, seen in user
+	// space where the interface is no longer known (iface="all").
+	TruncatedSegments uint64
 	Requests     map[decode.OpKey]uint64
 	Keys         map[decode.Proto]uint64
 	DecodeErrors map[decode.ErrKey]uint64
@@ -127,6 +130,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(c.truncated, float64(cs.TruncatedBytes), cs.Iface)
 	}
+	counter(c.dropped, float64(s.TruncatedSegments), "all", "truncated")
 	for k, v := range s.Requests {
 		counter(c.requests, float64(v), k.Proto.String(), k.Op)
 	}

@@ -107,6 +107,17 @@ func (p *Ports) Set(port uint16, proto decode.Proto) {
 // Lookup returns the protocol served on port, or decode.ProtoUnknown.
 func (p *Ports) Lookup(port uint16) decode.Proto { return p.proto[port] }
 
+// List returns the mapped ports in ascending order (for capture filters).
+func (p *Ports) List() []uint16 {
+	var out []uint16
+	for i, pr := range p.proto {
+		if pr != decode.ProtoUnknown {
+			out = append(out, uint16(i))
+		}
+	}
+	return out
+}
+
 // ParsePorts builds a mapping from the CLI's repeatable --port PROTO=PORT
 // values ("redis=6379"). It holds only what is given: the caller decides
 // whether DefaultPorts applies when no flag is set. Mapping one port to two

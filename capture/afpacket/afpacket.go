@@ -14,8 +14,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -43,12 +45,13 @@ type Config struct {
 // Source reads TCP segments from one ring per interface. Next is meant for
 // one goroutine; Stats, Counters and Close may be called from others.
 type Source struct {
-	mu     sync.Mutex // held by Next and Close: Close must not unmap under Next
-	rings  []*ring
-	pfds   []unix.PollFd
-	wake   int // eventfd that Close writes to end a blocked poll
-	turn   int
-	closed atomic.Bool
+	mu       sync.Mutex // held by Next and Close: Close must not unmap under Next
+	rings    []*ring
+	pfds     []unix.PollFd
+	wake     int // eventfd that Close writes to end a blocked poll
+	turn     int
+	closed   atomic.Bool
+	deadline atomic.Int64 // SetDeadline, Unix ns; 0 = none
 
 	packets, segments, skipped, malformed, bytes atomic.Uint64
 }
@@ -258,8 +261,19 @@ func (r *ring) next(s *Source, seg *capture.Segment) bool {
 	}
 }
 
-// Next implements capture.Source. It blocks until a segment arrives or
-// Close is called (then io.EOF).
+// SetDeadline makes a blocked or later Next return os.ErrDeadlineExceeded
+// once t passes with nothing to read, so the caller's loop can do periodic
+// work (expiry, metrics) on its own goroutine. The zero time removes it.
+func (s *Source) SetDeadline(t time.Time) {
+	if t.IsZero() {
+		s.deadline.Store(0)
+		return
+	}
+	s.deadline.Store(t.UnixNano())
+}
+
+// Next implements capture.Source. It blocks until a segment arrives, the
+// deadline passes (os.ErrDeadlineExceeded) or Close is called (io.EOF).
 func (s *Source) Next(seg *capture.Segment) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -277,7 +291,15 @@ func (s *Source) Next(seg *capture.Segment) error {
 		for i := range s.pfds {
 			s.pfds[i].Revents = 0
 		}
-		if _, err := unix.Poll(s.pfds, -1); err != nil && !errors.Is(err, unix.EINTR) {
+		timeout := -1
+		if d := s.deadline.Load(); d != 0 {
+			left := d - time.Now().UnixNano()
+			if left <= 0 {
+				return os.ErrDeadlineExceeded
+			}
+			timeout = int(left/1e6) + 1
+		}
+		if _, err := unix.Poll(s.pfds, timeout); err != nil && !errors.Is(err, unix.EINTR) {
 			return fmt.Errorf("poll packet rings: %w", err)
 		}
 	}

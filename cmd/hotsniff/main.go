@@ -32,6 +32,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(
 		newDecodeCmd(),
 		newReplayCmd(),
+		newRunCmd(),
 		newSubscribeCmd(),
 		newHotkeysCmd(),
 		newVersionCmd(),

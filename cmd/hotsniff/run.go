@@ -1,0 +1,498 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/hotsniff/hotsniff/bpf"
+	"github.com/hotsniff/hotsniff/capture"
+	"github.com/hotsniff/hotsniff/capture/afpacket"
+	"github.com/hotsniff/hotsniff/capture/ebpfsrc"
+	"github.com/hotsniff/hotsniff/decode"
+	"github.com/hotsniff/hotsniff/detect"
+	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/metrics"
+	"github.com/hotsniff/hotsniff/publish"
+	"github.com/hotsniff/hotsniff/stream"
+)
+
+// captureFlags choose how `run` captures.
+type captureFlags struct {
+	ifaces   []string
+	mode     string
+	ringSize int
+	maxCopy  int
+	listen   string
+	check    bool
+}
+
+func newRunCmd() *cobra.Command {
+	var (
+		sf streamFlags
+		df detectFlags
+		rf redisFlags
+		cf captureFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "run [flags]",
+		Short: "Live daemon: capture cache traffic (eBPF XDP/TC, or AF_PACKET), detect and publish hot keys",
+		Long: `Captures traffic on the server ports of the given interfaces with eBPF (XDP or
+TC into a ring buffer; needs CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON) or AF_PACKET
+(needs CAP_NET_RAW), decodes every request, detects hot keys and publishes
+them on the Redis channel (or prints them when --redis-url is unset). Serves
+/metrics, /hotkeys, /healthz and /readyz on --listen. SIGTERM or SIGINT stops
+it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyConfig(cmd, sf.configPath); err != nil {
+				return err
+			}
+			ports, scfg, err := sf.build()
+			if err != nil {
+				return err
+			}
+			dcfg, err := df.build(sf.configPath)
+			if err != nil {
+				return err
+			}
+			mode, err := bpf.ParseMode(cf.mode)
+			if err != nil {
+				return usageError{err}
+			}
+			var target *publish.Target
+			if url := rf.resolvedURL(); url != "" {
+				if target, err = publish.ParseURL(url); err != nil {
+					return usageError{err}
+				}
+			}
+			if cf.check {
+				fmt.Fprintf(cmd.OutOrStdout(), "config ok: ports %v, capture %s, hot-qps %g, detector %s, %d rules, %d ignore patterns\n",
+					ports.List(), mode, dcfg.HotQPS, dcfg.Detector, len(dcfg.Rules), len(dcfg.Ignore))
+				return nil
+			}
+			base := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			d := &daemon{
+				log: base.With("component", "run"), base: base,
+				sf:  sf, df: df, rf: rf, cf: cf, mode: mode, ports: ports, scfg: scfg, dcfg: dcfg, target: target,
+				stdout: cmd.OutOrStdout(),
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return d.run(ctx)
+		},
+	}
+	sf.register(cmd)
+	df.register(cmd)
+	rf.register(cmd.Flags())
+	f := cmd.Flags()
+	f.StringArrayVar(&cf.ifaces, "iface", nil, "interface to capture on (repeatable; default: every physical interface that is up, else every non-loopback one)")
+	f.StringVar(&cf.mode, "capture", "auto", "capture mode: auto (XDP on physical NICs, TC on veth and loopback, AF_PACKET when eBPF is unavailable), xdp, tc, afpacket")
+	f.IntVar(&cf.ringSize, "ring-size", 32<<20, "eBPF ring buffer (or AF_PACKET ring per interface) size in bytes")
+	f.IntVar(&cf.maxCopy, "max-copy", 256<<10, "most payload bytes copied from one packet by eBPF (GRO/GSO super-packets); the rest is counted as truncated")
+	f.StringVar(&cf.listen, "listen", ":9464", "address for /metrics, /hotkeys, /healthz, /readyz (empty: none)")
+	f.BoolVar(&cf.check, "config-check", false, "load and validate the configuration, print a summary and exit")
+	return cmd
+}
+
+// resolvedURL is --redis-url or HOTSNIFF_REDIS_URL.
+func (f *redisFlags) resolvedURL() string {
+	if f.url != "" {
+		return f.url
+	}
+	return os.Getenv("HOTSNIFF_REDIS_URL")
+}
+
+// daemon is one `hotsniff run`.
+type daemon struct {
+	log    *slog.Logger
+	base   *slog.Logger // for other packages, which add their own component
+	sf     streamFlags
+	df     detectFlags
+	rf     redisFlags
+	cf     captureFlags
+	mode   bpf.Mode
+	ports  *stream.Ports
+	scfg   stream.Config
+	dcfg   detect.Config
+	target *publish.Target
+	stdout io.Writer
+
+	src       capture.Source
+	bpfCap    *bpf.Capture
+	afp       *afpacket.Source
+	modeName  string
+	truncSegs uint64 // segments with bytes the capture did not copy
+
+	col     *metrics.Collector
+	hotMu   sync.Mutex
+	hot     []event.Event
+	beat    atomic.Int64 // pipeline heartbeat, Unix ns
+	running atomic.Bool
+}
+
+func (d *daemon) run(ctx context.Context) error {
+	var em emitters
+	var pub *publish.Publisher
+	if d.target != nil {
+		quietRedisLogs()
+		rdb, err := publish.Connect(d.target, d.rf.tlsOptions())
+		if err != nil {
+			return err
+		}
+		defer rdb.Close()
+		// Redis may be down now: the publisher queues (bounded) and
+		// reconnects with backoff; capture starts regardless.
+		pub, err = publish.New(rdb, publish.Options{Channel: d.rf.channel, Node: d.df.node, Logger: d.base})
+		if err != nil {
+			return err
+		}
+		em = append(em, pub)
+	} else {
+		w, err := publish.NewWriter(d.stdout, d.df.output, d.df.node)
+		if err != nil {
+			return usageError{err}
+		}
+		em = append(em, w)
+	}
+	det, err := detect.New(d.dcfg, em)
+	if err != nil {
+		return usageError{err}
+	}
+	if err := d.openCapture(); err != nil {
+		if pub != nil {
+			pub.Close(context.Background())
+		}
+		return err
+	}
+	d.col = metrics.New()
+	counter := decode.NewCounter(det)
+	asm := stream.NewAssembler(d.scfg, d.ports, registry(), counter)
+
+	var srv *http.Server
+	if d.cf.listen != "" {
+		srv, err = d.serve()
+		if err != nil {
+			d.src.Close()
+			return err
+		}
+	}
+	// The pipeline owns the assembler, decoders and detector: one goroutine,
+	// no locks on the per-packet path.
+	done := make(chan error, 1)
+	go func() { done <- d.pipeline(asm, counter, det, pub) }()
+	d.running.Store(true)
+	d.log.Info("capturing", "mode", d.modeName, "ports", d.ports.List(), "listen", d.cf.listen, "publish", d.target != nil)
+
+	var perr error
+	select {
+	case <-ctx.Done():
+		d.log.Info("stopping")
+		d.src.Close() // unblocks Next with io.EOF and detaches the programs
+		perr = <-done
+	case perr = <-done:
+		d.src.Close()
+	}
+	d.running.Store(false)
+	asm.Flush()
+	if pub != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := pub.Close(cctx); err != nil {
+			d.log.Warn("publish flush incomplete", "err", err)
+		}
+		cancel()
+	}
+	if srv != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		srv.Shutdown(cctx)
+		cancel()
+	}
+	return perr
+}
+
+// openCapture attaches eBPF (or opens AF_PACKET) on the interfaces.
+func (d *daemon) openCapture() error {
+	ifaces := d.cf.ifaces
+	if len(ifaces) == 0 {
+		var err error
+		if ifaces, err = defaultIfaces(); err != nil {
+			return err
+		}
+		d.log.Info("no --iface given", "ifaces", ifaces)
+	}
+	for _, name := range ifaces {
+		if _, err := net.InterfaceByName(name); err != nil {
+			return usagef("--iface %s: %v", name, err)
+		}
+	}
+	ports := d.ports.List()
+	if d.mode != bpf.ModeAFPacket {
+		c, err := bpf.Open(bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Logger: d.base})
+		if err == nil {
+			for _, name := range ifaces {
+				if _, aerr := c.Attach(name, d.mode); aerr != nil {
+					err = aerr
+					break
+				}
+			}
+		}
+		if err == nil {
+			src, serr := ebpfsrc.New(c)
+			if serr == nil {
+				d.src, d.bpfCap, d.modeName = src, c, string(d.mode)
+				return nil
+			}
+			err = serr
+		}
+		if c != nil {
+			c.Close()
+		}
+		if d.mode != bpf.ModeAuto {
+			return fmt.Errorf("start %s capture: %w", d.mode, err)
+		}
+		d.log.Warn("eBPF unavailable, falling back to AF_PACKET", "err", err)
+	}
+	src, err := afpacket.Open(afpacket.Config{Ifaces: ifaces, Ports: ports, Blocks: max(1, d.cf.ringSize/(1<<20)), Logger: d.base})
+	if err != nil {
+		return fmt.Errorf("start afpacket capture: %w", err)
+	}
+	d.src, d.afp, d.modeName = src, src, "afpacket"
+	return nil
+}
+
+// defaultIfaces picks the interfaces a cache node's traffic arrives on: the
+// physical ones that are up, or else every non-loopback one that is up.
+func defaultIfaces() ([]string, error) {
+	all, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("list interfaces: %w", err)
+	}
+	var phys, up []string
+	for _, i := range all {
+		if i.Flags&net.FlagUp == 0 || i.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		up = append(up, i.Name)
+		if _, err := os.Stat(filepath.Join("/sys/class/net", i.Name, "device")); err == nil {
+			phys = append(phys, i.Name)
+		}
+	}
+	if len(phys) > 0 {
+		return phys, nil
+	}
+	if len(up) == 0 {
+		return nil, usagef("no interface to capture on: pass --iface")
+	}
+	return up, nil
+}
+
+// tickEvery is how often the pipeline expires flows, lets the detector see
+// time pass without traffic, and refreshes what HTTP and metrics read.
+const tickEvery = 100 * time.Millisecond
+
+func (d *daemon) pipeline(asm *stream.Assembler, counter *decode.Counter, det *detect.Detector, pub *publish.Publisher) error {
+	var seg capture.Segment
+	dl, _ := d.src.(interface{ SetDeadline(time.Time) })
+	next := time.Now().Add(tickEvery)
+	if dl != nil {
+		dl.SetDeadline(next)
+	}
+	lastMetrics := time.Time{}
+	for n := 1; ; n++ {
+		err := d.src.Next(&seg)
+		switch {
+		case err == nil:
+			if seg.Missing > 0 {
+				d.truncSegs++
+			}
+			asm.Add(&seg)
+			if n&1023 != 0 {
+				continue
+			}
+		case errors.Is(err, os.ErrDeadlineExceeded):
+		case errors.Is(err, io.EOF):
+			// Closed: the kernel counters are gone with the programs.
+			d.tick(time.Now(), asm, counter, det, pub, false)
+			return nil
+		default:
+			return fmt.Errorf("capture: %w", err)
+		}
+		now := time.Now()
+		if now.Before(next) {
+			continue
+		}
+		full := now.Sub(lastMetrics) >= time.Second
+		d.tick(now, asm, counter, det, pub, full)
+		if full {
+			lastMetrics = now
+		}
+		next = now.Add(tickEvery)
+		if dl != nil {
+			dl.SetDeadline(next)
+		}
+	}
+}
+
+// tick runs on the pipeline goroutine: time-driven work, and (full) a
+// fresh copy of everything HTTP and metrics read.
+func (d *daemon) tick(now time.Time, asm *stream.Assembler, counter *decode.Counter, det *detect.Detector, pub *publish.Publisher, full bool) {
+	ns := now.UnixNano()
+	asm.Tick(ns)
+	det.Tick(ns)
+	d.beat.Store(ns)
+	if !full {
+		return
+	}
+	hot := det.HotSet()
+	d.hotMu.Lock()
+	d.hot = hot
+	d.hotMu.Unlock()
+	d.updateMetrics(asm.Stats(), counter, det.Stats(), hot, pub)
+}
+
+func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, ds detect.Stats, hot []event.Event, pub *publish.Publisher) {
+	capStats := d.captureStats()
+	d.col.Update(func(s *metrics.Snapshot) {
+		s.Capture = capStats
+		s.TruncatedSegments = d.truncSegs
+		s.Requests = copyMap(c.Requests, s.Requests)
+		s.DecodeErrors = copyMap(c.Errors, s.DecodeErrors)
+		if s.Keys == nil {
+			s.Keys, s.Gaps, s.HotKeys = map[decode.Proto]uint64{}, map[decode.Proto]uint64{}, map[decode.Proto]int{}
+		}
+		clear(s.HotKeys)
+		for _, p := range decode.Protos() {
+			s.Keys[p] = c.Reads[p] + c.Writes[p]
+			s.Gaps[p] = st.Gaps[p]
+		}
+		for i := range hot {
+			if p, ok := decode.ParseProto(hot[i].Proto); ok {
+				s.HotKeys[p]++
+			}
+		}
+		s.LostBytes, s.Flows, s.Buffered, s.FlowsEvicted = st.BytesLost, st.FlowsActive, st.BufferedBytes, st.FlowsEvicted+st.MemEvictions
+		if pub != nil {
+			ps := pub.Stats()
+			s.Published, s.PublishErrors, s.PublishDropped, s.PublishLag = ps.Published, ps.Errors, ps.Dropped, ps.LastLag.Seconds()
+		}
+		_ = ds
+	})
+}
+
+func copyMap[K comparable](src map[K]uint64, dst map[K]uint64) map[K]uint64 {
+	if dst == nil {
+		dst = make(map[K]uint64, len(src))
+	}
+	for k, v := range src {
+		dst[k] = v
+	}
+	return dst
+}
+
+// captureStats reads the kernel-side counters of the capture.
+func (d *daemon) captureStats() []metrics.CaptureStat {
+	var out []metrics.CaptureStat
+	switch {
+	case d.bpfCap != nil:
+		cs, err := d.bpfCap.Counters()
+		if err != nil {
+			d.log.Warn("read eBPF counters", "err", err)
+		}
+		for _, c := range cs {
+			out = append(out, metrics.CaptureStat{
+				Iface: c.Iface, Mode: string(c.Mode), Packets: c.Packets,
+				Dropped:        map[string]uint64{"ringbuf_full": c.RingbufFull, "kernel": c.LoadErrors},
+				TruncatedBytes: c.Truncated,
+			})
+		}
+	case d.afp != nil:
+		cs, err := d.afp.Counters()
+		if err != nil {
+			d.log.Warn("read AF_PACKET counters", "err", err)
+		}
+		for _, c := range cs {
+			out = append(out, metrics.CaptureStat{
+				Iface: c.Iface, Mode: "afpacket", Packets: c.Packets,
+				Dropped: map[string]uint64{"kernel": c.KernelDrops},
+			})
+		}
+	}
+	return out
+}
+
+// serve starts the HTTP endpoints of CONTRACT §4.
+func (d *daemon) serve() (*http.Server, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(d.col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/hotkeys", d.hotkeys)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		// Alive while the pipeline loop turns: it beats at least every tick.
+		if age := time.Since(time.Unix(0, d.beat.Load())); d.running.Load() && age > 10*time.Second {
+			http.Error(w, fmt.Sprintf("pipeline stalled for %s", age.Round(time.Second)), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !d.running.Load() {
+			http.Error(w, "capture not running", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "ready: capturing with %s\n", d.modeName)
+	})
+	l, err := net.Listen("tcp", d.cf.listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", d.cf.listen, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(l)
+	return srv, nil
+}
+
+// hotkeysDoc is the /hotkeys document: the current hot set as events.
+type hotkeysDoc struct {
+	V      int            `json:"v"`
+	Node   string         `json:"node"`
+	TS     string         `json:"ts"`
+	HotQPS float64        `json:"hot_qps"`
+	Keys   []*event.Event `json:"keys"`
+}
+
+func (d *daemon) hotkeys(w http.ResponseWriter, _ *http.Request) {
+	d.hotMu.Lock()
+	doc := hotkeysDoc{V: event.Version, Node: d.df.node, TS: time.Now().UTC().Format(event.TSFormat), HotQPS: d.dcfg.HotQPS, Keys: make([]*event.Event, len(d.hot))}
+	for i := range d.hot {
+		e := d.hot[i]
+		e.Node = d.df.node
+		doc.Keys[i] = &e
+	}
+	d.hotMu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	bw := bufio.NewWriter(w)
+	json.NewEncoder(bw).Encode(&doc)
+	bw.Flush()
+}
+
+func (f *redisFlags) tlsOptions() publish.TLSOptions {
+	return publish.TLSOptions{CAFile: f.caFile, CertFile: f.certFile, KeyFile: f.keyFile, InsecureSkipVerify: f.insecureSkipVerify}
+}
