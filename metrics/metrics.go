@@ -33,15 +33,15 @@ type Snapshot struct {
 	// TruncatedSegments counts segments the capture cut short, seen in user
 	// space where the interface is no longer known (iface="all").
 	TruncatedSegments uint64
-	Requests     map[decode.OpKey]uint64
-	Keys         map[decode.Proto]uint64
-	DecodeErrors map[decode.ErrKey]uint64
-	Gaps         map[decode.Proto]uint64
-	LostBytes    uint64 // stream bytes never seen (holes, snap-length cuts)
-	Flows        int
-	Buffered     int
-	FlowsEvicted uint64
-	HotKeys      map[decode.Proto]int
+	Requests          map[decode.OpKey]uint64
+	Keys              map[decode.Proto]uint64
+	DecodeErrors      map[decode.ErrKey]uint64
+	Gaps              map[decode.Proto]uint64
+	LostBytes         uint64 // stream bytes never seen (holes, snap-length cuts)
+	Flows             int
+	Buffered          int
+	FlowsEvicted      uint64
+	HotKeys           map[decode.Proto]int
 
 	Published      map[string]uint64
 	PublishErrors  uint64

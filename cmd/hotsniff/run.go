@@ -92,7 +92,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			base := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			d := &daemon{
 				log: base.With("component", "run"), base: base,
-				sf:  sf, df: df, rf: rf, cf: cf, mode: mode, ports: ports, scfg: scfg, dcfg: dcfg, target: target,
+				sf: sf, df: df, rf: rf, cf: cf, mode: mode, ports: ports, scfg: scfg, dcfg: dcfg, target: target,
 				stdout: cmd.OutOrStdout(),
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
