@@ -130,10 +130,25 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 
 // Snapshot is the document kept at "<channel>:snapshot": the whole current hot
 // set and the seq of the last message it reflects.
+//
+// Several publishers (one per node) share the document: Seq, TS and Node are
+// those of the last writer, Nodes holds every live publisher's own seq, and
+// Keys is the union of all their entries (docs/channel-protocol.md).
 type Snapshot struct {
-	V    int      `json:"v"`
-	Seq  uint64   `json:"seq"`
-	TS   string   `json:"ts"`
-	Node string   `json:"node"`
-	Keys []*Event `json:"keys"`
+	V    int    `json:"v"`
+	Seq  uint64 `json:"seq"`
+	TS   string `json:"ts"`
+	Node string `json:"node"`
+	// Nodes lists each publisher whose section is merged in, with the seq
+	// its entries reflect: a subscriber's per-node gap check needs it.
+	Nodes []SnapshotNode `json:"nodes,omitempty"`
+	Keys  []*Event       `json:"keys"`
+}
+
+// SnapshotNode is one publisher's section of a Snapshot.
+type SnapshotNode struct {
+	Node string `json:"node"`
+	Seq  uint64 `json:"seq"`
+	TS   string `json:"ts"`
+	Keys int    `json:"keys"`
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net"
-	"os"
 	"time"
 
 	"github.com/hotsniff/hotsniff/event"
@@ -122,6 +121,6 @@ func (f *hotkeysFlags) run(cmd *cobra.Command, arg, typ string, ttl time.Duratio
 	if err := w.Err(); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "published %s on %s to %d subscriber(s)\n", typ, f.redis.channel, res.Receivers)
+	fmt.Fprintf(cmd.ErrOrStderr(), "published %s on %s to %d subscriber(s)\n", typ, f.redis.channel, res.Receivers)
 	return nil
 }

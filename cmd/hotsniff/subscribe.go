@@ -51,9 +51,13 @@ func (f *redisFlags) connect(ctx context.Context) (redis.UniversalClient, error)
 	if err != nil {
 		return nil, usageError{err}
 	}
-	rdb, err := publish.Connect(t, publish.TLSOptions{
+	to := publish.TLSOptions{
 		CAFile: f.caFile, CertFile: f.certFile, KeyFile: f.keyFile, InsecureSkipVerify: f.insecureSkipVerify,
-	})
+	}
+	if !to.IsZero() && !t.TLS() {
+		return nil, usagef("--redis-ca-file, --redis-cert-file, --redis-key-file and --redis-insecure-skip-verify need a rediss:// URL")
+	}
+	rdb, err := publish.Connect(t, to)
 	if err != nil {
 		return nil, err
 	}
@@ -125,9 +129,6 @@ Stops cleanly on SIGINT or SIGTERM.`,
 			}
 			return nil
 		},
-	}
-	if cmd.Context() == nil {
-		cmd.SetContext(context.Background())
 	}
 	rf.register(cmd.Flags())
 	cmd.Flags().StringVar(&output, "output", publish.FormatJSONL, "output format: jsonl or text")

@@ -1,0 +1,109 @@
+package client
+
+import (
+	"time"
+
+	"github.com/hotsniff/hotsniff/event"
+)
+
+// entryID identifies one hot-set entry. Detected entries belong to the node
+// that reported them (one node's cold must not end another's hot); manual
+// entries are shared, so a remove from any host ends an add from any other.
+func entryID(e *event.Event) string {
+	node := e.Node
+	if e.Source == event.SourceManual {
+		node = ""
+	}
+	p := "0"
+	if e.Prefix {
+		p = "1"
+	}
+	return node + "\x00" + e.Proto + "\x00" + e.Server + "\x00" + e.NS + "\x00" + p + "\x00" + string(e.Key)
+}
+
+// lookupID is what an application asks about: proto, ns and key, on any
+// server and from any node.
+func lookupID(proto, ns string, key []byte) string {
+	return proto + "\x00" + ns + "\x00" + string(key)
+}
+
+type entry struct {
+	ev      *event.Event
+	expires time.Time // zero: until cold
+}
+
+// hotSet is the subscriber's view of the hot set. Not safe for concurrent use.
+type hotSet struct {
+	m      map[string]entry
+	lookup map[string]map[string]struct{} // lookupID -> entry IDs
+}
+
+func newHotSet() *hotSet {
+	return &hotSet{m: make(map[string]entry), lookup: make(map[string]map[string]struct{})}
+}
+
+func (h *hotSet) put(e *event.Event, now time.Time) {
+	id := entryID(e)
+	if _, ok := h.m[id]; !ok {
+		l := lookupID(e.Proto, e.NS, e.Key)
+		ids := h.lookup[l]
+		if ids == nil {
+			ids = make(map[string]struct{}, 1)
+			h.lookup[l] = ids
+		}
+		ids[id] = struct{}{}
+	}
+	var exp time.Time
+	if e.TTLms > 0 {
+		// Counted from arrival, not from e.ts: immune to clock skew.
+		exp = now.Add(time.Duration(e.TTLms) * time.Millisecond)
+	}
+	h.m[id] = entry{ev: e, expires: exp}
+}
+
+func (h *hotSet) del(id string) {
+	en, ok := h.m[id]
+	if !ok {
+		return
+	}
+	delete(h.m, id)
+	l := lookupID(en.ev.Proto, en.ev.NS, en.ev.Key)
+	delete(h.lookup[l], id)
+	if len(h.lookup[l]) == 0 {
+		delete(h.lookup, l)
+	}
+}
+
+// hot reports whether any live entry matches, and the freshest one.
+func (h *hotSet) hot(proto, ns string, key []byte, now time.Time) (*event.Event, bool) {
+	var best *event.Event
+	for id := range h.lookup[lookupID(proto, ns, key)] {
+		en := h.m[id]
+		if !en.expires.IsZero() && !now.Before(en.expires) {
+			continue
+		}
+		if best == nil || en.ev.TTLms > best.TTLms {
+			best = en.ev
+		}
+	}
+	return best, best != nil
+}
+
+// apply folds one message in: hot adds or refreshes, cold removes,
+// invalidate leaves the set as it is.
+func (h *hotSet) apply(e *event.Event, now time.Time) {
+	switch e.Type {
+	case event.TypeHot:
+		h.put(e, now)
+	case event.TypeCold:
+		h.del(entryID(e))
+	}
+}
+
+func (h *hotSet) expire(now time.Time) {
+	for id, en := range h.m {
+		if !en.expires.IsZero() && !now.Before(en.expires) {
+			h.del(id)
+		}
+	}
+}

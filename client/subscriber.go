@@ -1,0 +1,502 @@
+// Package client follows the hot-key channel: it loads the snapshot, then
+// applies the channel's messages, repairing from the snapshot whenever a
+// publisher's seq shows a gap or the connection was lost. Caching shims are
+// built on it. The protocol is in docs/channel-protocol.md.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotsniff/hotsniff/event"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultChannel is the contract's default channel name.
+const DefaultChannel = "hotsniff:hotkeys"
+
+// SnapshotKey is where publishers keep the merged snapshot.
+func SnapshotKey(channel string) string { return channel + ":snapshot" }
+
+// Handler is told about every state change, from the Run goroutine, in
+// order. It must not block for long: messages wait meanwhile.
+type Handler interface {
+	// Snapshot is called after the snapshot was (re)loaded and applied:
+	// the hot set is now Snapshot.Keys plus any newer messages. After a
+	// reload caused by a gap or a reconnect a careful cache drops its
+	// cached values, since an invalidate may have been missed.
+	Snapshot(s *event.Snapshot)
+	// Event is called for each message applied (stale ones are not).
+	Event(e *event.Event)
+}
+
+// HandlerFuncs adapts functions to Handler; nil functions are skipped.
+type HandlerFuncs struct {
+	OnSnapshot func(*event.Snapshot)
+	OnEvent    func(*event.Event)
+}
+
+// Snapshot calls OnSnapshot.
+func (h HandlerFuncs) Snapshot(s *event.Snapshot) {
+	if h.OnSnapshot != nil {
+		h.OnSnapshot(s)
+	}
+}
+
+// Event calls OnEvent.
+func (h HandlerFuncs) Event(e *event.Event) {
+	if h.OnEvent != nil {
+		h.OnEvent(e)
+	}
+}
+
+// Options tune a Subscriber; zero values take the defaults.
+type Options struct {
+	Channel string // DefaultChannel if empty
+	// Sharded uses SSUBSCRIBE. Nil: sharded on a cluster client, as the
+	// publisher does.
+	Sharded *bool
+	Handler Handler // may be nil: then only the hot set is kept
+	Logger  *slog.Logger
+	// LogSize bounds the recent messages kept to re-apply over a snapshot
+	// older than them (default 10000; sections lag the channel by up to
+	// the publisher's snapshot interval, 1s by default).
+	LogSize int
+	// RetryDelay is the wait before reading the snapshot again when it is
+	// older than a gap (default 250ms); after MaxRetries (default 20) the
+	// subscriber carries on with what it has.
+	RetryDelay time.Duration
+	MaxRetries int
+	// RestartWindow: a seq this far below the last one seen from a node
+	// means that node restarted with a lower seq, not a late duplicate
+	// (default 1<<20, far above any publisher's queue).
+	RestartWindow uint64
+	// PingInterval is how long the channel may stay silent before the
+	// connection is checked with PING (default 15s).
+	PingInterval time.Duration
+	Now          func() time.Time
+}
+
+// Stats are the subscriber's counters.
+type Stats struct {
+	Messages     uint64 // messages received
+	Stale        uint64 // ignored: already reflected by the snapshot
+	Invalid      uint64 // not decodable
+	Gaps         uint64 // seq gaps seen
+	Restarts     uint64 // publishers seen restarting with a lower seq
+	Reloads      uint64 // snapshot loads
+	ReloadErrors uint64
+	Reconnects   uint64
+	LogDropped   uint64
+	HotKeys      int
+}
+
+// Subscriber follows one channel. Hot, HotSet and Stats may be called from
+// any goroutine; Run from one.
+type Subscriber struct {
+	rdb     redis.UniversalClient
+	opt     Options
+	sharded bool
+	log     *slog.Logger
+
+	mu  sync.RWMutex
+	set *hotSet
+
+	// Owned by the Run goroutine.
+	last       map[string]uint64 // highest seq seen (or loaded) per node
+	pending    map[string]uint64 // node -> seq the snapshot must reach
+	logbuf     []*event.Event    // recent messages, oldest first
+	logFloor   map[string]uint64 // node -> highest seq dropped from logbuf
+	retries    int
+	lastReload time.Time
+	retryAt    time.Time
+	subscribed bool
+	// reloadFailing keeps an outage to one warning, not one per retry.
+	reloadFailing bool
+	lastExpire    time.Time
+
+	synced     chan struct{}
+	syncedOnce sync.Once
+
+	messages, stale, invalid, gaps, restarts, reloads, reloadErrs, reconnects, logDropped atomic.Uint64
+}
+
+// New returns a Subscriber; Run starts it.
+func New(rdb redis.UniversalClient, opt Options) *Subscriber {
+	if opt.Channel == "" {
+		opt.Channel = DefaultChannel
+	}
+	_, cluster := rdb.(*redis.ClusterClient)
+	sharded := cluster
+	if opt.Sharded != nil {
+		sharded = *opt.Sharded
+	}
+	if opt.Handler == nil {
+		opt.Handler = HandlerFuncs{}
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	if opt.LogSize <= 0 {
+		opt.LogSize = 10000
+	}
+	if opt.RetryDelay <= 0 {
+		opt.RetryDelay = 250 * time.Millisecond
+	}
+	if opt.MaxRetries <= 0 {
+		opt.MaxRetries = 20
+	}
+	if opt.RestartWindow == 0 {
+		opt.RestartWindow = 1 << 20
+	}
+	if opt.PingInterval <= 0 {
+		opt.PingInterval = 15 * time.Second
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	return &Subscriber{
+		rdb: rdb, opt: opt, sharded: sharded,
+		log: opt.Logger.With("component", "client", "channel", opt.Channel),
+		set: newHotSet(), last: map[string]uint64{}, pending: map[string]uint64{}, logFloor: map[string]uint64{},
+		synced: make(chan struct{}),
+	}
+}
+
+// Subscribe follows channel until ctx ends, calling h for each change.
+func Subscribe(ctx context.Context, rdb redis.UniversalClient, channel string, h Handler) error {
+	return New(rdb, Options{Channel: channel, Handler: h}).Run(ctx)
+}
+
+// Synced is closed once the first snapshot has been applied.
+func (s *Subscriber) Synced() <-chan struct{} { return s.synced }
+
+// Hot reports whether key is hot for proto and ns on any server.
+func (s *Subscriber) Hot(proto, ns string, key []byte) bool {
+	_, ok := s.Lookup(proto, ns, key)
+	return ok
+}
+
+// Lookup returns the live entry for key (the one with the longest ttl when
+// several servers or nodes report it). The event is shared: do not modify.
+func (s *Subscriber) Lookup(proto, ns string, key []byte) (*event.Event, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.set.hot(proto, ns, key, s.opt.Now())
+}
+
+// HotSet returns the live entries (shared events: do not modify).
+func (s *Subscriber) HotSet() []*event.Event {
+	now := s.opt.Now()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*event.Event, 0, len(s.set.m))
+	for _, en := range s.set.m {
+		if en.expires.IsZero() || now.Before(en.expires) {
+			out = append(out, en.ev)
+		}
+	}
+	return out
+}
+
+// Stats returns the counters.
+func (s *Subscriber) Stats() Stats {
+	s.mu.RLock()
+	n := len(s.set.m)
+	s.mu.RUnlock()
+	return Stats{
+		Messages: s.messages.Load(), Stale: s.stale.Load(), Invalid: s.invalid.Load(),
+		Gaps: s.gaps.Load(), Restarts: s.restarts.Load(), Reloads: s.reloads.Load(),
+		ReloadErrors: s.reloadErrs.Load(), Reconnects: s.reconnects.Load(),
+		LogDropped: s.logDropped.Load(), HotKeys: n,
+	}
+}
+
+// Run subscribes, then loads the snapshot (in that order, so nothing
+// published in between is missed: those messages wait in the subscription
+// and are applied after the snapshot when newer than it), then follows the
+// channel until ctx ends. It keeps reconnecting while Redis is down and
+// returns nil when ctx ends.
+func (s *Subscriber) Run(ctx context.Context) error {
+	var ps *redis.PubSub
+	if s.sharded {
+		ps = s.rdb.SSubscribe(ctx, s.opt.Channel)
+	} else {
+		ps = s.rdb.Subscribe(ctx, s.opt.Channel)
+	}
+	// A blocked read only notices ctx at its deadline; closing the
+	// subscription ends it at once.
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer stop()
+	defer ps.Close()
+
+	const backoffMin, backoffMax = 100 * time.Millisecond, 5 * time.Second
+	backoff := backoffMin
+	failing := false
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		timeout := s.opt.PingInterval
+		if !s.retryAt.IsZero() {
+			d := time.Until(s.retryAt)
+			if d <= 0 {
+				s.reload(ctx)
+				continue
+			}
+			timeout = min(timeout, d)
+		}
+		msg, err := ps.ReceiveTimeout(ctx, timeout)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Quiet channel: expire lapsed entries and check the link.
+				s.expire()
+				if perr := ps.Ping(ctx); perr != nil && ctx.Err() == nil {
+					s.log.Debug("ping subscription", "err", perr)
+				}
+				continue
+			}
+			if !failing {
+				s.log.Warn("subscription lost; reconnecting", "err", err)
+			}
+			failing = true
+			s.subscribed = false
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+			backoff = min(2*backoff, backoffMax)
+			continue
+		}
+		backoff = backoffMin
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Channel != s.opt.Channel {
+				continue
+			}
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
+				if failing || s.subscribed {
+					s.reconnects.Add(1)
+					s.log.Info("subscription restored; reloading snapshot")
+				}
+				failing = false
+				s.subscribed = true
+				// Anything may have been missed while away.
+				s.reload(ctx)
+			case "sunsubscribe":
+				// The server dropped us (the slot moved): follow it.
+				s.subscribed = false
+				if err := ps.SSubscribe(ctx, s.opt.Channel); err != nil && ctx.Err() == nil {
+					s.log.Warn("resubscribe sharded channel", "err", err)
+				}
+			}
+		case *redis.Message:
+			failing = false
+			s.onMessage(ctx, m.Payload)
+		}
+	}
+}
+
+// onMessage applies one message, checking its seq against the last one
+// seen from its node.
+func (s *Subscriber) onMessage(ctx context.Context, payload string) {
+	s.messages.Add(1)
+	e := new(event.Event)
+	if err := json.Unmarshal([]byte(payload), e); err != nil {
+		s.invalid.Add(1)
+		s.log.Debug("undecodable message", "err", err)
+		return
+	}
+	now := s.opt.Now()
+	reload := false
+	last, known := s.last[e.Node]
+	switch {
+	case !known:
+		// First word from this node since the last snapshot without it:
+		// nothing to compare with.
+		s.last[e.Node] = e.Seq
+	case e.Seq <= last:
+		if last-e.Seq <= s.opt.RestartWindow {
+			// Already in the snapshot we loaded (or a duplicate).
+			s.stale.Add(1)
+			return
+		}
+		s.restarts.Add(1)
+		s.log.Info("publisher restarted", "node", e.Node, "seq", e.Seq, "last", last)
+		s.forget(e.Node)
+		s.last[e.Node] = e.Seq
+		reload = s.want(e.Node, e.Seq-1)
+	case e.Seq > last+1:
+		s.gaps.Add(1)
+		s.log.Debug("seq gap", "node", e.Node, "seq", e.Seq, "last", last)
+		s.last[e.Node] = e.Seq
+		reload = s.want(e.Node, e.Seq-1)
+	default:
+		s.last[e.Node] = e.Seq
+	}
+	s.remember(e)
+	s.mu.Lock()
+	s.set.apply(e, now)
+	if now.Sub(s.lastExpire) > time.Second {
+		s.set.expire(now)
+		s.lastExpire = now
+	}
+	s.mu.Unlock()
+	s.opt.Handler.Event(e)
+	if reload {
+		s.reload(ctx)
+	}
+}
+
+// remember logs e. Every message is kept, not only those after a gap: a
+// reload caused by one node must not roll another node's entries back to
+// its older section.
+func (s *Subscriber) remember(e *event.Event) {
+	if len(s.logbuf) >= s.opt.LogSize {
+		// Drop the oldest quarter at once, so the copy is amortised.
+		n := max(s.opt.LogSize/4, 1)
+		for _, old := range s.logbuf[:n] {
+			s.logFloor[old.Node] = max(s.logFloor[old.Node], old.Seq)
+		}
+		s.logbuf = s.logbuf[:copy(s.logbuf, s.logbuf[n:])]
+		s.logDropped.Add(uint64(n))
+	}
+	s.logbuf = append(s.logbuf, e)
+}
+
+// forget drops a restarted node's logged messages: their seqs belong to its
+// previous run and would compare wrongly with the new one's.
+func (s *Subscriber) forget(node string) {
+	kept := s.logbuf[:0]
+	for _, e := range s.logbuf {
+		if e.Node != node {
+			kept = append(kept, e)
+		}
+	}
+	clear(s.logbuf[len(kept):])
+	s.logbuf = kept
+	delete(s.logFloor, node)
+}
+
+// want records that node's section must reach seq to repair a gap, and
+// reports whether to reload now (else the retry timer will).
+func (s *Subscriber) want(node string, seq uint64) bool {
+	if seq > s.pending[node] {
+		s.pending[node] = seq
+		s.retries = 0 // a new gap gets its own round of retries
+	}
+	if time.Since(s.lastReload) >= s.opt.RetryDelay {
+		return true
+	}
+	s.retryAt = s.lastReload.Add(s.opt.RetryDelay)
+	return false
+}
+
+func (s *Subscriber) expire() {
+	now := s.opt.Now()
+	s.mu.Lock()
+	s.set.expire(now)
+	s.lastExpire = now
+	s.mu.Unlock()
+}
+
+// reload reads the snapshot and rebuilds the hot set from it plus the
+// logged messages that are newer than it.
+func (s *Subscriber) reload(ctx context.Context) {
+	s.reloads.Add(1)
+	s.lastReload = time.Now()
+	s.retryAt = time.Time{}
+	snap, err := s.readSnapshot(ctx)
+	if err != nil {
+		s.reloadErrs.Add(1)
+		if ctx.Err() == nil {
+			if !s.reloadFailing {
+				s.log.Warn("reload snapshot; retrying", "err", err)
+			}
+			s.reloadFailing = true
+			s.retryAt = time.Now().Add(s.opt.RetryDelay)
+		}
+		return
+	}
+	s.reloadFailing = false
+	now := s.opt.Now()
+	sec := make(map[string]uint64, len(snap.Nodes))
+	for _, n := range snap.Nodes {
+		sec[n.Node] = n.Seq
+	}
+	set := newHotSet()
+	for _, e := range snap.Keys {
+		if e != nil && e.Type != event.TypeCold {
+			set.put(e, now)
+		}
+	}
+	for _, e := range s.logbuf {
+		if q, ok := sec[e.Node]; ok && e.Seq > q {
+			set.apply(e, now)
+		}
+	}
+	for n, q := range sec {
+		if l, ok := s.last[n]; !ok || q > l {
+			s.last[n] = q
+		}
+		if f := s.logFloor[n]; f > q {
+			// Messages between the section and the log are gone: wait for
+			// a newer section.
+			s.pending[n] = max(s.pending[n], f)
+		}
+	}
+	for n, want := range s.pending {
+		if q, ok := sec[n]; !ok || q >= want {
+			delete(s.pending, n)
+		}
+	}
+	s.mu.Lock()
+	s.set = set
+	s.lastExpire = now
+	s.mu.Unlock()
+	if len(s.pending) == 0 {
+		s.retries = 0
+	} else if s.retries++; s.retries > s.opt.MaxRetries {
+		s.log.Warn("snapshot never caught up with the channel; carrying on", "nodes", len(s.pending))
+		clear(s.pending)
+		clear(s.logFloor)
+		s.retries = 0
+	} else {
+		// The publisher writes its snapshot at most every second or so.
+		s.retryAt = time.Now().Add(s.opt.RetryDelay)
+	}
+	s.opt.Handler.Snapshot(snap)
+	s.syncedOnce.Do(func() { close(s.synced) })
+}
+
+func (s *Subscriber) readSnapshot(ctx context.Context) (*event.Snapshot, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	b, err := s.rdb.Get(ctx, SnapshotKey(s.opt.Channel)).Bytes()
+	if err == redis.Nil {
+		return &event.Snapshot{V: event.Version}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot %s: %w", SnapshotKey(s.opt.Channel), err)
+	}
+	snap := new(event.Snapshot)
+	if err := json.Unmarshal(b, snap); err != nil {
+		return nil, fmt.Errorf("decode snapshot %s: %w", SnapshotKey(s.opt.Channel), err)
+	}
+	return snap, nil
+}

@@ -1,0 +1,76 @@
+// Package promcheck lints a Prometheus text exposition with the real
+// `promtool check metrics` (Debian package "prometheus"), so tests of the
+// /metrics endpoint catch bad names, missing HELP, wrong suffixes and
+// malformed lines the way Prometheus itself would.
+package promcheck
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// Problems runs `promtool check metrics` at path promtool on text and returns
+// every problem it reports, one per entry (empty when the exposition is
+// clean). err is set only when promtool could not be run at all.
+//
+// promtool prints lint findings on stdout and exits 3; a text that does not
+// parse is reported on stderr with exit 1. Both count as problems.
+func Problems(promtool string, text []byte) (problems []string, err error) {
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(text)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	for _, line := range strings.Split(stdout.String()+"\n"+stderr.String(), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			problems = append(problems, line)
+		}
+	}
+	var exit *exec.ExitError
+	if runErr != nil && !errors.As(runErr, &exit) {
+		return nil, runErr // could not start promtool
+	}
+	if runErr != nil && len(problems) == 0 {
+		problems = append(problems, "promtool check metrics: "+runErr.Error())
+	}
+	return problems, nil
+}
+
+// Path returns the promtool binary to use, or "" when none is installed.
+// PROMTOOL overrides the lookup on PATH.
+func Path() string {
+	if p := os.Getenv("PROMTOOL"); p != "" {
+		return p
+	}
+	p, err := exec.LookPath("promtool")
+	if err != nil {
+		return ""
+	}
+	return p
+}
+
+// Check fails t with every problem `promtool check metrics` reports on
+// metricsText. Without promtool it skips t, except under CI=true, where a
+// missing promtool is a broken CI setup and fails t
+// (apt-get install prometheus provides it).
+func Check(t testing.TB, metricsText []byte) {
+	t.Helper()
+	promtool := Path()
+	if promtool == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("promtool not installed (CI must install Debian package prometheus)")
+		}
+		t.Skip("promtool not installed (apt-get install prometheus)")
+	}
+	problems, err := Problems(promtool, metricsText)
+	if err != nil {
+		t.Fatalf("running %s check metrics: %v", promtool, err)
+	}
+	for _, p := range problems {
+		t.Errorf("promtool check metrics: %s", p)
+	}
+}

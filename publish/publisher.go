@@ -1,0 +1,506 @@
+// Package publish sends hot-key events to a Redis pub/sub channel and keeps
+// the channel's snapshot key current (CONTRACT §2, docs/channel-protocol.md),
+// or writes them to a stream as JSONL or a text table.
+package publish
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotsniff/hotsniff/event"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultChannel is the contract's default channel name.
+const DefaultChannel = "hotsniff:hotkeys"
+
+// Emitter takes hot-key events. Implementations never block for long.
+type Emitter interface {
+	Emit(e *event.Event)
+}
+
+// Options tune a Publisher. Zero values take the defaults.
+type Options struct {
+	// Channel is the pub/sub channel; DefaultChannel if empty.
+	Channel string
+	// Node names this publisher in "node"; the hostname if empty. It must be
+	// unique among the publishers of a channel.
+	Node string
+	// Sharded uses SPUBLISH instead of PUBLISH. Nil means: sharded when the
+	// client is a cluster client.
+	Sharded *bool
+	// QueueSize bounds the events waiting to be published (default 10000);
+	// Emit drops and counts events beyond it.
+	QueueSize int
+	// BatchWindow is how long the first event of a batch waits for more
+	// (default 2ms); MaxBatch caps a batch (default 500).
+	BatchWindow time.Duration
+	MaxBatch    int
+	// SnapshotInterval is the least time between two snapshot writes when
+	// the set keeps changing (default 1s).
+	SnapshotInterval time.Duration
+	// SnapshotTTL is how long this publisher's section outlives its last
+	// write (default 60s); the section is rewritten every SnapshotTTL/3
+	// even without changes, so only a dead publisher's section ages out.
+	SnapshotTTL time.Duration
+	// BackoffMin and BackoffMax bound the retry delay while Redis fails
+	// (defaults 100ms and 10s).
+	BackoffMin, BackoffMax time.Duration
+	// StartSeq is the seq before the first message. Zero means the start
+	// time in Unix microseconds, so seq keeps growing across restarts and a
+	// restart shows to subscribers as a forward jump.
+	StartSeq uint64
+	Logger   *slog.Logger
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+func (o *Options) defaults(rdb redis.UniversalClient) error {
+	if o.Channel == "" {
+		o.Channel = DefaultChannel
+	}
+	if o.Node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("get hostname for node name: %w", err)
+		}
+		o.Node = h
+	}
+	if o.Sharded == nil {
+		s := IsCluster(rdb)
+		o.Sharded = &s
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = 10000
+	}
+	if o.BatchWindow <= 0 {
+		o.BatchWindow = 2 * time.Millisecond
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 500
+	}
+	if o.SnapshotInterval <= 0 {
+		o.SnapshotInterval = time.Second
+	}
+	if o.SnapshotTTL <= 0 {
+		o.SnapshotTTL = time.Minute
+	}
+	if o.BackoffMin <= 0 {
+		o.BackoffMin = 100 * time.Millisecond
+	}
+	if o.BackoffMax < o.BackoffMin {
+		o.BackoffMax = max(10*time.Second, o.BackoffMin)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.StartSeq == 0 {
+		o.StartSeq = uint64(o.Now().UnixMicro())
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	o.Logger = o.Logger.With("component", "publish")
+	return nil
+}
+
+// Stats are the publisher's counters, for metrics.
+type Stats struct {
+	Published      map[string]uint64 // by event type
+	Errors         uint64            // failed publish or snapshot round trips
+	Dropped        uint64            // events refused because the queue was full (or after Close)
+	QueueLen       int
+	QueueCap       int
+	Batches        uint64
+	SnapshotWrites uint64
+	Reconnects     uint64 // recoveries after a failure
+	HotKeys        int
+	Seq            uint64
+	Connected      bool
+	// LastLag is the time from Emit to Redis's acknowledgement for the
+	// oldest event of the last batch published.
+	LastLag time.Duration
+}
+
+type queued struct {
+	ev *event.Event
+	at time.Time
+}
+
+// Publisher publishes events on the channel from one background goroutine.
+type Publisher struct {
+	rdb   redis.UniversalClient
+	opt   Options
+	log   *slog.Logger
+	queue chan queued
+
+	mu      sync.Mutex // guards seq, set, dirty, closed and the queue order
+	seq     uint64
+	set     *hotSet
+	dirty   bool
+	closed  bool
+	stop    chan context.Context
+	done    chan struct{}
+	ctx     context.Context // cancelled when Close gives up
+	cancel  context.CancelFunc
+	pub     [3]atomic.Uint64 // hot, cold, invalidate
+	errs    atomic.Uint64
+	drops   atomic.Uint64
+	batches atomic.Uint64
+	snaps   atomic.Uint64
+	recon   atomic.Uint64
+	lag     atomic.Int64
+	up      atomic.Bool
+}
+
+// New starts a publisher. It does not need Redis to be up.
+func New(rdb redis.UniversalClient, opt Options) (*Publisher, error) {
+	if rdb == nil {
+		return nil, errors.New("start publisher: no redis client")
+	}
+	if err := opt.defaults(rdb); err != nil {
+		return nil, fmt.Errorf("start publisher: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Publisher{
+		rdb: rdb, opt: opt, log: opt.Logger,
+		queue: make(chan queued, opt.QueueSize),
+		seq:   opt.StartSeq, set: newHotSet(),
+		stop: make(chan context.Context, 1), done: make(chan struct{}),
+		ctx: ctx, cancel: cancel,
+		dirty: true, // announce this node's (empty) section at once
+	}
+	p.up.Store(true)
+	go p.run()
+	return p, nil
+}
+
+// Node is the publisher's node name.
+func (p *Publisher) Node() string { return p.opt.Node }
+
+// Channel is the channel published on.
+func (p *Publisher) Channel() string { return p.opt.Channel }
+
+// Emit stamps e with this publisher's v, seq and node (so a caller that also
+// prints e prints what subscribers receive), updates the hot set and queues
+// a copy. It never blocks on Redis: when the queue is full the message is
+// dropped and counted, which subscribers see as a seq gap and repair from
+// the snapshot, which does include the dropped event's effect.
+func (p *Publisher) Emit(e *event.Event) {
+	if e == nil {
+		return
+	}
+	now := p.opt.Now()
+	c := *e
+	c.Key = bytes.Clone(e.Key) // the caller's key may alias a packet buffer
+	c.V = event.Version
+	c.Node = p.opt.Node
+	if c.Source == "" {
+		c.Source = event.SourceDetected
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		p.drops.Add(1)
+		return
+	}
+	p.seq++
+	c.Seq = p.seq
+	e.V, e.Seq, e.Node, e.Source = c.V, c.Seq, c.Node, c.Source
+	if p.set.apply(&c, now) {
+		p.dirty = true
+	}
+	// Sending under the lock keeps the queue in seq order.
+	select {
+	case p.queue <- queued{ev: &c, at: now}:
+	default:
+		p.drops.Add(1)
+	}
+}
+
+// Stats returns the counters.
+func (p *Publisher) Stats() Stats {
+	p.mu.Lock()
+	n, seq := len(p.set.m), p.seq
+	p.mu.Unlock()
+	return Stats{
+		Published: map[string]uint64{
+			event.TypeHot: p.pub[0].Load(), event.TypeCold: p.pub[1].Load(), event.TypeInvalidate: p.pub[2].Load(),
+		},
+		Errors: p.errs.Load(), Dropped: p.drops.Load(),
+		QueueLen: len(p.queue), QueueCap: cap(p.queue),
+		Batches: p.batches.Load(), SnapshotWrites: p.snaps.Load(), Reconnects: p.recon.Load(),
+		HotKeys: n, Seq: seq, Connected: p.up.Load(),
+		LastLag: time.Duration(p.lag.Load()),
+	}
+}
+
+// HotSet returns the current hot set (shared events: do not modify).
+func (p *Publisher) HotSet() []*event.Event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.set.expire(p.opt.Now())
+	return p.set.events()
+}
+
+// Close stops taking events and publishes what is queued, plus a last
+// snapshot, until ctx ends; then it abandons the rest. It does not close
+// the Redis client.
+func (p *Publisher) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		<-p.done
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	p.stop <- ctx
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		p.cancel()
+		<-p.done
+		return fmt.Errorf("flush publisher: %w", ctx.Err())
+	}
+}
+
+// run is the only goroutine talking to Redis.
+func (p *Publisher) run() {
+	defer close(p.done)
+	defer p.cancel()
+	var (
+		batch     []queued
+		lastSnap  time.Time
+		backoff   = p.opt.BackoffMin
+		failing   bool
+		heartbeat = time.NewTicker(p.opt.SnapshotTTL / 3)
+		snapTimer = time.NewTimer(0) // fires when a rate-limited snapshot is due
+		window    = time.NewTimer(time.Hour)
+	)
+	defer heartbeat.Stop()
+	defer snapTimer.Stop()
+	defer window.Stop()
+
+	for {
+		if len(batch) == 0 {
+			select {
+			case q := <-p.queue:
+				batch = append(batch, q)
+			case <-heartbeat.C:
+				p.markDirty()
+				lastSnap = time.Time{}
+			case <-snapTimer.C:
+			case ctx := <-p.stop:
+				p.drain(ctx, batch)
+				return
+			}
+			// Gather what arrives within the window into the same pipeline.
+			window.Reset(p.opt.BatchWindow)
+		gather:
+			for len(batch) > 0 && len(batch) < p.opt.MaxBatch {
+				select {
+				case q := <-p.queue:
+					batch = append(batch, q)
+				case <-window.C:
+					break gather
+				}
+			}
+			if !window.Stop() {
+				select {
+				case <-window.C:
+				default:
+				}
+			}
+		}
+
+		snapDue := p.isDirty() && (failing || time.Since(lastSnap) >= p.opt.SnapshotInterval)
+		err := p.flush(p.ctx, batch, snapDue)
+		if err != nil {
+			p.errs.Add(1)
+			if !failing {
+				p.log.Warn("redis unavailable; events queue until it is back", "err", err, "queued", len(p.queue)+len(batch))
+			}
+			failing = true
+			p.up.Store(false)
+			// Jitter spreads a DaemonSet's reconnects after a Redis restart.
+			d := backoff/2 + rand.N(backoff/2+1)
+			backoff = min(2*backoff, p.opt.BackoffMax)
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case ctx := <-p.stop:
+				t.Stop()
+				p.drain(ctx, batch)
+				return
+			}
+			continue
+		}
+		if failing {
+			p.log.Info("redis reachable again; publishing resumed")
+			p.recon.Add(1)
+			failing = false
+			p.up.Store(true)
+			backoff = p.opt.BackoffMin
+			// The server may have restarted empty: rewrite our section now.
+			p.markDirty()
+			if ferr := p.flush(p.ctx, nil, true); ferr == nil {
+				lastSnap = time.Now()
+			}
+		}
+		if snapDue {
+			lastSnap = time.Now()
+		}
+		batch = batch[:0]
+		if p.isDirty() {
+			// Changes not yet in the snapshot: come back when allowed.
+			snapTimer.Reset(max(time.Until(lastSnap.Add(p.opt.SnapshotInterval)), 0))
+		}
+	}
+}
+
+func (p *Publisher) markDirty() {
+	p.mu.Lock()
+	p.dirty = true
+	p.mu.Unlock()
+}
+
+func (p *Publisher) isDirty() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dirty || len(p.set.m) > 0 && p.hasExpired()
+}
+
+// hasExpired is called with mu held.
+func (p *Publisher) hasExpired() bool {
+	now := p.opt.Now()
+	for _, en := range p.set.m {
+		if !en.expires.IsZero() && !now.Before(en.expires) {
+			return true
+		}
+	}
+	return false
+}
+
+// flush writes the snapshot first when due, so that a subscriber that sees
+// one of these messages and reloads finds a snapshot at least that recent,
+// then publishes the batch in one pipeline.
+func (p *Publisher) flush(ctx context.Context, batch []queued, snap bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if snap {
+		if err := p.writeSnapshot(ctx); err != nil {
+			return err
+		}
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	cmds, err := p.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, q := range batch {
+			b, err := q.ev.MarshalJSON()
+			if err != nil {
+				return fmt.Errorf("encode event: %w", err)
+			}
+			if *p.opt.Sharded {
+				pipe.SPublish(ctx, p.opt.Channel, b)
+			} else {
+				pipe.Publish(ctx, p.opt.Channel, b)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		for _, c := range cmds {
+			if c.Err() != nil {
+				return fmt.Errorf("publish on %s: %w", p.opt.Channel, c.Err())
+			}
+		}
+		return fmt.Errorf("publish on %s: %w", p.opt.Channel, err)
+	}
+	for _, q := range batch {
+		switch q.ev.Type {
+		case event.TypeHot:
+			p.pub[0].Add(1)
+		case event.TypeCold:
+			p.pub[1].Add(1)
+		case event.TypeInvalidate:
+			p.pub[2].Add(1)
+		}
+	}
+	p.batches.Add(1)
+	p.lag.Store(int64(time.Since(batch[0].at)))
+	return nil
+}
+
+// writeSnapshot writes this node's section: the whole hot set and the seq it
+// reflects. The copy is taken under the lock so set and seq agree.
+func (p *Publisher) writeSnapshot(ctx context.Context) error {
+	now := p.opt.Now()
+	p.mu.Lock()
+	p.set.expire(now)
+	keys := p.set.events()
+	seq := p.seq
+	p.dirty = false
+	p.mu.Unlock()
+	s := &section{
+		field: "n:" + p.opt.Node,
+		ttl:   p.opt.SnapshotTTL,
+		meta:  &event.SnapshotNode{Node: p.opt.Node, Seq: seq, TS: now.UTC().Format(event.TSFormat), Keys: len(keys)},
+		keys:  keys, seq: seq, ts: now, node: p.opt.Node,
+	}
+	if err := writeSection(ctx, p.rdb, p.opt.Channel, s); err != nil {
+		p.markDirty()
+		return err
+	}
+	p.snaps.Add(1)
+	return nil
+}
+
+// drain publishes what is left after Close, until ctx ends.
+func (p *Publisher) drain(ctx context.Context, batch []queued) {
+	for {
+		for len(batch) < p.opt.MaxBatch {
+			select {
+			case q := <-p.queue:
+				batch = append(batch, q)
+				continue
+			default:
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			p.drops.Add(uint64(len(batch) + len(p.queue)))
+			return
+		}
+		last := len(batch) == 0 || len(p.queue) == 0
+		if err := p.flush(ctx, batch, last && p.isDirty()); err != nil {
+			p.errs.Add(1)
+			// Keep trying while the caller lets us: Redis may be
+			// restarting just as we shut down.
+			t := time.NewTimer(p.opt.BackoffMin)
+			select {
+			case <-t.C:
+				continue
+			case <-ctx.Done():
+				t.Stop()
+			}
+			p.log.Warn("flush on close failed; events lost", "err", err, "lost", len(batch)+len(p.queue))
+			p.drops.Add(uint64(len(batch) + len(p.queue)))
+			return
+		}
+		if last {
+			return
+		}
+		batch = batch[:0]
+	}
+}

@@ -1,0 +1,164 @@
+package publish
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hotsniff/hotsniff/event"
+	"github.com/redis/go-redis/v9"
+)
+
+// SnapshotKey is where the merged snapshot document lives (CONTRACT §2).
+func SnapshotKey(channel string) string { return channel + ":snapshot" }
+
+// SectionsKey is the hash holding each writer's section of the snapshot.
+// It must hash to the same cluster slot as SnapshotKey so one script can
+// touch both, and it starts with the snapshot key so one ACL key pattern
+// (~<channel>:snapshot*) covers both. Without a hash tag in the channel,
+// the trailing {<snapshot key>} makes the slot that of the snapshot key;
+// with one, that tag decides the slot of both names.
+func SectionsKey(channel string) string {
+	k := SnapshotKey(channel)
+	if hasHashTag(k) {
+		return k + ":sections"
+	}
+	return k + ":sections:{" + k + "}"
+}
+
+// hasHashTag mirrors Redis Cluster's rule: the first '{' followed later by
+// a '}' with at least one byte between them.
+func hasHashTag(k string) bool {
+	i := strings.IndexByte(k, '{')
+	if i < 0 {
+		return false
+	}
+	j := strings.IndexByte(k[i+1:], '}')
+	return j > 0
+}
+
+// mergeScript stores one section in the sections hash (or deletes it), drops
+// sections whose time is up, and rebuilds the single JSON document at the
+// snapshot key from what remains. Sections are opaque JSON text to the
+// script, so no number goes through Lua's float formatting. Expiry uses the
+// server clock (TIME), so publishers' clock skew cannot age out a live
+// section.
+//
+// A section value is "<expires_unix_ms>\n<node meta JSON or empty>\n<entries>"
+// where <entries> is zero or more event objects joined by commas.
+//
+// KEYS[1] snapshot key, KEYS[2] sections hash.
+// ARGV[1] "set" or "del"; ARGV[2] field; ARGV[3] section ttl in ms;
+// ARGV[4] meta JSON; ARGV[5] entries; ARGV[6] writer seq (decimal);
+// ARGV[7] writer ts; ARGV[8] writer node as a JSON string.
+var mergeScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ARGV[1] == 'del' then
+  redis.call('HDEL', KEYS[2], ARGV[2])
+else
+  local exp = now + tonumber(ARGV[3])
+  redis.call('HSET', KEYS[2], ARGV[2], string.format('%d', exp) .. '\n' .. ARGV[4] .. '\n' .. ARGV[5])
+end
+local all = redis.call('HGETALL', KEYS[2])
+local metas, keys, maxexp = {}, {}, 0
+for i = 1, #all, 2 do
+  local v = all[i + 1]
+  local a = string.find(v, '\n', 1, true)
+  local b = a and string.find(v, '\n', a + 1, true)
+  local exp = a and tonumber(string.sub(v, 1, a - 1))
+  if not b or not exp or exp <= now then
+    redis.call('HDEL', KEYS[2], all[i])
+  else
+    if exp > maxexp then maxexp = exp end
+    local meta = string.sub(v, a + 1, b - 1)
+    if meta ~= '' then metas[#metas + 1] = meta end
+    local ks = string.sub(v, b + 1)
+    if ks ~= '' then keys[#keys + 1] = ks end
+  end
+end
+local doc = '{"v":1,"seq":' .. ARGV[6] .. ',"ts":"' .. ARGV[7] .. '","node":' .. ARGV[8] ..
+  ',"nodes":[' .. table.concat(metas, ',') .. '],"keys":[' .. table.concat(keys, ',') .. ']}'
+local ttl = maxexp - now
+if ttl <= 0 then ttl = tonumber(ARGV[3]) end
+if ttl <= 0 then ttl = 60000 end
+redis.call('SET', KEYS[1], doc, 'PX', ttl)
+if #all > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+return #metas
+`)
+
+// forever stands for "no expiry" in a section: a manual key added with
+// --ttl 0 stays until removed (a century is as good as never).
+const forever = 100 * 365 * 24 * time.Hour
+
+// section is one writer's contribution to the snapshot.
+type section struct {
+	field string
+	del   bool
+	ttl   time.Duration
+	meta  *event.SnapshotNode // nil for manual entries
+	keys  []*event.Event
+	// writer identity for the document header
+	seq  uint64
+	ts   time.Time
+	node string
+}
+
+// writeSection runs the merge script for s.
+func writeSection(ctx context.Context, rdb redis.UniversalClient, channel string, s *section) error {
+	var meta []byte
+	if s.meta != nil {
+		var err error
+		if meta, err = json.Marshal(s.meta); err != nil {
+			return fmt.Errorf("encode snapshot section: %w", err)
+		}
+	}
+	var ents bytes.Buffer
+	for i, e := range s.keys {
+		b, err := e.MarshalJSON()
+		if err != nil {
+			return fmt.Errorf("encode snapshot entry: %w", err)
+		}
+		if i > 0 {
+			ents.WriteByte(',')
+		}
+		ents.Write(b)
+	}
+	node, _ := json.Marshal(s.node)
+	op := "set"
+	if s.del {
+		op = "del"
+	}
+	ttl := s.ttl
+	if ttl <= 0 || ttl > forever {
+		ttl = forever
+	}
+	err := mergeScript.Run(ctx, rdb, []string{SnapshotKey(channel), SectionsKey(channel)},
+		op, s.field, strconv.FormatInt(ttl.Milliseconds(), 10), string(meta), ents.String(),
+		strconv.FormatUint(s.seq, 10), s.ts.UTC().Format(event.TSFormat), string(node)).Err()
+	if err != nil {
+		return fmt.Errorf("write snapshot %s: %w", SnapshotKey(channel), err)
+	}
+	return nil
+}
+
+// ReadSnapshot reads the merged snapshot; a missing key is an empty snapshot
+// with ok false.
+func ReadSnapshot(ctx context.Context, rdb redis.UniversalClient, channel string) (s *event.Snapshot, ok bool, err error) {
+	b, err := rdb.Get(ctx, SnapshotKey(channel)).Bytes()
+	if err == redis.Nil {
+		return &event.Snapshot{V: event.Version}, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read snapshot %s: %w", SnapshotKey(channel), err)
+	}
+	s = new(event.Snapshot)
+	if err := json.Unmarshal(b, s); err != nil {
+		return nil, false, fmt.Errorf("decode snapshot %s: %w", SnapshotKey(channel), err)
+	}
+	return s, true, nil
+}

@@ -1,0 +1,136 @@
+package publish
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/hotsniff/hotsniff/event"
+)
+
+// Output formats of a Writer.
+const (
+	FormatJSONL = "jsonl"
+	FormatText  = "text"
+)
+
+// Writer prints events as JSONL (exactly the contract object) or as a text
+// table. It assigns seq (from 1) to events that have none, so print-only
+// runs number their events like a publisher does.
+type Writer struct {
+	mu     sync.Mutex
+	w      *bufio.Writer
+	format string
+	node   string
+	seq    uint64
+	header bool
+	err    error
+}
+
+// NewWriter returns a Writer for format "jsonl" or "text". Node, if not
+// empty, fills the node of events that have none.
+func NewWriter(w io.Writer, format, node string) (*Writer, error) {
+	switch format {
+	case "", FormatJSONL:
+		format = FormatJSONL
+	case FormatText:
+	default:
+		return nil, fmt.Errorf("output format must be jsonl or text, not %q", format)
+	}
+	return &Writer{w: bufio.NewWriter(w), format: format, node: node}, nil
+}
+
+// Emit writes e and flushes, so a subscriber's output is live. The first
+// write error is kept (Err) and later events are discarded.
+func (w *Writer) Emit(e *event.Event) {
+	if e == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return
+	}
+	if e.Seq == 0 {
+		w.seq++
+		e.Seq = w.seq
+	} else if e.Seq > w.seq {
+		w.seq = e.Seq
+	}
+	if e.V == 0 {
+		e.V = event.Version
+	}
+	if e.Node == "" {
+		e.Node = w.node
+	}
+	if e.Source == "" {
+		e.Source = event.SourceDetected
+	}
+	if w.format == FormatJSONL {
+		b, err := e.MarshalJSON()
+		if err != nil {
+			w.err = fmt.Errorf("encode event: %w", err)
+			return
+		}
+		w.w.Write(b)
+		w.w.WriteByte('\n')
+	} else {
+		w.text(e)
+	}
+	if err := w.w.Flush(); err != nil {
+		w.err = fmt.Errorf("write event: %w", err)
+	}
+}
+
+// Column widths of the text table; longer values push the row right rather
+// than being cut, since a truncated key is a wrong key.
+const textRow = "%-27s %-10s %-8s %-21s %-3s %-40s %10s\n"
+
+func (w *Writer) text(e *event.Event) {
+	if !w.header {
+		w.header = true
+		fmt.Fprintf(w.w, textRow, "TIME", "TYPE", "PROTO", "SERVER", "NS", "KEY", "QPS")
+	}
+	qps := "-"
+	if e.Type != event.TypeInvalidate {
+		qps = strconv.FormatFloat(e.QPS, 'f', 1, 64)
+	}
+	typ := e.Type
+	if e.Source == event.SourceManual {
+		typ += "*" // manual entries are marked, the rest of the row is the same
+	}
+	ns := e.NS
+	if ns == "" {
+		ns = "-"
+	}
+	fmt.Fprintf(w.w, textRow, e.TS.UTC().Format(event.TSFormat), typ, e.Proto, e.Server, ns, PrintableKey(e.Key), qps)
+}
+
+// PrintableKey returns the key as is when it is printable UTF-8 without
+// spaces, else Go-quoted, so every key stays one unambiguous column.
+func PrintableKey(k []byte) string {
+	if utf8.Valid(k) {
+		ok := len(k) > 0
+		for _, r := range string(k) {
+			if !unicode.IsPrint(r) || r == ' ' || r == '"' {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return string(k)
+		}
+	}
+	return strconv.Quote(string(k))
+}
+
+// Err is the first write error, if any.
+func (w *Writer) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
