@@ -9,7 +9,9 @@ LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all build test test-privileged generate generate-check bench fuzz lint fixtures clean
+HELM_VERSION ?= v3.22.0
+
+.PHONY: all build tools image dashboard-sync test test-privileged generate generate-check bench fuzz lint fixtures clean
 
 all: build
 
@@ -54,8 +56,19 @@ lint:
 # Re-capture the fixtures from real servers (root; ports 6379/11211 free).
 fixtures:
 	$(GO) run ./internal/gen/redisfixtures -out testdata/redis
-	$(GO) run ./internal/gen/memcachefixtures
-	$(GO) run ./internal/gen/tairfixtures
+	$(GO) run ./internal/gen/memcachefixtures -out testdata/memcache
+	$(GO) run ./internal/gen/tairfixtures -out testdata/tair
+
+# Test tools that are not Debian packages: the helm CLI.
+tools:
+	$(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+# The chart ships a copy of the Grafana dashboard; a test keeps them equal.
+dashboard-sync:
+	cp docs/grafana-dashboard.json helm/hotsniff/dashboards/hotsniff.json
+
+image:
+	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t hotsniff:$(VERSION) .
 
 clean:
 	rm -f hotsniff
