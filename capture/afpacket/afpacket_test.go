@@ -112,8 +112,8 @@ func TestLiveAFPacket(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	col.WaitBytes(t, len(want), 5*time.Second)
 	key := netnstest.FlowKey{Src: netip.MustParseAddrPort(conn.LocalAddr().String()), Dst: srv}
+	col.WaitStream(t, key, len(want), 5*time.Second)
 	if got, gap := col.Stream(key); string(got) != string(want) || gap != 0 {
 		t.Errorf("exact stream: got %d bytes gap %d, want %d", len(got), gap, len(want))
 	}

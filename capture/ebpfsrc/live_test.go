@@ -138,8 +138,8 @@ func TestLiveExactBytes(t *testing.T) {
 				want = append(want, cmd...)
 				roundTrip(cmd)
 			}
-			e.col.WaitBytes(t, len(want), 5*time.Second)
 			preKey := netnstest.FlowKey{Src: netip.MustParseAddrPort(pre.LocalAddr().String()), Dst: srv}
+			e.col.WaitStream(t, preKey, len(want), 5*time.Second)
 			if got, gap := e.col.Stream(preKey); string(got) != string(want) || gap != 0 {
 				t.Errorf("pre-attach connection: got %d bytes (gap %d), want %d: %q", len(got), gap, len(want), got)
 			}
@@ -194,9 +194,9 @@ func TestLiveGSO(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			e.col.WaitBytes(t, len(want), 5*time.Second)
-			cnt := e.check(t, tc.maxCopy != 0)
 			key := netnstest.FlowKey{Src: netip.MustParseAddrPort(conn.LocalAddr().String()), Dst: srv}
+			e.col.WaitStream(t, key, len(want), 5*time.Second)
+			cnt := e.check(t, tc.maxCopy != 0)
 			got, gap := e.col.Stream(key)
 			if tc.maxCopy == 0 {
 				if string(got) != string(want) || gap != 0 {

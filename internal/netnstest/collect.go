@@ -179,6 +179,24 @@ func (c *Collector) WaitBytes(t testing.TB, n int, timeout time.Duration) {
 	}
 }
 
+// WaitStream waits until the direction k holds at least n bytes (rebuilt
+// or reported missing). Prefer it to WaitBytes when replies flow too: the
+// totals count both directions and reach n early.
+func (c *Collector) WaitStream(t testing.TB, k FlowKey, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		data, gap := c.Stream(k)
+		if len(data)+gap >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("flow %v: captured %d bytes (+%d gap), want %d", k, len(data), gap, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // WaitIdle waits until no segment arrived for quiet, at most timeout.
 func (c *Collector) WaitIdle(quiet, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
