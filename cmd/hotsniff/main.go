@@ -33,6 +33,7 @@ func newRootCmd() *cobra.Command {
 		newDecodeCmd(),
 		newReplayCmd(),
 		newRunCmd(),
+		newTopCmd(),
 		newSubscribeCmd(),
 		newHotkeysCmd(),
 		newVersionCmd(),

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/gdamore/tcell/v2"
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+	"golang.org/x/term"
+
+	"github.com/hotsniff/hotsniff/detect"
+	"github.com/hotsniff/hotsniff/internal/topview"
+)
+
+// topFlags are the flags of `hotsniff top`.
+type topFlags struct {
+	stream   streamFlags
+	addr     string
+	interval time.Duration
+	replay   bool
+	speed    float64
+	hotQPS   float64
+	detector string
+	once     bool
+	sort     string
+	reverse  bool
+	filter   string
+	coldFor  time.Duration
+}
+
+func newTopCmd() *cobra.Command {
+	var f topFlags
+	cmd := &cobra.Command{
+		Use:   "top [flags] | top --replay [flags] FILE...",
+		Short: "Live terminal view of the hottest keys of a running daemon, or of a replay",
+		Long: `Shows the hottest keys in a live table: rate, trend, protocol, server,
+namespace, hot/cold state, source and key.
+
+By default it polls GET http://ADDR/hotkeys of a daemon started with
+'hotsniff run --listen ADDR' every --interval. If the daemon cannot be reached
+the view says so and keeps retrying.
+
+With --replay it runs the capture files through replay's pipeline in process
+(packet timestamps as the clock) and samples the hot set every --interval of
+packet time, at --speed (default: up to 10 frames a second; 1 = real time).
+The last frame stays until you quit.
+
+Keys: q or ctrl-c quit; s cycles the sort column (rate, key, proto, server,
+state), S back; r reverses; / filters (substring of key, proto or server,
+any case; Enter applies, Esc clears); p pauses; up/down, PgUp/PgDn, Home/End
+scroll. Keys that leave the hot set stay listed as cold (dimmed) for --cold-for.
+
+When stdout is not a terminal, or with --once, it prints one plain-text
+table and exits (a replay is run to its end first).`,
+		Example: `  hotsniff top --addr 127.0.0.1:9464
+  hotsniff top --once --addr cache-node-3:9464 --sort key
+  hotsniff top --replay --hot-qps 1000 capture.pcap.gz
+  hotsniff top --replay --hot-qps 1000 --speed 1 --interval 250ms a.pcap b.pcap`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runTop(cmd, &f, args)
+		},
+	}
+	f.stream.register(cmd)
+	fs := cmd.Flags()
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:9464", "daemon to poll: host:port (or http[s]:// URL) of 'hotsniff run --listen'")
+	fs.DurationVar(&f.interval, "interval", time.Second, "time between two samples (wall time; packet time with --replay)")
+	fs.BoolVar(&f.replay, "replay", false, "replay the capture files given as arguments instead of polling a daemon")
+	fs.Float64Var(&f.speed, "speed", 0, "replay speed: 1 = real time, 10 = ten times faster; 0 = up to 10 frames a second")
+	fs.Float64Var(&f.hotQPS, "hot-qps", 0, "with --replay: a key is hot when its weighted read rate at one server reaches this (required)")
+	fs.StringVar(&f.detector, "detector", detect.DetectorDefault, "with --replay: detection algorithm, default or tair")
+	fs.BoolVar(&f.once, "once", false, "print one plain-text table and exit (also when stdout is not a terminal)")
+	fs.StringVar(&f.sort, "sort", "rate", "initial sort column: rate, key, proto, server or state")
+	fs.BoolVar(&f.reverse, "reverse", false, "reverse the initial sort order")
+	fs.StringVar(&f.filter, "filter", "", "initial filter: substring of key, proto or server")
+	fs.DurationVar(&f.coldFor, "cold-for", 30*time.Second, "how long a key that left the hot set stays listed as cold")
+	return cmd
+}
+
+func runTop(cmd *cobra.Command, f *topFlags, args []string) error {
+	if err := applyConfig(cmd, f.stream.configPath); err != nil {
+		return err
+	}
+	if f.interval <= 0 {
+		return usagef("--interval %v: must be positive", f.interval)
+	}
+	if f.speed < 0 {
+		return usagef("--speed %v: must not be negative", f.speed)
+	}
+	if f.coldFor < 0 {
+		return usagef("--cold-for %v: must not be negative", f.coldFor)
+	}
+	sortCol, err := topview.ParseSort(f.sort)
+	if err != nil {
+		return usagef("--sort: %v", err)
+	}
+	if f.replay {
+		if len(args) == 0 {
+			return usagef("--replay needs capture files: hotsniff top --replay FILE...")
+		}
+		if cmd.Flags().Changed("addr") {
+			return usagef("--addr and --replay exclude each other")
+		}
+	} else if len(args) > 0 {
+		return usagef("unexpected arguments %q: capture files need --replay", args)
+	}
+
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var (
+		src   topview.Source
+		label string
+	)
+	if f.replay {
+		rs, err := newTopReplay(f, args)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		src, label = rs, "replay"
+	} else {
+		hs, err := topview.NewHTTPSource(f.addr, f.interval)
+		if err != nil {
+			return usagef("--addr: %v", err)
+		}
+		src, label = hs, f.addr
+	}
+	m := topview.NewModel(label, topview.Options{ColdFor: f.coldFor, Sort: sortCol, Reverse: f.reverse, Filter: f.filter})
+
+	out := cmd.OutOrStdout()
+	if f.once || !isTerminal(out) {
+		return topOnce(ctx, src, m, out)
+	}
+	scr, err := tcell.NewScreen()
+	if err != nil {
+		return fmt.Errorf("open terminal: %w", err)
+	}
+	if err := scr.Init(); err != nil {
+		return fmt.Errorf("open terminal: %w", err)
+	}
+	defer scr.Fini()
+	end := "end of data — q quits"
+	if f.replay {
+		end = "replay finished, last frame held — q quits"
+	}
+	return topview.Run(ctx, scr, src, m, topview.RunOptions{EndMessage: end})
+}
+
+// newTopReplay builds the replay source from the flags: the same pipeline
+// and detector configuration as `hotsniff replay`.
+func newTopReplay(f *topFlags, paths []string) (*topview.ReplaySource, error) {
+	ports, scfg, err := f.stream.build()
+	if err != nil {
+		return nil, err
+	}
+	var dcfg detect.Config
+	if f.stream.configPath != "" {
+		// Rules, ignore lists and tuning come from the config file (keys as
+		// in docs/detection.md); applyConfig has already read and checked it.
+		b, err := os.ReadFile(f.stream.configPath)
+		if err != nil {
+			return nil, usagef("read config: %v", err)
+		}
+		if err := yaml.Unmarshal(b, &dcfg); err != nil {
+			return nil, usagef("parse config %s: %v", f.stream.configPath, err)
+		}
+	}
+	if f.hotQPS > 0 {
+		dcfg.HotQPS = f.hotQPS
+	}
+	if !(dcfg.HotQPS > 0) {
+		return nil, usagef("--replay needs --hot-qps N (a positive rate), or hot_qps in --config")
+	}
+	dcfg.Detector = f.detector
+	delay := 100 * time.Millisecond
+	if f.speed > 0 {
+		delay = time.Duration(float64(f.interval) / f.speed)
+	}
+	rs, err := topview.NewReplaySource(topview.ReplayConfig{
+		Paths: paths, Ports: ports, Stream: scfg, Registry: registry(),
+		Detect: dcfg, Interval: f.interval, FrameDelay: delay,
+	})
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return rs, nil
+}
+
+// topOnce prints one plain table: the daemon's current hot set, or the
+// last frame of a replay run to its end.
+func topOnce(ctx context.Context, src topview.Source, m *topview.Model, out io.Writer) error {
+	switch s := src.(type) {
+	case *topview.HTTPSource:
+		snap, err := s.Fetch(ctx)
+		if err != nil {
+			return err
+		}
+		m.Apply(snap)
+	case *topview.ReplaySource:
+		s.NoDelay()
+		for {
+			snap, err := s.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			m.Apply(snap)
+		}
+	}
+	return m.WritePlain(out)
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}

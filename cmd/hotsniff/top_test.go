@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// runTopCLI runs `hotsniff top ARGS` in-process (stdout is a buffer, not a
+// terminal: the plain table) and returns stdout, stderr and the exit code as
+// runWith maps it.
+func runTopCLI(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	root := newRootCmd()
+	if c, _, err := root.Find([]string{"top"}); err != nil || c == root {
+		root.AddCommand(newTopCmd()) // until main.go registers it
+	}
+	var out, errb bytes.Buffer
+	root.SetArgs(append([]string{"top"}, args...))
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	err := root.Execute()
+	if err == nil {
+		return out.String(), errb.String(), 0
+	}
+	fmt.Fprintf(&errb, "hotsniff: %v\n", err)
+	var u usageError
+	if errors.As(err, &u) || isCobraUsage(err) {
+		return out.String(), errb.String(), 2
+	}
+	return out.String(), errb.String(), 1
+}
+
+const topDoc = `{"v":1,"node":"cache-node-3","ts":"2026-11-29T18:00:00.123456Z","hot_qps":1000,"keys":[
+ {"v":1,"seq":7,"type":"hot","proto":"redis","server":"10.0.0.5:6379","ns":"0","key":"item:7","qps":1200,"ttl_ms":60000,"ts":"2026-11-29T18:00:00Z","source":"detected","node":"cache-node-3"},
+ {"v":1,"seq":9,"type":"hot","proto":"redis","server":"10.0.0.5:6379","ns":"0","key":"item:42","qps":1843.5,"ttl_ms":60000,"ts":"2026-11-29T18:00:00Z","source":"detected","node":"cache-node-3"}]}`
+
+func TestTopOnceHTTP(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/hotkeys" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprint(w, topDoc)
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+
+	out, errs, code := runTopCLI(t, "--addr", addr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	want := "hotsniff top · " + addr + ` · node cache-node-3 · 2026-11-29T18:00:00.123456Z · 2 hot ≥1000 qps
+  RATE  TREND  PROTO  SERVER         NS  STATE  SOURCE    KEY
+1843.5  █ ·    redis  10.0.0.5:6379  0   hot    detected  item:42
+1200.0  █ ·    redis  10.0.0.5:6379  0   hot    detected  item:7
+`
+	if out != want {
+		t.Errorf("stdout:\n%s\nwant:\n%s", out, want)
+	}
+	out, _, code = runTopCLI(t, "--once", "--addr", srv.URL, "--sort", "key", "--filter", "item:7")
+	if code != 0 || !strings.Contains(out, "item:7") || strings.Contains(out, "item:42") {
+		t.Errorf("--sort key --filter item:7: exit %d\n%s", code, out)
+	}
+}
+
+func TestTopOnceUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	out, errs, code := runTopCLI(t, "--once", "--addr", addr)
+	if code != 1 || out != "" {
+		t.Fatalf("exit %d, stdout %q", code, out)
+	}
+	if want := "hotsniff: daemon unreachable: GET http://" + addr + "/hotkeys: "; !strings.HasPrefix(errs, want) || strings.Count(errs, "\n") != 1 {
+		t.Errorf("stderr = %q, want one line starting %q", errs, want)
+	}
+}
+
+func TestTopReplayOnce(t *testing.T) {
+	out, errs, code := runTopCLI(t, "--replay", "--hot-qps", "1000", "--interval", "250ms", "../../testdata/redis/hotkey.pcap.gz")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "hotsniff top · replay hotkey.pcap.gz · ") {
+		t.Fatalf("stdout:\n%s", out)
+	}
+	// At the end item:hot has cooled (it is read during the first 2 s only)
+	// and is listed as cold; nothing else was ever hot.
+	if fs := strings.Fields(lines[2]); len(fs) != 9 || fs[3] != "redis" || fs[4] != "127.0.0.1:6379" || fs[6] != "cold" || fs[8] != "item:hot" {
+		t.Errorf("row = %q", lines[2])
+	}
+}
+
+func TestTopUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"--interval", "0s"},
+		{"--interval", "soon"},
+		{"--speed", "-1"},
+		{"--sort", "qps"},
+		{"--no-such-flag"},
+		{"some.pcap"},
+		{"--replay"},
+		{"--replay", "--addr", "x:1", "a.pcap"},
+		{"--replay", "a.pcap"}, // no --hot-qps
+		{"--replay", "--hot-qps", "1000", "--detector", "magic", "a.pcap"},
+		{"--replay", "--hot-qps", "1000", "--port", "redis=notaport", "a.pcap"},
+		{"--addr", "ftp://x:1"},
+	} {
+		out, errs, code := runTopCLI(t, args...)
+		if code != 2 || out != "" || strings.Count(errs, "\n") != 1 || !strings.HasPrefix(errs, "hotsniff: ") {
+			t.Errorf("top %q: exit %d, stdout %q, stderr %q; want exit 2 and one line", args, code, out, errs)
+		}
+	}
+	_, errs, code := runTopCLI(t, "--replay", "--hot-qps", "1000", "no-such-file.pcap")
+	if code != 1 || !strings.Contains(errs, "no-such-file.pcap") {
+		t.Errorf("missing file: exit %d, %q", code, errs)
+	}
+}

@@ -1,0 +1,450 @@
+package topview
+
+import (
+	"cmp"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/hotsniff/hotsniff/event"
+)
+
+// SortCol is a column the table can be sorted by.
+type SortCol int
+
+// Sort columns, in the order 's' cycles through them.
+const (
+	SortRate SortCol = iota
+	SortKey
+	SortProto
+	SortServer
+	SortState
+	numSort
+)
+
+var sortNames = [...]string{"rate", "key", "proto", "server", "state"}
+
+func (c SortCol) String() string { return sortNames[c] }
+
+// ParseSort reads a sort column name.
+func ParseSort(s string) (SortCol, error) {
+	for i, n := range sortNames {
+		if s == n {
+			return SortCol(i), nil
+		}
+	}
+	return 0, fmt.Errorf("sort column %q: want one of %s", s, strings.Join(sortNames[:], ", "))
+}
+
+const (
+	historyLen = 8 // qps samples kept per row for the trend
+	sparkLen   = 5 // samples drawn in the sparkline
+	// trendRatio is the relative change that counts as rising or falling.
+	trendRatio = 0.05
+)
+
+// Options tune a Model.
+type Options struct {
+	// ColdFor is how long (snapshot time) a key that left the hot set stays
+	// listed as cold. 0 means 30s; negative drops it at once.
+	ColdFor time.Duration
+	// Sort and Reverse set the initial order.
+	Sort    SortCol
+	Reverse bool
+	// Filter is the initial filter.
+	Filter string
+}
+
+// row is one key on screen.
+type row struct {
+	id        string
+	ev        event.Event
+	keyText   string // the key as shown (quoted or b64: as needed)
+	hist      []float64
+	hot       bool
+	coldSince time.Time
+	seen      uint64 // generation of the last snapshot that listed it
+}
+
+// rate is the sort rate: cold rows sink below every hot one.
+func (r *row) rate() float64 {
+	if !r.hot {
+		return -1
+	}
+	return r.ev.QPS
+}
+
+// Trend is the direction of a row's rate over its last samples.
+type Trend int
+
+// Trends.
+const (
+	TrendNew Trend = iota // one sample only
+	TrendSteady
+	TrendRising
+	TrendFalling
+)
+
+// Arrow is the trend's symbol.
+func (t Trend) Arrow() string {
+	switch t {
+	case TrendRising:
+		return "↑"
+	case TrendFalling:
+		return "↓"
+	case TrendSteady:
+		return "→"
+	}
+	return "·"
+}
+
+func (r *row) trend() Trend {
+	n := len(r.hist)
+	if n < 2 {
+		return TrendNew
+	}
+	last, prev := r.hist[n-1], r.hist[n-2]
+	d := last - prev
+	switch {
+	case d > trendRatio*prev && d > 0.05:
+		return TrendRising
+	case -d > trendRatio*prev && -d > 0.05:
+		return TrendFalling
+	}
+	return TrendSteady
+}
+
+var sparks = []rune("▁▂▃▄▅▆▇█")
+
+// spark draws the last sparkLen samples, scaled to their maximum.
+func (r *row) spark() string {
+	h := r.hist
+	if len(h) > sparkLen {
+		h = h[len(h)-sparkLen:]
+	}
+	mx := 0.0
+	for _, v := range h {
+		mx = max(mx, v)
+	}
+	var b strings.Builder
+	for _, v := range h {
+		i := 0
+		if mx > 0 {
+			i = int(v/mx*float64(len(sparks)-1) + 0.5)
+		}
+		b.WriteRune(sparks[i])
+	}
+	return b.String()
+}
+
+// Model is the state of the view. It is not safe for concurrent use: Run
+// owns it.
+type Model struct {
+	opt  Options
+	rows map[string]*row
+	gen  uint64
+
+	// Header data of the last snapshot.
+	source string
+	node   string
+	ts     time.Time
+	hotQPS float64
+	nHot   int
+	got    bool // a snapshot arrived
+
+	status    string // error or end-of-source line
+	statusErr bool
+	ended     bool
+
+	sortCol SortCol
+	reverse bool
+	filter  string
+	editing bool
+	edit    string
+	paused  bool
+	offset  int
+	pageLen int // rows visible in the last frame
+
+	view  []*row // sorted, filtered rows; rebuilt when dirty
+	dirty bool
+}
+
+// NewModel returns an empty model; source labels the header until the first
+// snapshot arrives.
+func NewModel(source string, opt Options) *Model {
+	if opt.ColdFor == 0 {
+		opt.ColdFor = 30 * time.Second
+	}
+	return &Model{
+		opt:     opt,
+		rows:    map[string]*row{},
+		source:  source,
+		sortCol: opt.Sort,
+		reverse: opt.Reverse,
+		filter:  opt.Filter,
+		dirty:   true,
+	}
+}
+
+func rowID(e *event.Event) string {
+	return e.Proto + "\x00" + e.Server + "\x00" + e.NS + "\x00" + string(e.Key)
+}
+
+// KeyText is how a key is shown: as is when printable UTF-8, Go-quoted when
+// UTF-8 with non-printable characters, b64:BASE64 when not UTF-8.
+func KeyText(k []byte) string {
+	if !utf8.Valid(k) {
+		return "b64:" + base64.StdEncoding.EncodeToString(k)
+	}
+	s := string(k)
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// Apply takes a snapshot: its keys are hot, listed keys missing from it turn
+// cold, and cold keys older than ColdFor are dropped. A successful snapshot
+// clears the error line.
+func (m *Model) Apply(s Snapshot) {
+	m.gen++
+	if s.TS.IsZero() {
+		s.TS = time.Now()
+	}
+	if s.Source != "" {
+		m.source = s.Source
+	}
+	m.node, m.ts, m.hotQPS, m.got = s.Node, s.TS, s.HotQPS, true
+	if !m.ended {
+		m.status, m.statusErr = "", false
+	}
+	for i := range s.Keys {
+		e := s.Keys[i]
+		if e.Type != "" && e.Type != event.TypeHot {
+			continue
+		}
+		id := rowID(&e)
+		r := m.rows[id]
+		if r == nil {
+			r = &row{id: id, keyText: KeyText(e.Key)}
+			m.rows[id] = r
+		}
+		if r.seen == m.gen { // listed twice: keep the higher rate
+			if e.QPS <= r.ev.QPS {
+				continue
+			}
+			r.hist = r.hist[:len(r.hist)-1]
+		}
+		r.ev = e
+		r.hot = true
+		r.seen = m.gen
+		r.hist = appendHist(r.hist, e.QPS)
+	}
+	m.nHot = 0
+	for id, r := range m.rows {
+		switch {
+		case r.seen == m.gen:
+			m.nHot++
+		case r.hot:
+			r.hot = false
+			r.coldSince = s.TS
+			r.hist = appendHist(r.hist, 0)
+			if m.opt.ColdFor < 0 {
+				delete(m.rows, id)
+			}
+		case s.TS.Sub(r.coldSince) >= m.opt.ColdFor:
+			delete(m.rows, id)
+		}
+	}
+	m.dirty = true
+}
+
+func appendHist(h []float64, v float64) []float64 {
+	if len(h) == historyLen {
+		copy(h, h[1:])
+		h = h[:historyLen-1]
+	}
+	return append(h, v)
+}
+
+// SetError shows err on the status line; the rows stay as they were.
+func (m *Model) SetError(err error) {
+	m.status, m.statusErr = err.Error(), true
+}
+
+// End marks the source as finished: msg is shown on the status line
+// (an error when isErr).
+func (m *Model) End(msg string, isErr bool) {
+	m.ended = true
+	m.status, m.statusErr = msg, isErr
+}
+
+// Paused reports whether the view is frozen.
+func (m *Model) Paused() bool { return m.paused }
+
+// Editing reports whether the filter is being typed.
+func (m *Model) Editing() bool { return m.editing }
+
+// Action is what a key asks of the runner.
+type Action int
+
+// Actions.
+const (
+	ActNone Action = iota
+	ActQuit
+)
+
+// Key is a key press, independent of the terminal library.
+type Key int
+
+// Keys the model understands besides runes.
+const (
+	KeyRune Key = iota
+	KeyEnter
+	KeyEsc
+	KeyBackspace
+	KeyUp
+	KeyDown
+	KeyPgUp
+	KeyPgDn
+	KeyHome
+	KeyEnd
+	KeyCtrlC
+	KeyOther
+)
+
+// HandleKey applies one key press.
+func (m *Model) HandleKey(k Key, r rune) Action {
+	if k == KeyCtrlC {
+		return ActQuit
+	}
+	if m.editing {
+		switch k {
+		case KeyRune:
+			m.edit += string(r)
+		case KeyBackspace:
+			if _, n := utf8.DecodeLastRuneInString(m.edit); n > 0 {
+				m.edit = m.edit[:len(m.edit)-n]
+			}
+		case KeyEnter:
+			m.editing = false
+			m.filter = m.edit
+			m.offset = 0
+			m.dirty = true
+		case KeyEsc:
+			m.editing = false
+			m.edit, m.filter = "", ""
+			m.dirty = true
+		}
+		return ActNone
+	}
+	switch k {
+	case KeyRune:
+		switch r {
+		case 'q', 'Q':
+			return ActQuit
+		case 's':
+			m.sortCol = (m.sortCol + 1) % numSort
+			m.dirty = true
+		case 'S':
+			m.sortCol = (m.sortCol + numSort - 1) % numSort
+			m.dirty = true
+		case 'r':
+			m.reverse = !m.reverse
+			m.dirty = true
+		case '/':
+			m.editing = true
+			m.edit = m.filter
+		case 'p', ' ':
+			m.paused = !m.paused
+		case 'k':
+			m.scroll(-1)
+		case 'j':
+			m.scroll(1)
+		}
+	case KeyEsc:
+		if m.filter != "" {
+			m.filter = ""
+			m.dirty = true
+		}
+	case KeyUp:
+		m.scroll(-1)
+	case KeyDown:
+		m.scroll(1)
+	case KeyPgUp:
+		m.scroll(-max(m.pageLen-1, 1))
+	case KeyPgDn:
+		m.scroll(max(m.pageLen-1, 1))
+	case KeyHome:
+		m.offset = 0
+	case KeyEnd:
+		m.offset = 1 << 30
+	}
+	return ActNone
+}
+
+func (m *Model) scroll(n int) {
+	m.offset = max(m.offset+n, 0) // clamped to the rows when drawn
+}
+
+// rowsView returns the rows to show: filtered and sorted.
+func (m *Model) rowsView() []*row {
+	if !m.dirty {
+		return m.view
+	}
+	m.view = m.view[:0]
+	f := strings.ToLower(m.filter)
+	for _, r := range m.rows {
+		if f != "" && !strings.Contains(strings.ToLower(r.keyText), f) &&
+			!strings.Contains(strings.ToLower(r.ev.Proto), f) &&
+			!strings.Contains(strings.ToLower(r.ev.Server), f) {
+			continue
+		}
+		m.view = append(m.view, r)
+	}
+	slices.SortFunc(m.view, m.compare)
+	m.dirty = false
+	return m.view
+}
+
+// compare orders rows by the sort column (rate and state: highest first;
+// the others ascending), then by rate, then by identity.
+func (m *Model) compare(a, b *row) int {
+	var c int
+	switch m.sortCol {
+	case SortRate:
+		c = cmp.Compare(b.rate(), a.rate())
+	case SortKey:
+		c = strings.Compare(a.keyText, b.keyText)
+	case SortProto:
+		c = strings.Compare(a.ev.Proto, b.ev.Proto)
+	case SortServer:
+		c = strings.Compare(a.ev.Server, b.ev.Server)
+	case SortState:
+		c = cmp.Compare(stateRank(b), stateRank(a))
+	}
+	if c == 0 && m.sortCol != SortRate {
+		c = cmp.Compare(b.rate(), a.rate())
+	}
+	if c == 0 {
+		c = strings.Compare(a.id, b.id)
+	}
+	if m.reverse {
+		c = -c
+	}
+	return c
+}
+
+func stateRank(r *row) int {
+	if r.hot {
+		return 1
+	}
+	return 0
+}

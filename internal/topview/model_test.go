@@ -1,0 +1,117 @@
+package topview
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestKeyText(t *testing.T) {
+	for in, want := range map[string]string{
+		"item:42":    "item:42",
+		"émoji 🔥":    "émoji 🔥",
+		"a\r\nb":     `"a\r\nb"`,
+		"nul\x00":    `"nul\x00"`,
+		"\xff\x00a":  "b64:/wBh",
+		"":           "",
+		"tab\tinkey": `"tab\tinkey"`,
+	} {
+		if got := KeyText([]byte(in)); got != want {
+			t.Errorf("KeyText(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestElideAndPad(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		w    int
+		want string
+	}{
+		{"item:42", 10, "item:42"},
+		{"user:session:0123456789abcdef", 15, "user:se…9abcdef"},
+		{"abcdef", 1, "…"},
+		{"abcdef", 2, "a…"},
+		{"火火火火火火", 7, "火…火火"},
+	} {
+		got := elide(c.in, c.w)
+		if got != c.want || width(got) > c.w {
+			t.Errorf("elide(%q, %d) = %q (width %d), want %q", c.in, c.w, got, width(got), c.want)
+		}
+	}
+	if got := pad("12.5", 8, true); got != "    12.5" {
+		t.Errorf("pad right = %q", got)
+	}
+	if got := pad("火", 4, false); got != "火  " {
+		t.Errorf("pad wide = %q", got)
+	}
+}
+
+func TestFmtRate(t *testing.T) {
+	for q, want := range map[float64]string{0: "-", 0.25: "0.2", 1843.5: "1843.5", 99999.94: "99999.9", 123456.7: "123457", 2.5e7: "25.0M"} {
+		if got := fmtRate(q); got != want || len(got) > 7 {
+			t.Errorf("fmtRate(%v) = %q, want %q", q, got, want)
+		}
+	}
+}
+
+func TestParseSort(t *testing.T) {
+	for i, n := range sortNames {
+		if c, err := ParseSort(n); err != nil || c != SortCol(i) || c.String() != n {
+			t.Errorf("ParseSort(%q) = %v, %v", n, c, err)
+		}
+	}
+	if _, err := ParseSort("qps"); err == nil {
+		t.Error("ParseSort(qps) accepted")
+	}
+}
+
+func TestWritePlain(t *testing.T) {
+	m := NewModel("127.0.0.1:9464", Options{})
+	mc := hotEv("\xff\x00a", 1200)
+	mc.Proto, mc.Server, mc.NS = "memcache", "10.0.0.6:11211", ""
+	m.Apply(snap(0, hotEv("item:42", 1843.5), mc, hotEv("gone", 1100)))
+	m.Apply(snap(1, hotEv("item:42", 2000), mc))
+	var b strings.Builder
+	if err := m.WritePlain(&b); err != nil {
+		t.Fatal(err)
+	}
+	want := `hotsniff top · fake · node cache-node-3 · 2026-11-29T18:00:01.000000Z · 2 hot ≥1000 qps
+  RATE  TREND  PROTO     SERVER          NS  STATE  SOURCE    KEY
+2000.0  ▇█ ↑   redis     10.0.0.5:6379   0   hot    detected  item:42
+1200.0  ██ →   memcache  10.0.0.6:11211      hot    detected  b64:/wBh
+     -  █▁ ↓   redis     10.0.0.5:6379   0   cold   detected  gone
+`
+	if b.String() != want {
+		t.Errorf("plain table:\n%s\nwant:\n%s", b.String(), want)
+	}
+	m.SetError(errDemo("daemon unreachable: GET x: refused"))
+	b.Reset()
+	m.WritePlain(&b)
+	if !strings.Contains(b.String(), "\n✖ daemon unreachable: GET x: refused (retrying; rows as of 18:00:01Z)\n") {
+		t.Errorf("plain table with error:\n%s", b.String())
+	}
+}
+
+type errDemo string
+
+func (e errDemo) Error() string { return string(e) }
+
+func TestModelDuplicateAndNonHot(t *testing.T) {
+	m := NewModel("x", Options{ColdFor: -1})
+	inv := hotEv("inv", 0)
+	inv.Type = "invalidate"
+	m.Apply(snap(0, hotEv("a", 100), hotEv("a", 300), inv, hotEv("b", 5)))
+	a := hotEv("a", 0)
+	if len(m.rows) != 2 || m.rows[rowID(&a)] == nil {
+		t.Fatalf("rows = %v", m.rows)
+	}
+	for _, r := range m.rows {
+		if string(r.ev.Key) == "a" && (r.ev.QPS != 300 || len(r.hist) != 1) {
+			t.Errorf("duplicate a: qps %v hist %v", r.ev.QPS, r.hist)
+		}
+	}
+	m.Apply(snap(1, hotEv("a", 100)))
+	if len(m.rows) != 1 {
+		t.Errorf("negative ColdFor kept %d rows", len(m.rows))
+	}
+}

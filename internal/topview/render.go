@@ -1,0 +1,428 @@
+package topview
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/rivo/uniseg"
+
+	"github.com/hotsniff/hotsniff/event"
+)
+
+// Style is the role of a piece of text; the runner maps it to colors.
+type Style int
+
+// Styles.
+const (
+	StyleNormal      Style = iota
+	StyleHeader            // the top bar
+	StyleTitle             // column titles
+	StyleTitleSorted       // the title of the sort column
+	StyleHot               // the "hot" state cell
+	StyleCold              // a row that left the hot set (dimmed)
+	StyleError             // the status line on error
+	StyleInfo              // the status line otherwise
+	StyleFooter            // the key help
+)
+
+// Span is text in one style.
+type Span struct {
+	Text  string
+	Style Style
+}
+
+// Line is one screen line.
+type Line []Span
+
+// String is the line's text.
+func (l Line) String() string {
+	var b strings.Builder
+	for _, s := range l {
+		b.WriteString(s.Text)
+	}
+	return b.String()
+}
+
+// width is the display width of s in terminal cells.
+func width(s string) int { return uniseg.StringWidth(s) }
+
+// pad fits s into exactly w cells: elided in the middle when too long,
+// padded with spaces (on the left when right-aligned) when short.
+func pad(s string, w int, right bool) string {
+	if w <= 0 {
+		return ""
+	}
+	s = elide(s, w)
+	n := w - width(s)
+	if n <= 0 {
+		return s
+	}
+	if right {
+		return strings.Repeat(" ", n) + s
+	}
+	return s + strings.Repeat(" ", n)
+}
+
+// elide shortens s to at most w cells by cutting its middle ("ab…yz").
+func elide(s string, w int) string {
+	if width(s) <= w {
+		return s
+	}
+	if w <= 1 {
+		return strings.Repeat("…", w)
+	}
+	var cl []string
+	var ws []int
+	state := -1
+	for rest := s; rest != ""; {
+		var c string
+		var cw int
+		c, rest, cw, state = uniseg.FirstGraphemeClusterInString(rest, state)
+		cl = append(cl, c)
+		ws = append(ws, cw)
+	}
+	room := w - 1
+	headRoom := (room + 1) / 2
+	tailRoom := room - headRoom
+	var head, tail strings.Builder
+	used := 0
+	i := 0
+	for ; i < len(cl) && used+ws[i] <= headRoom; i++ {
+		head.WriteString(cl[i])
+		used += ws[i]
+	}
+	tailRoom += headRoom - used // a wide rune that did not fit gives its room to the tail
+	var tailParts []string
+	used = 0
+	for j := len(cl) - 1; j >= i && used+ws[j] <= tailRoom; j-- {
+		tailParts = append(tailParts, cl[j])
+		used += ws[j]
+	}
+	for j := len(tailParts) - 1; j >= 0; j-- {
+		tail.WriteString(tailParts[j])
+	}
+	return head.String() + "…" + tail.String()
+}
+
+// fmtRate formats a rate in at most 7 characters.
+func fmtRate(q float64) string {
+	switch {
+	case q <= 0:
+		return "-"
+	case q < 1e5:
+		return strconv.FormatFloat(q, 'f', 1, 64)
+	case q < 1e7:
+		return strconv.FormatFloat(q, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(q/1e6, 'f', 1, 64) + "M"
+}
+
+func fmtThreshold(q float64) string {
+	if q <= 0 {
+		return "?"
+	}
+	return strconv.FormatFloat(q, 'f', -1, 64)
+}
+
+// column layout
+const (
+	wRate   = 8
+	wTrend  = 7 // sparkline, space, arrow
+	wProto  = 8
+	wState  = 5
+	wSource = 8
+	minKey  = 16
+)
+
+var titles = [...]string{"RATE", "TREND", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "KEY"}
+
+// cells returns a row's column texts, in title order.
+func (r *row) cells() [8]string {
+	rate, trend := "-", r.spark()+" "+r.trend().Arrow()
+	state := "cold"
+	if r.hot {
+		rate, state = fmtRate(r.ev.QPS), "hot"
+	}
+	src := r.ev.Source
+	if src == "" {
+		src = event.SourceDetected
+	}
+	return [8]string{rate, trend, r.ev.Proto, r.ev.Server, r.ev.NS, state, src, r.keyText}
+}
+
+// colWidths lays the columns out in w cells; the key takes what is left.
+// On a narrow screen the server column shrinks (elided in the middle), then
+// source, trend, ns and proto are dropped (width 0), in that order.
+func colWidths(rows []*row, w int) [8]int {
+	sw, nw := width("SERVER"), width("NS")
+	for _, r := range rows {
+		sw = max(sw, width(r.ev.Server))
+		nw = max(nw, width(r.ev.NS))
+	}
+	sw, nw = min(sw, 47), min(nw, 6)
+	ws := [8]int{wRate, wTrend, wProto, sw, nw, wState, wSource, 0}
+	fixed := func() int {
+		n := 0
+		for _, x := range ws[:7] {
+			if x > 0 {
+				n += x + 1 // and its separator
+			}
+		}
+		return n
+	}
+	if k := w - fixed(); k < minKey {
+		ws[3] = max(ws[3]-(minKey-k), min(ws[3], 12))
+	}
+	for _, drop := range []int{6, 1, 4, 2} {
+		if w-fixed() >= minKey {
+			break
+		}
+		ws[drop] = 0
+	}
+	ws[7] = max(w-fixed(), 1)
+	return ws
+}
+
+func (m *Model) sortArrow() string {
+	desc := m.sortCol == SortRate || m.sortCol == SortState
+	if m.reverse {
+		desc = !desc
+	}
+	if desc {
+		return "▼"
+	}
+	return "▲"
+}
+
+var sortTitle = [...]int{SortRate: 0, SortKey: 7, SortProto: 2, SortServer: 3, SortState: 5}
+
+// Frame lays out the whole screen in w×h cells: a header, a status line,
+// the column titles, as many rows as fit from the scroll position, and
+// the key help.
+func (m *Model) Frame(w, h int) []Line {
+	if w <= 0 || h <= 0 {
+		return nil
+	}
+	rows := m.rowsView()
+	page := max(h-4, 0)
+	m.pageLen = page
+	m.offset = min(m.offset, max(len(rows)-page, 0))
+
+	out := make([]Line, 0, h)
+	out = append(out, Line{{pad(m.headerText(w, false), w, false), StyleHeader}})
+	st, stStyle := m.statusText(len(rows))
+	out = append(out, Line{{pad(st, w, false), stStyle}})
+
+	ws := colWidths(rows, w)
+	var tl Line
+	for i, t := range titles {
+		if ws[i] == 0 {
+			continue
+		}
+		style := StyleTitle
+		if i == sortTitle[m.sortCol] {
+			t += m.sortArrow()
+			style = StyleTitleSorted
+		}
+		if len(tl) > 0 {
+			tl = append(tl, Span{" ", StyleTitle})
+		}
+		tl = append(tl, Span{pad(t, ws[i], i == 0), style})
+	}
+	out = append(out, fitLine(tl, w))
+
+	end := min(m.offset+page, len(rows))
+	for _, r := range rows[m.offset:end] {
+		out = append(out, fitLine(m.rowLine(r, ws), w))
+	}
+	for len(out) < h-1 {
+		out = append(out, Line{{strings.Repeat(" ", w), StyleNormal}})
+	}
+	if len(out) < h {
+		out = append(out, Line{{pad(m.footerText(len(rows), page, w), w, false), StyleFooter}})
+	}
+	return out[:h]
+}
+
+func (m *Model) rowLine(r *row, ws [8]int) Line {
+	c := r.cells()
+	base := StyleNormal
+	if !r.hot {
+		base = StyleCold
+	}
+	var l Line
+	for i, t := range c {
+		if ws[i] == 0 {
+			continue
+		}
+		if len(l) > 0 {
+			l = append(l, Span{" ", base})
+		}
+		s := base
+		if i == 5 && r.hot {
+			s = StyleHot
+		}
+		l = append(l, Span{pad(t, ws[i], i == 0), s})
+	}
+	return l
+}
+
+// fitLine cuts or pads l to exactly w cells.
+func fitLine(l Line, w int) Line {
+	out := make(Line, 0, len(l)+1)
+	used := 0
+	for _, s := range l {
+		sw := width(s.Text)
+		if used+sw > w {
+			s.Text = cut(s.Text, w-used)
+			sw = width(s.Text)
+		}
+		if sw > 0 {
+			out = append(out, s)
+		}
+		used += sw
+		if used >= w {
+			break
+		}
+	}
+	if used < w {
+		out = append(out, Span{strings.Repeat(" ", w-used), StyleNormal})
+	}
+	return out
+}
+
+// cut keeps the first w cells of s.
+func cut(s string, w int) string {
+	var b strings.Builder
+	used := 0
+	state := -1
+	for rest := s; rest != ""; {
+		var c string
+		var cw int
+		c, rest, cw, state = uniseg.FirstGraphemeClusterInString(rest, state)
+		if used+cw > w {
+			break
+		}
+		b.WriteString(c)
+		used += cw
+	}
+	return b.String()
+}
+
+func (m *Model) headerText(w int, full bool) string {
+	var tail []string
+	if m.got {
+		if m.node != "" {
+			tail = append(tail, "node "+m.node)
+		}
+		ts := m.ts.UTC().Format("15:04:05Z")
+		if full {
+			ts = m.ts.UTC().Format(event.TSFormat)
+		}
+		tail = append(tail, ts, fmt.Sprintf("%d hot ≥%s qps", m.nHot, fmtThreshold(m.hotQPS)))
+	} else {
+		tail = append(tail, "waiting for data…")
+	}
+	rest := " · " + strings.Join(tail, " · ")
+	lead := " hotsniff top · "
+	src := m.source
+	if !full {
+		src = elide(src, max(w-width(lead)-width(rest), 8))
+	}
+	return lead + src + rest
+}
+
+func (m *Model) statusText(n int) (string, Style) {
+	if m.status != "" && m.statusErr {
+		s := " ✖ " + m.status
+		if !m.ended {
+			s += " (retrying"
+			if m.got {
+				s += "; rows as of " + m.ts.UTC().Format("15:04:05Z")
+			}
+			s += ")"
+		}
+		return s, StyleError
+	}
+	cold := 0
+	for _, r := range m.view {
+		if !r.hot {
+			cold++
+		}
+	}
+	s := fmt.Sprintf(" %d keys (%d cold) · sort %s %s", n, cold, m.sortCol, m.sortArrow())
+	if m.filter != "" {
+		s += fmt.Sprintf(" · filter %q", m.filter)
+	}
+	if m.paused {
+		s += " · PAUSED (p resumes)"
+	}
+	if m.status != "" {
+		s += " · " + m.status
+	}
+	return s, StyleInfo
+}
+
+func (m *Model) footerText(n, page, w int) string {
+	if m.editing {
+		return " filter: " + m.edit + "█   Enter apply · Esc clear"
+	}
+	help := " q quit · s sort · r reverse · / filter · p pause · ↑↓ PgUp PgDn"
+	if w < 70 {
+		help = " q quit s sort r rev / filter p pause"
+	}
+	if n > page && page > 0 {
+		pos := fmt.Sprintf("%d-%d/%d ", m.offset+1, min(m.offset+page, n), n)
+		if width(help)+1+width(pos) <= w {
+			help += strings.Repeat(" ", w-width(help)-width(pos)) + pos
+		}
+	}
+	return help
+}
+
+// WritePlain writes the header and every row (filtered and sorted, keys in
+// full) as a plain-text table, for scripts and non-terminals.
+func (m *Model) WritePlain(w io.Writer) error {
+	rows := m.rowsView()
+	var b strings.Builder
+	b.WriteString(strings.TrimSpace(m.headerText(0, true)))
+	b.WriteByte('\n')
+	if m.statusErr {
+		st, _ := m.statusText(len(rows))
+		b.WriteString(strings.TrimSpace(st))
+		b.WriteByte('\n')
+	}
+	cells := make([][8]string, 0, len(rows)+1)
+	cells = append(cells, titles)
+	for _, r := range rows {
+		cells = append(cells, r.cells())
+	}
+	var ws [8]int
+	for _, c := range cells {
+		for i, t := range c {
+			ws[i] = max(ws[i], width(t))
+		}
+	}
+	for _, c := range cells {
+		var l strings.Builder
+		for i, t := range c {
+			if i > 0 {
+				l.WriteString("  ")
+			}
+			switch {
+			case i == len(c)-1:
+				l.WriteString(t)
+			case i == 0:
+				l.WriteString(strings.Repeat(" ", ws[i]-width(t)) + t)
+			default:
+				l.WriteString(t + strings.Repeat(" ", ws[i]-width(t)))
+			}
+		}
+		b.WriteString(strings.TrimRight(l.String(), " "))
+		b.WriteByte('\n')
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,202 @@
+package topview
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hotsniff/hotsniff/capture"
+	"github.com/hotsniff/hotsniff/decode"
+	"github.com/hotsniff/hotsniff/detect"
+	"github.com/hotsniff/hotsniff/stream"
+)
+
+// ReplayConfig sets up a ReplaySource.
+type ReplayConfig struct {
+	// Paths are the capture files (pcap or pcapng, gzipped or not), read in
+	// order as one stream.
+	Paths []string
+	// Ports, Stream and Registry build the stream assembler as `hotsniff
+	// replay` does.
+	Ports    *stream.Ports
+	Stream   stream.Config
+	Registry *decode.Registry
+	// Detect configures the detector (HotQPS is required).
+	Detect detect.Config
+	// Interval is the packet time between two snapshots.
+	Interval time.Duration
+	// FrameDelay is the wall time between two snapshots: Interval/speed for
+	// a replay at a given speed, 100ms for "as fast as 10 frames a second".
+	// 0 does not wait at all (tests, --once).
+	FrameDelay time.Duration
+}
+
+// ReplaySource runs capture files through the replay pipeline in process and
+// samples the detector's hot set every Interval of packet time. Packet time
+// is the detector's only clock, so the frames are the same on every run.
+// After the last frame (taken at the last packet) Next returns io.EOF.
+type ReplaySource struct {
+	cfg   ReplayConfig
+	label string
+	det   *detect.Detector
+	asm   *stream.Assembler
+
+	file    *capture.File
+	next    int // index in cfg.Paths of the next file to open
+	seg     capture.Segment
+	held    bool  // seg was read but not yet fed: it lies past the sample
+	sample  int64 // packet time of the next snapshot; 0 before the first packet
+	lastTS  int64
+	done    bool
+	lastOut time.Time
+}
+
+// NewReplaySource builds the pipeline. Errors are configuration errors.
+func NewReplaySource(cfg ReplayConfig) (*ReplaySource, error) {
+	if len(cfg.Paths) == 0 {
+		return nil, errors.New("no capture files")
+	}
+	if cfg.Interval <= 0 {
+		return nil, fmt.Errorf("interval %v: must be positive", cfg.Interval)
+	}
+	if err := cfg.Stream.Validate(); err != nil {
+		return nil, err
+	}
+	det, err := detect.New(cfg.Detect, nil)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(cfg.Paths))
+	for i, p := range cfg.Paths {
+		names[i] = filepath.Base(p)
+	}
+	label := "replay " + strings.Join(names, ",")
+	return &ReplaySource{
+		cfg:   cfg,
+		label: label,
+		det:   det,
+		asm:   stream.NewAssembler(cfg.Stream, cfg.Ports, cfg.Registry, det),
+	}, nil
+}
+
+// Detector is the detector the replay feeds.
+func (r *ReplaySource) Detector() *detect.Detector { return r.det }
+
+// Next reads packets up to the next sample time and returns the hot set then.
+func (r *ReplaySource) Next(ctx context.Context) (Snapshot, error) {
+	if r.done {
+		return Snapshot{}, io.EOF
+	}
+	if !r.lastOut.IsZero() && r.cfg.FrameDelay > 0 {
+		if err := sleepUntil(ctx, r.lastOut.Add(r.cfg.FrameDelay)); err != nil {
+			return Snapshot{}, err
+		}
+	}
+	s, err := r.advance(ctx)
+	r.lastOut = time.Now()
+	return s, err
+}
+
+// advance feeds segments until the next sample time passes or the files end.
+func (r *ReplaySource) advance(ctx context.Context) (Snapshot, error) {
+	iv := int64(r.cfg.Interval)
+	for n := 1; ; n++ {
+		if !r.held {
+			if err := r.read(); err != nil {
+				if errors.Is(err, io.EOF) {
+					// The end: deliver what is buffered, take the last frame
+					// at the last packet.
+					r.asm.Flush()
+					r.done = true
+					if r.sample == 0 {
+						return Snapshot{}, &FatalError{errors.New("replay: no packets in the capture files")}
+					}
+					return r.snap(r.lastTS), nil
+				}
+				r.done = true
+				return Snapshot{}, &FatalError{err}
+			}
+			r.held = true
+		}
+		ts := r.seg.TS
+		if r.sample == 0 {
+			r.sample = ts + iv
+		}
+		if ts >= r.sample {
+			at := r.sample
+			r.sample += iv
+			if ts >= r.sample+iv { // a long silence: skip the empty frames
+				r.sample = ts - (ts-r.sample)%iv
+			}
+			return r.snap(at), nil
+		}
+		r.asm.Add(&r.seg)
+		r.held = false
+		if ts > r.lastTS {
+			r.lastTS = ts
+		}
+		if n&4095 == 0 {
+			if err := ctx.Err(); err != nil {
+				return Snapshot{}, err
+			}
+		}
+	}
+}
+
+// read fills r.seg with the next segment of the files, or returns io.EOF
+// after the last one.
+func (r *ReplaySource) read() error {
+	for {
+		if r.file == nil {
+			if r.next >= len(r.cfg.Paths) {
+				return io.EOF
+			}
+			f, err := capture.OpenFile(r.cfg.Paths[r.next])
+			r.next++
+			if err != nil {
+				return err
+			}
+			r.file = f
+		}
+		err := r.file.Next(&r.seg)
+		if err == nil {
+			return nil
+		}
+		name := r.file.Name()
+		r.file.Close()
+		r.file = nil
+		if !errors.Is(err, io.EOF) {
+			if !strings.Contains(err.Error(), name) {
+				err = fmt.Errorf("%s: %w", name, err)
+			}
+			return err
+		}
+	}
+}
+
+func (r *ReplaySource) snap(at int64) Snapshot {
+	r.det.Tick(at)
+	return Snapshot{
+		Source: r.label,
+		TS:     time.Unix(0, at).UTC(),
+		HotQPS: r.det.Config().HotQPS,
+		Keys:   r.det.HotSet(),
+	}
+}
+
+// Close releases the open file, if any.
+func (r *ReplaySource) Close() error {
+	if r.file != nil {
+		err := r.file.Close()
+		r.file = nil
+		return err
+	}
+	return nil
+}
+
+// NoDelay makes Next return frames as fast as they are computed.
+func (r *ReplaySource) NoDelay() { r.cfg.FrameDelay = 0 }

@@ -1,0 +1,127 @@
+package topview
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// hotkeysDoc is a /hotkeys answer in the shape the daemon serves.
+const hotkeysDoc = `{"v":1,"node":"cache-node-3","ts":"2026-11-29T18:00:00.123456Z","hot_qps":1000,"keys":[
+ {"v":1,"seq":42,"type":"hot","proto":"redis","server":"10.0.0.5:6379","ns":"0","key":"item:42","qps":1843.5,"ttl_ms":60000,"ts":"2026-11-29T18:00:00.123456Z","source":"detected","node":"cache-node-3"},
+ {"v":1,"seq":40,"type":"hot","proto":"memcache","server":"10.0.0.6:11211","ns":"","key_b64":"/wBh","qps":1200,"ttl_ms":60000,"ts":"2026-11-29T17:59:59.5Z","source":"detected","node":"cache-node-3"},
+ {"v":1,"seq":41,"type":"hot","proto":"redis","server":"10.0.0.5:6379","ns":"3","key":"flag:maintenance","ttl_ms":300000,"ts":"2026-11-29T17:59:00Z","source":"manual","node":"cache-node-3","future_field":true}
+]}`
+
+func hotkeysServer(t *testing.T, fail *atomic.Bool) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/hotkeys" {
+			http.NotFound(w, r)
+			return
+		}
+		if fail != nil && fail.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, hotkeysDoc)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestHTTPSourceFetch(t *testing.T) {
+	srv := hotkeysServer(t, nil)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	for _, a := range []string{addr, srv.URL, srv.URL + "/", srv.URL + "/hotkeys"} {
+		src, err := NewHTTPSource(a, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if src.URL() != srv.URL+"/hotkeys" {
+			t.Errorf("URL of %q = %q", a, src.URL())
+		}
+		s, err := src.Fetch(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Node != "cache-node-3" || s.HotQPS != 1000 || len(s.Keys) != 3 || s.Source != addr ||
+			!s.TS.Equal(time.Date(2026, 11, 29, 18, 0, 0, 123456000, time.UTC)) {
+			t.Fatalf("snapshot = %+v", s)
+		}
+		if string(s.Keys[1].Key) != "\xff\x00a" || s.Keys[0].QPS != 1843.5 || s.Keys[2].Source != "manual" {
+			t.Errorf("keys = %+v", s.Keys)
+		}
+	}
+}
+
+func TestHTTPSourceErrors(t *testing.T) {
+	var fail atomic.Bool
+	fail.Store(true)
+	srv := hotkeysServer(t, &fail)
+	src, _ := NewHTTPSource(srv.URL, time.Second)
+	if _, err := src.Fetch(context.Background()); err == nil || !strings.Contains(err.Error(), "HTTP 503") {
+		t.Errorf("503: err = %v", err)
+	}
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "<html>") }))
+	defer bad.Close()
+	src, _ = NewHTTPSource(bad.URL, time.Second)
+	if _, err := src.Fetch(context.Background()); err == nil || !strings.Contains(err.Error(), "bad /hotkeys document") {
+		t.Errorf("html: err = %v", err)
+	}
+	src, _ = NewHTTPSource(closedAddr(t), time.Second)
+	_, err := src.Fetch(context.Background())
+	if err == nil || !strings.HasPrefix(err.Error(), "daemon unreachable: GET http://") || isFinal(err) {
+		t.Errorf("closed port: err = %v", err)
+	}
+	for _, a := range []string{"", "ftp://x", "http://"} {
+		if _, err := NewHTTPSource(a, time.Second); err == nil {
+			t.Errorf("NewHTTPSource(%q) accepted", a)
+		}
+	}
+}
+
+// closedAddr returns a local address nothing listens on.
+func closedAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := l.Addr().String()
+	l.Close()
+	return a
+}
+
+// TestViewHTTP runs the view on a daemon that answers 503, then recovers.
+func TestViewHTTP(t *testing.T) {
+	var fail atomic.Bool
+	fail.Store(true)
+	srv := hotkeysServer(t, &fail)
+	src, err := NewHTTPSource(srv.URL, 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := startHarness(t, 100, 24, src, NewModel(srv.URL, Options{}))
+	h.waitText("✖ GET "+srv.URL+"/hotkeys: HTTP 503", "retrying")
+	fail.Store(false)
+	f := h.waitText("item:42", "flag:maintenance", "b64:/wBh")
+	if got := tableKeys(f); len(got) != 3 || got[0] != "item:42" || got[1] != "b64:/wBh" || got[2] != "flag:maintenance" {
+		t.Errorf("rows = %v\n%s", got, f)
+	}
+	if fs := rowFields(f, "flag:maintenance"); len(fs) != 9 || fs[0] != "-" || fs[6] != "hot" || fs[7] != "manual" {
+		t.Errorf("manual row = %q", fs)
+	}
+	if !strings.Contains(f.lines[0], "node cache-node-3") || !strings.Contains(f.lines[0], "18:00:00Z") {
+		t.Errorf("header = %q", f.lines[0])
+	}
+	h.typeText("q")
+	if err := h.ended(); err != nil {
+		t.Fatal(err)
+	}
+}
