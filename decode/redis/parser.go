@@ -126,10 +126,6 @@ func (p *parser) Gap() {
 // len(b).
 func (p *parser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 	p.f, p.s = f, s
-	if p.resync && !p.resyncCounted {
-		s.Error(f, ReasonResync)
-		p.resyncCounted = true
-	}
 	pos := 0
 	for {
 		switch p.st {
@@ -139,6 +135,12 @@ func (p *parser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 			}
 			if p.resync {
 				q, found := p.scan(b, pos)
+				// Only bytes thrown away count: a connection joined
+				// mid-stream exactly at a request boundary lost nothing.
+				if q > pos && !p.resyncCounted {
+					s.Error(f, ReasonResync)
+					p.resyncCounted = true
+				}
 				if !found {
 					return q
 				}

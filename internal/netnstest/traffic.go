@@ -42,3 +42,17 @@ func RESP(args ...string) []byte {
 	}
 	return b
 }
+
+// RedisBenchmarkKey runs redis-benchmark's GET test without -r, so every
+// request names the literal key "key:__rand_int__": n GETs over 4
+// connections with pipeline p, a known workload with one planted hot key.
+func RedisBenchmarkKey(t testing.TB, addr netip.AddrPort, n, p int) string {
+	t.Helper()
+	bin := Need(t, "redis-benchmark")
+	out, err := exec.Command(bin, "-h", addr.Addr().String(), "-p", strconv.Itoa(int(addr.Port())),
+		"-n", strconv.Itoa(n), "-P", strconv.Itoa(p), "-c", "4", "-t", "get", "-q").CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-benchmark: %v: %s", err, out)
+	}
+	return string(out)
+}
