@@ -1,0 +1,295 @@
+package detect
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/hotsniff/hotsniff/decode"
+)
+
+// Detector names accepted in Config.Detector.
+const (
+	DetectorDefault = "default"
+	DetectorTair    = "tair"
+)
+
+// Config tunes a Detector. The yaml tags let the CLI's --config file hold it;
+// zero values take the defaults listed on each field.
+type Config struct {
+	// HotQPS is the default threshold: a key is hot when its weighted request
+	// rate at one server reaches HotQPS per second. Required.
+	HotQPS float64 `yaml:"hot_qps"`
+	// Detector selects the algorithm: "default" (windowed buckets, sound) or
+	// "tair" (Tair's server-side pipeline, kept for comparison).
+	Detector string `yaml:"detector"`
+	// TTL is the event ttl_ms: how long a client may treat a key as hot
+	// without a refresh, and the lifetime of a hot key seen no more. 60s.
+	TTL time.Duration `yaml:"ttl"`
+	// RefreshEvery rate-limits refreshes (type hot again) of a key that stays
+	// hot. TTL/2.
+	RefreshEvery time.Duration `yaml:"refresh_every"`
+	// Window is the span over which rates are measured. 0 picks it so that a
+	// key at HotQPS contributes about 800 requests per window (Poisson noise
+	// ±3.5 %), between 400ms and 20s. It is cut into 8 sliding sub-windows;
+	// a key newly located is judged after half a window at the earliest.
+	Window time.Duration `yaml:"window"`
+	// ColdRatio is the hysteresis: a hot key turns cold when its rate falls
+	// below ColdRatio × its threshold. 0.7.
+	ColdRatio float64 `yaml:"cold_ratio"`
+	// Buckets is the number of hash buckets of the default detector (a power
+	// of two). 4096. Recall is guaranteed while the traffic of one bucket
+	// (total rate / Buckets) stays below 8 × the lowest threshold.
+	Buckets int `yaml:"buckets"`
+	// MaxHot caps the hot list; when full, the least recently seen hot key is
+	// evicted (and announced cold). 1024.
+	MaxHot int `yaml:"max_hot"`
+	// InvalidateGap merges identical invalidates of one key closer than this;
+	// the first is always sent, and a merged one is sent after the gap. 1ms.
+	InvalidateGap time.Duration `yaml:"invalidate_gap"`
+	// Rules are per-key-pattern thresholds; the first match wins.
+	Rules []Rule `yaml:"rules"`
+	// Ignore lists key patterns that are never reported.
+	Ignore []string `yaml:"ignore"`
+	// Tair tunes the "tair" detector.
+	Tair TairConfig `yaml:"tair"`
+}
+
+// Rule overrides the threshold for keys matching Pattern.
+//
+// Patterns are matched against the raw key bytes: '*' matches any run of
+// bytes (including '/' and ':', unlike path.Match), '?' matches one byte,
+// every other byte matches itself. "session:*" is thus a prefix match (and
+// is matched without backtracking); a pattern without wildcards matches one
+// key exactly.
+type Rule struct {
+	Pattern string `yaml:"pattern"`
+	// HotQPS is the threshold for matching keys; 0 keeps the default. The
+	// window is sized for the default threshold, so a much lower one is
+	// judged on fewer requests (noisier near it): raise window if needed.
+	// The lowest threshold also sets how many buckets are located, so a
+	// very low one costs speed, never accuracy.
+	HotQPS float64 `yaml:"hot_qps"`
+	// Proto limits the rule to one protocol ("redis", "memcache", "tair");
+	// empty means all.
+	Proto string `yaml:"proto"`
+}
+
+// TairConfig holds the parameters of Tair's pipeline; zero values take
+// Tair's own constants.
+type TairConfig struct {
+	Buckets   int     `yaml:"buckets"`    // 1024
+	SampleMax int     `yaml:"sample_max"` // 50000
+	SigmaN    float64 `yaml:"sigma_n"`    // 0.8
+	ReapMax   int     `yaml:"reap_max"`   // 32
+}
+
+const (
+	defaultTTL      = 60 * time.Second
+	defaultBuckets  = 4096
+	defaultMaxHot   = 1024
+	defaultCold     = 0.7
+	defaultInvGap   = time.Millisecond
+	minWindow       = 400 * time.Millisecond
+	maxWindow       = 20 * time.Second
+	countsAtHotRate = 800 // requests a key at the threshold adds per window
+)
+
+// withDefaults validates c and fills in the defaults.
+func (c Config) withDefaults() (Config, error) {
+	if !(c.HotQPS > 0) || math.IsInf(c.HotQPS, 0) {
+		return c, fmt.Errorf("check hot_qps: must be a positive number, got %v", c.HotQPS)
+	}
+	switch c.Detector {
+	case "":
+		c.Detector = DetectorDefault
+	case DetectorDefault, DetectorTair:
+	default:
+		return c, fmt.Errorf("check detector: %q is not %q or %q", c.Detector, DetectorDefault, DetectorTair)
+	}
+	if c.TTL < 0 || c.RefreshEvery < 0 || c.Window < 0 || c.InvalidateGap < 0 {
+		return c, errors.New("check durations: must not be negative")
+	}
+	if c.TTL == 0 {
+		c.TTL = defaultTTL
+	}
+	if c.RefreshEvery == 0 {
+		c.RefreshEvery = c.TTL / 2
+	}
+	if c.Window == 0 {
+		w := time.Duration(countsAtHotRate / c.HotQPS * float64(time.Second))
+		c.Window = min(max(w, minWindow), maxWindow)
+	}
+	if c.Window < numSub*time.Millisecond {
+		return c, fmt.Errorf("check window: %v is shorter than %v", c.Window, numSub*time.Millisecond)
+	}
+	if c.ColdRatio == 0 {
+		c.ColdRatio = defaultCold
+	}
+	if c.ColdRatio < 0 || c.ColdRatio > 1 {
+		return c, fmt.Errorf("check cold_ratio: %v is not in (0, 1]", c.ColdRatio)
+	}
+	if c.Buckets == 0 {
+		c.Buckets = defaultBuckets
+	}
+	if c.Buckets < 16 || c.Buckets > 1<<20 || c.Buckets&(c.Buckets-1) != 0 {
+		return c, fmt.Errorf("check buckets: %d is not a power of two in [16, 2^20]", c.Buckets)
+	}
+	if c.MaxHot == 0 {
+		c.MaxHot = defaultMaxHot
+	}
+	if c.MaxHot < 1 || c.MaxHot > 1<<20 {
+		return c, fmt.Errorf("check max_hot: %d is not in [1, 2^20]", c.MaxHot)
+	}
+	if c.InvalidateGap == 0 {
+		c.InvalidateGap = defaultInvGap
+	}
+	t := &c.Tair
+	if t.Buckets == 0 {
+		t.Buckets = 1024
+	}
+	if t.SampleMax == 0 {
+		t.SampleMax = 50000
+	}
+	if t.SigmaN == 0 {
+		t.SigmaN = 0.8
+	}
+	if t.ReapMax == 0 {
+		t.ReapMax = 32
+	}
+	if t.Buckets < 2 || t.Buckets > 1<<20 || t.SampleMax < 1 || t.ReapMax < 1 || t.ReapMax > 4096 || t.SigmaN < 0 {
+		return c, fmt.Errorf("check tair: buckets %d, sample_max %d, reap_max %d, sigma_n %v out of range",
+			t.Buckets, t.SampleMax, t.ReapMax, t.SigmaN)
+	}
+	for i, r := range c.Rules {
+		if r.Pattern == "" {
+			return c, fmt.Errorf("check rule %d: empty pattern", i)
+		}
+		if r.HotQPS < 0 || math.IsNaN(r.HotQPS) || math.IsInf(r.HotQPS, 0) {
+			return c, fmt.Errorf("check rule %d (%s): hot_qps %v is negative", i, r.Pattern, r.HotQPS)
+		}
+		if r.Proto != "" {
+			if _, ok := decode.ParseProto(r.Proto); !ok {
+				return c, fmt.Errorf("check rule %d (%s): unknown proto %q", i, r.Pattern, r.Proto)
+			}
+		}
+	}
+	for i, p := range c.Ignore {
+		if p == "" {
+			return c, fmt.Errorf("check ignore %d: empty pattern", i)
+		}
+	}
+	return c, nil
+}
+
+// pattern is a compiled key pattern.
+type pattern struct {
+	s      string
+	prefix bool // s is a plain prefix (pattern "s*")
+	exact  bool // s has no wildcard
+}
+
+func compilePattern(p string) pattern {
+	if !strings.ContainsAny(p, "*?") {
+		return pattern{s: p, exact: true}
+	}
+	if i := strings.IndexAny(p, "*?"); i == len(p)-1 && p[i] == '*' {
+		return pattern{s: p[:i], prefix: true}
+	}
+	return pattern{s: p}
+}
+
+func (p *pattern) match(key []byte) bool {
+	switch {
+	case p.exact:
+		return string(key) == p.s
+	case p.prefix:
+		return len(key) >= len(p.s) && string(key[:len(p.s)]) == p.s
+	}
+	return globMatch(p.s, key)
+}
+
+// globMatch matches '*' (any bytes) and '?' (one byte). It backtracks only to
+// the last star, so it runs in O(len(p) × len(key)) at worst.
+func globMatch(p string, s []byte) bool {
+	pi, si := 0, 0
+	star, mark := -1, 0
+	for si < len(s) {
+		switch {
+		case pi < len(p) && (p[pi] == '?' || (p[pi] != '*' && p[pi] == s[si])):
+			pi++
+			si++
+		case pi < len(p) && p[pi] == '*':
+			star, mark = pi, si
+			pi++
+		case star >= 0:
+			pi = star + 1
+			mark++
+			si = mark
+		default:
+			return false
+		}
+	}
+	for pi < len(p) && p[pi] == '*' {
+		pi++
+	}
+	return pi == len(p)
+}
+
+type rule struct {
+	pat   pattern
+	qps   float64
+	proto decode.Proto // ProtoUnknown: any
+}
+
+// ruleSet resolves the threshold of a key. It is consulted only when a key
+// is about to be promoted, never per observation.
+type ruleSet struct {
+	def    float64
+	rules  []rule
+	ignore []pattern
+}
+
+func newRuleSet(c Config) ruleSet {
+	rs := ruleSet{def: c.HotQPS}
+	for _, r := range c.Rules {
+		p, _ := decode.ParseProto(r.Proto)
+		q := r.HotQPS
+		if q == 0 {
+			q = c.HotQPS
+		}
+		rs.rules = append(rs.rules, rule{pat: compilePattern(r.Pattern), qps: q, proto: p})
+	}
+	for _, s := range c.Ignore {
+		rs.ignore = append(rs.ignore, compilePattern(s))
+	}
+	return rs
+}
+
+// lookup returns the threshold for key, or ignored.
+func (rs *ruleSet) lookup(p decode.Proto, key []byte) (qps float64, ignored bool) {
+	for i := range rs.ignore {
+		if rs.ignore[i].match(key) {
+			return 0, true
+		}
+	}
+	for i := range rs.rules {
+		r := &rs.rules[i]
+		if (r.proto == decode.ProtoUnknown || r.proto == p) && r.pat.match(key) {
+			return r.qps, false
+		}
+	}
+	return rs.def, false
+}
+
+// min returns the lowest threshold any key can have: the bucket stage must
+// trigger on it or keys under a low per-pattern threshold would be missed.
+func (rs *ruleSet) min() float64 {
+	m := rs.def
+	for _, r := range rs.rules {
+		m = min(m, r.qps)
+	}
+	return m
+}

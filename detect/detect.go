@@ -1,0 +1,478 @@
+// Package detect finds hot keys in the stream of decoded reads and emits
+// hot, cold and invalidate events (CONTRACT §2).
+//
+// Two detectors share the hot list and event logic:
+//
+//   - "default" (windowed.go): per-bucket weighted counts over a sliding
+//     window of packet time; any bucket whose rate reaches a quarter of the
+//     lowest threshold is located with a small per-bucket Space-Saving
+//     table, and a key is confirmed hot only on its own measured rate. It misses no key at
+//     or above the threshold, finds any number of hot keys at once, and never
+//     alerts on uniform traffic. See docs/detection.md.
+//   - "tair" (tair.go): Tair's server-side pipeline (1024 buckets, σ > N×mean
+//     after sample_max requests, reap_max located requests, one key per
+//     round, LRU hot list with a lifetime), kept for comparison.
+//
+// The packet time of each observation (Flow.TS) is the only clock, so a
+// replay is deterministic. Key, Request, Error and Tick must be called from
+// one goroutine; HotSet and Stats may be called from any.
+package detect
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/hotsniff/hotsniff/decode"
+	"github.com/hotsniff/hotsniff/event"
+)
+
+// Emitter receives events; the publisher implements it. Emit must not block:
+// it is called from the capture loop. The event is the receiver's to keep.
+type Emitter interface {
+	Emit(e *event.Event)
+}
+
+// Stats are cumulative counters (and the current hot count) for metrics.
+type Stats struct {
+	Observations   uint64 // reads seen
+	Writes         uint64 // writes seen
+	Rounds         uint64 // default: sub-windows elapsed; tair: sampling rounds
+	Located        uint64 // default: keys entered in a located slot; tair: rounds that located a bucket
+	Hot            uint64 // keys that became hot
+	Refreshes      uint64 // hot events for keys still hot
+	Cold           uint64 // keys that turned cold (including evictions)
+	Evictions      uint64 // hot keys evicted because the list was full (MaxHot)
+	Invalidates    uint64 // invalidate events sent
+	InvalMerged    uint64 // writes merged into an invalidate sent less than InvalidateGap before
+	Ignored        uint64 // keys that reached a threshold but match the ignore list
+	Late           uint64 // reads dropped: more than a sub-window older than the clock
+	ClockResets    uint64 // clock restarted after a jump of more than 10s
+	HotKeys        int    // current size of the hot list
+	LatencyCount   uint64 // promotions measured for detection latency
+	LatencySumNs   uint64 // sum of (promotion time - time the key was located), packet time
+	LatencyMaxNs   uint64 // largest such latency
+	LastPacketTime int64  // newest packet time seen (Unix ns)
+}
+
+// Detector is a decode.Sink that detects hot keys.
+type Detector struct {
+	cfg   Config
+	out   Emitter
+	rules ruleSet
+
+	now      int64 // newest packet time (ns); older packets are counted now
+	epoch    int64 // now / sub
+	epochEnd int64 // start of the next sub-window (ns)
+
+	// The identity seed of the last (server, proto, ns): consecutive reads
+	// nearly always share it, so the hot path hashes only the key.
+	seedServer netip.AddrPort
+	seedProto  decode.Proto
+	seedNS     int32
+	seed       uint64
+
+	sub int64 // sub-window length (ns)
+	win int64 // window length = numSub × sub (ns)
+
+	hot  hotList
+	gate []uint32 // hot entries per gate index: most reads skip the hot lookup
+
+	def  *windowed // default detector, or nil
+	tair *tairDet  // tair detector, or nil
+
+	st Stats
+
+	pubMu    sync.Mutex
+	pubStats Stats
+	pubHot   []event.Event
+	lastPub  int64
+	dirty    bool // hot set changed since the last publication
+	ttlMs    int64
+	refresh  int64
+	invGap   int64
+	lifetime int64
+}
+
+const (
+	gateBits = 12
+	// clockReset: a packet this much older than the clock means the clock
+	// jumped (a bogus future timestamp, or files replayed out of order):
+	// start over from it rather than drop everything that follows.
+	clockReset = int64(10 * time.Second)
+	// publishEvery bounds how stale the qps values of HotSet may get.
+	publishEvery = int64(250 * time.Millisecond)
+)
+
+// New returns a detector emitting to out (nil: events are dropped).
+func New(cfg Config, out Emitter) (*Detector, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("configure detector: %w", err)
+	}
+	if out == nil {
+		out = discard{}
+	}
+	d := &Detector{
+		cfg:      c,
+		out:      out,
+		rules:    newRuleSet(c),
+		sub:      int64(c.Window) / numSub,
+		hot:      newHotList(c.MaxHot),
+		gate:     make([]uint32, 1<<gateBits),
+		ttlMs:    c.TTL.Milliseconds(),
+		refresh:  int64(c.RefreshEvery),
+		invGap:   int64(c.InvalidateGap),
+		lifetime: int64(c.TTL),
+	}
+	d.win = d.sub * numSub
+	d.seed = identitySeed(d.seedServer, d.seedProto, d.seedNS)
+	if c.Detector == DetectorTair {
+		d.tair = newTair(d, c.Tair)
+	} else {
+		d.def = newWindowed(d, c)
+	}
+	return d, nil
+}
+
+type discard struct{}
+
+func (discard) Emit(*event.Event) {}
+
+// Config returns the configuration in effect, defaults filled in.
+func (d *Detector) Config() Config { return d.cfg }
+
+// Request implements decode.Sink; detection works on keys only.
+func (d *Detector) Request(*decode.Flow, *decode.Request) {}
+
+// Error implements decode.Sink; decode errors are counted elsewhere.
+func (d *Detector) Error(*decode.Flow, string) {}
+
+// Key implements decode.Sink: one key occurrence. It allocates nothing
+// unless an event is emitted.
+func (d *Detector) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
+	late := false
+	if f.TS > d.now {
+		if f.TS < d.epochEnd {
+			d.now = f.TS // common case: same sub-window, no division
+		} else {
+			d.setClock(f.TS)
+		}
+	} else if f.TS < d.now-d.sub {
+		if f.TS < d.now-clockReset {
+			d.resetClock(f.TS)
+		} else {
+			late = true
+		}
+	}
+	if f.Server != d.seedServer || f.Proto != d.seedProto || r.NS != d.seedNS {
+		d.seedServer, d.seedProto, d.seedNS = f.Server, f.Proto, r.NS
+		d.seed = identitySeed(f.Server, f.Proto, r.NS)
+	}
+	h := xxhash.Sum64(k.Bytes) ^ d.seed
+	if h == 0 {
+		h = 1 // 0 marks an empty slot
+	}
+	if r.Write {
+		d.st.Writes++
+		if d.gate[h>>(64-gateBits)] != 0 {
+			d.write(h, f, r.NS, k.Bytes)
+		}
+		return
+	}
+	if late {
+		// A read more than a sub-window late cannot be placed in the
+		// windows; counting it now would inflate the current rate.
+		d.st.Late++
+		return
+	}
+	d.st.Observations++
+	w := k.Weight
+	if w == 0 {
+		w = 1
+	}
+	if d.gate[h>>(64-gateBits)] != 0 {
+		if e := d.hot.find(h, f, r.NS, k.Bytes); e != nil {
+			e.win.add(d.epoch, w)
+			e.lastSeen = d.now
+			e.prefix = e.prefix || k.Prefix
+			if e.pending && d.now-e.lastInval >= d.invGap {
+				d.emitInvalidate(e)
+			}
+			if d.tair == nil {
+				// Its rate is measured by the entry now; keeping it out of
+				// the bucket lets the bucket's other keys be judged alone.
+				return
+			}
+		}
+	}
+	if d.def != nil {
+		d.def.observe(h, f, r.NS, k, w)
+	} else {
+		d.tair.observe(h, f, r.NS, k, w)
+	}
+}
+
+// Tick tells the detector that time has passed without traffic (the live
+// daemon calls it with wall time): hot keys expire, turn cold or refresh,
+// and HotSet and Stats are brought up to date.
+func (d *Detector) Tick(now int64) {
+	if now <= d.now || !d.setClock(now) {
+		d.scan() // at least once per Tick: merged invalidates must not wait
+	}
+	d.publish(true)
+}
+
+// setClock moves the clock forward; at every sub-window boundary it scans
+// the hot list. Packets older than the clock are counted at the clock: a
+// few reordered packets must not rewind windows.
+func (d *Detector) setClock(ts int64) (scanned bool) {
+	d.now = ts
+	ep := floorDiv(ts, d.sub)
+	d.epochEnd = (ep + 1) * d.sub
+	if ep == d.epoch {
+		return false
+	}
+	d.epoch = ep
+	d.st.LastPacketTime = ts
+	if d.def != nil {
+		d.st.Rounds++
+	}
+	d.scan()
+	d.publish(false)
+	return true
+}
+
+// resetClock restarts the clock at ts after a jump: every window is
+// cleared; hot keys stay hot and are measured afresh (they cool within a
+// window if they are not read).
+func (d *Detector) resetClock(ts int64) {
+	d.st.ClockResets++
+	d.now = ts
+	d.epoch = floorDiv(ts, d.sub)
+	d.epochEnd = (d.epoch + 1) * d.sub
+	for i := range d.hot.e {
+		e := &d.hot.e[i]
+		e.win = window{epoch: d.epoch}
+		e.since, e.lastSeen, e.lastEmit, e.lastInval = ts, ts, ts, ts
+		e.expires = ts + d.lifetime
+		// The measurement restarts: give it a window before judging it.
+		e.win.ring[d.epoch&(numSub-1)] = uint32(min(e.thr*float64(d.win)/1e9, math.MaxUint32))
+		e.win.sum = uint64(e.win.ring[d.epoch&(numSub-1)])
+	}
+	if d.def != nil {
+		d.def.reset()
+	} else {
+		d.tair.reset(ts)
+	}
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// scan expires, cools and refreshes hot entries, and sends merged invalidates.
+func (d *Detector) scan() {
+	for i := 0; i < len(d.hot.e); {
+		e := &d.hot.e[i]
+		e.win.advance(d.epoch)
+		if e.pending && d.now-e.lastInval >= d.invGap {
+			d.emitInvalidate(e)
+		}
+		var cold bool
+		e.qps = d.rate(&e.win, e.since, 2*d.sub)
+		if d.def != nil {
+			// The conservative rate (span at least W/2) only under-reads
+			// a young entry, which was just measured above its threshold.
+			cold = d.now-e.lastSeen >= d.lifetime || d.rate(&e.win, e.since, d.win/2) < d.cfg.ColdRatio*e.thr
+		} else {
+			cold = d.now >= e.expires
+		}
+		if cold {
+			d.st.Cold++
+			d.emit(e, event.TypeCold, e.qps)
+			d.removeHot(i)
+			continue
+		}
+		if d.def != nil && d.now-e.lastEmit >= d.refresh {
+			d.st.Refreshes++
+			e.lastEmit = d.now
+			d.emit(e, event.TypeHot, e.qps)
+		}
+		i++
+	}
+}
+
+// span is how long a window started at since has been measuring, in ns:
+// from the later of since and the oldest sub-window still in the ring.
+func (d *Detector) span(since int64) int64 {
+	start := max(since, (d.epoch-numSub+1)*d.sub)
+	return d.now - start
+}
+
+// rate is w's weighted rate per second over its span, the span taken as at
+// least floor (a short span would overstate the rate of a young count).
+func (d *Detector) rate(w *window, since, floor int64) float64 {
+	s := max(d.span(since), floor, 1)
+	return float64(w.sum) * 1e9 / float64(s)
+}
+
+// promote makes a key hot and emits its first hot event.
+func (d *Detector) promote(h uint64, f *decode.Flow, ns int32, k decode.Key, thr, qps float64, prefix bool, located int64, w *window, since int64) *hotEntry {
+	if d.hot.full() {
+		v := d.hot.lru()
+		d.st.Evictions++
+		d.st.Cold++
+		d.emit(&d.hot.e[v], event.TypeCold, d.hot.e[v].qps)
+		d.removeHot(v)
+	}
+	e := d.hot.insert(h, f, ns, k.Bytes)
+	e.thr, e.qps, e.prefix = thr, qps, prefix
+	if w != nil {
+		e.win = *w
+	}
+	e.since = since
+	e.lastSeen, e.lastEmit = d.now, d.now
+	e.expires = d.now + d.lifetime
+	e.gate = uint32(h >> (64 - gateBits))
+	d.gate[e.gate]++
+	d.st.Hot++
+	lat := uint64(max(d.now-located, 0))
+	d.st.LatencyCount++
+	d.st.LatencySumNs += lat
+	d.st.LatencyMaxNs = max(d.st.LatencyMaxNs, lat)
+	d.dirty = true
+	d.emit(e, event.TypeHot, qps)
+	return e
+}
+
+func (d *Detector) removeHot(i int) {
+	d.gate[d.hot.e[i].gate]--
+	d.hot.remove(i)
+	d.dirty = true
+}
+
+// write handles a write to a key that may be hot: invalidate the clients'
+// copies. Identical invalidates closer than InvalidateGap are merged, but the
+// first is always sent and a merged one is sent once the gap has passed, so
+// the last write is never left uninvalidated.
+func (d *Detector) write(h uint64, f *decode.Flow, ns int32, key []byte) {
+	e := d.hot.find(h, f, ns, key)
+	if e == nil {
+		return
+	}
+	if e.invalSent && d.now-e.lastInval < d.invGap {
+		d.st.InvalMerged++
+		e.pending = true
+		return
+	}
+	d.emitInvalidate(e)
+}
+
+func (d *Detector) emitInvalidate(e *hotEntry) {
+	e.invalSent, e.pending, e.lastInval = true, false, d.now
+	d.st.Invalidates++
+	d.emit(e, event.TypeInvalidate, 0)
+}
+
+func (d *Detector) emit(e *hotEntry, typ string, qps float64) {
+	ev := d.toEvent(e, typ, qps)
+	d.out.Emit(&ev)
+}
+
+func (d *Detector) toEvent(e *hotEntry, typ string, qps float64) event.Event {
+	if typ == event.TypeInvalidate {
+		qps = 0
+	}
+	return event.Event{
+		V:      event.Version,
+		Type:   typ,
+		Proto:  e.proto.String(),
+		Server: e.server.String(),
+		NS:     decode.NSString(e.ns),
+		Key:    append([]byte(nil), e.key...),
+		Prefix: e.prefix,
+		QPS:    math.Round(qps*10) / 10,
+		TTLms:  d.ttlMs,
+		TS:     time.Unix(0, d.now).UTC(),
+		Source: event.SourceDetected,
+	}
+}
+
+// publish copies the hot set and the counters for HotSet and Stats, which
+// other goroutines read. It runs once per sub-window (not per read), and
+// rebuilds the hot set only when it changed or its rates are stale.
+func (d *Detector) publish(force bool) {
+	st := d.st
+	st.HotKeys = len(d.hot.e)
+	st.LastPacketTime = d.now
+	var hs []event.Event
+	rebuild := force || d.dirty || (len(d.hot.e) > 0 && d.now-d.lastPub >= publishEvery)
+	if rebuild {
+		hs = make([]event.Event, len(d.hot.e))
+		for i := range d.hot.e {
+			hs[i] = d.toEvent(&d.hot.e[i], event.TypeHot, d.hot.e[i].qps)
+		}
+		d.dirty = false
+		d.lastPub = d.now
+	}
+	d.pubMu.Lock()
+	d.pubStats = st
+	if rebuild {
+		d.pubHot = hs
+	}
+	d.pubMu.Unlock()
+}
+
+// HotSet returns a copy of the current hot set as hot events (current qps),
+// as of the last sub-window boundary or Tick.
+func (d *Detector) HotSet() []event.Event {
+	d.pubMu.Lock()
+	defer d.pubMu.Unlock()
+	out := make([]event.Event, len(d.pubHot))
+	for i, e := range d.pubHot {
+		e.Key = append([]byte(nil), e.Key...)
+		out[i] = e
+	}
+	return out
+}
+
+// Stats returns the counters as of the last sub-window boundary or Tick.
+func (d *Detector) Stats() Stats {
+	d.pubMu.Lock()
+	defer d.pubMu.Unlock()
+	return d.pubStats
+}
+
+// identitySeed hashes the non-key part of a key identity (proto, server
+// ip:port, ns). The identity hash is xxhash(key) XOR seed: xxhash is already
+// uniform, so the XOR keeps bucket indexes uniform, and two identities
+// collide with probability 2^-64 (the hot list compares full identities
+// anyway).
+func identitySeed(srv netip.AddrPort, p decode.Proto, ns int32) uint64 {
+	a := srv.Addr().As16()
+	s := binary.LittleEndian.Uint64(a[:8])*0x9E3779B97F4A7C15 ^
+		binary.LittleEndian.Uint64(a[8:])*0xC2B2AE3D27D4EB4F ^
+		uint64(srv.Port())<<40 ^ uint64(uint32(ns))<<8 ^ uint64(p)
+	return mix64(mix64(s) + 1)
+}
+
+// mix64 is the splitmix64 finaliser: every input bit affects every output
+// bit, so bucket indexes taken from the top bits are uniform.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xBF58476D1CE4E5B9
+	x ^= x >> 27
+	x *= 0x94D049BB133111EB
+	x ^= x >> 31
+	return x
+}

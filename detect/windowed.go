@@ -1,0 +1,228 @@
+package detect
+
+import (
+	"math"
+
+	"github.com/hotsniff/hotsniff/decode"
+)
+
+// The default detector keeps Tair's sample → locate → hot-list structure but
+// replaces its tests, which are unsound:
+//
+//   - Tair locates a bucket when the σ of the 1024 bucket counts exceeds
+//     0.8 × their mean after 50 000 samples. Pure noise already gives
+//     σ/mean ≈ √(buckets/samples) ≈ 0.14, and a single key lifts σ/mean by
+//     about share × √buckets, so the test fires only once one key holds
+//     several percent of ALL traffic, whatever the threshold: keys above
+//     the threshold but below that share are missed, and a skewed but
+//     harmless mix (many warm keys) alerts. It also locates one bucket,
+//     hence one key, per round.
+//   - Here every bucket keeps its weighted count over a sliding window of
+//     packet time (8 sub-windows). A key at rate R makes its bucket reach at
+//     least R, so testing each bucket against the threshold misses no hot
+//     key. The test is against a quarter of the lowest threshold
+//     (locateRatio) so that a rising key is already counted when it crosses
+//     the threshold (short onset latency). Uniform traffic passes it only
+//     when a bucket's traffic (total / Buckets) reaches that quarter, and
+//     even then nothing is emitted: see the confirmation below.
+//   - A located bucket counts the keys that fall in it with a Space-Saving
+//     table of slotsPerBucket counters, which holds every key carrying more
+//     than 1/slotsPerBucket of the bucket's traffic: every key at the
+//     threshold while the bucket runs below slotsPerBucket × threshold. All
+//     located buckets count at once, so any number of hot keys is found in
+//     the same window.
+//   - A key is confirmed hot only on its own count since it entered its slot
+//     (never the Space-Saving estimate, which inherits the evicted count, nor
+//     the bucket count, which collisions inflate): its weighted count over a
+//     span of at least W/2 must reach threshold × span. A count gathered over
+//     less than the span is a lower bound of the rate over the span, so a
+//     fast key is confirmed early (a key at 2× after W/4) and a phantom from
+//     a bucket collision is never confirmed. W is chosen so that a key at
+//     the threshold adds ~800 requests per window (Poisson σ 3.5 %): once a
+//     key has been tracked for a window, a key at 0.8× the threshold is ~6 σ
+//     short of it; the weaker tests over shorter spans (down to ~4.5 σ at
+//     W/2) happen only in the first window of a key's tenure in its slot.
+//
+// Memory is fixed at New: per bucket 64 bytes (bucket) + slotsPerBucket ×
+// 92 bytes (hash, estimate, slot), ~800 bytes; per hot entry ~200 bytes +
+// the key. It does not depend on the number of distinct keys.
+
+// slotsPerBucket is the size of a located bucket's Space-Saving table.
+const slotsPerBucket = 8
+
+// locateRatio: a bucket is located when its rate reaches this fraction of
+// the lowest threshold, so a rising key is already being counted by the
+// time it crosses the threshold (cost: more located buckets, never events).
+const locateRatio = 0.25
+
+type bucket struct {
+	win    window
+	active bool  // located: its slots count keys
+	decay  int64 // epoch up to which the slots' estimates have been decayed
+}
+
+// slot is the detail of one located key; its identity hash and Space-Saving
+// estimate live in windowed.sh and windowed.se, so a bucket's lookup reads
+// one cache line of hashes and, on a miss, half a line of estimates.
+type slot struct {
+	flags uint8
+	thr   float64 // threshold of this key once looked up
+	need  uint64  // count below which the key cannot be confirmed (fast reject)
+	since int64   // when the key entered the slot
+	own   window  // exact count of this key since it entered
+}
+
+const (
+	slotChecked uint8 = 1 << iota // rules looked up; thr is the key's own
+	slotIgnored                   // key matches the ignore list
+	slotPrefix                    // a Tair prefix read was seen
+)
+
+type windowed struct {
+	d       *Detector
+	shift   uint
+	buckets []bucket
+	slots   []slot
+	sh      []uint64 // identity hash per slot; 0 when empty
+	se      []uint32 // Space-Saving estimate per slot (decayed): eviction order only
+	trig    uint64   // bucket count that locates it (locateRatio × lowest threshold)
+	minNeed uint64   // count a key at the lowest threshold reaches in W/2
+	minThr  float64  // lowest threshold (per second)
+}
+
+func newWindowed(d *Detector, c Config) *windowed {
+	w := &windowed{
+		d:       d,
+		shift:   uint(64 - bitsLen(c.Buckets)),
+		buckets: make([]bucket, c.Buckets),
+		slots:   make([]slot, c.Buckets*slotsPerBucket),
+		sh:      make([]uint64, c.Buckets*slotsPerBucket),
+		se:      make([]uint32, c.Buckets*slotsPerBucket),
+		minThr:  d.rules.min(),
+	}
+	full := float64(d.win-d.sub) / 1e9 // seconds a full ring surely covers
+	w.trig = max(uint64(locateRatio*w.minThr*full), 1)
+	w.minNeed = max(uint64(math.Floor(w.minThr*float64(d.win/2)/1e9)), 1)
+	return w
+}
+
+// bitsLen returns log2 of a power of two.
+func bitsLen(n int) int {
+	b := 0
+	for n > 1 {
+		n >>= 1
+		b++
+	}
+	return b
+}
+
+func (w *windowed) observe(h uint64, f *decode.Flow, ns int32, k decode.Key, n uint32) {
+	d := w.d
+	bi := h >> w.shift
+	b := &w.buckets[bi]
+	ep := d.epoch
+	b.win.add(ep, n)
+	if !b.active {
+		if b.win.sum < w.trig {
+			return
+		}
+		b.active = true
+		b.decay = ep
+		lo := bi * slotsPerBucket
+		clear(w.sh[lo : lo+slotsPerBucket])
+		clear(w.se[lo : lo+slotsPerBucket])
+	} else if b.win.sum < w.trig/2 {
+		// Hysteresis: stay located down to half the trigger, so a key near
+		// the threshold does not lose its count to noise.
+		b.active = false
+		return
+	}
+	lo := bi * slotsPerBucket
+	sh := w.sh[lo : lo+slotsPerBucket : lo+slotsPerBucket]
+	se := w.se[lo : lo+slotsPerBucket : lo+slotsPerBucket]
+	if b.decay != ep {
+		// Age the estimates (×3/4 per sub-window) so the table follows a
+		// changing mix instead of keeping yesterday's keys.
+		steps := min(ep-b.decay, 32)
+		for i := range se {
+			for range steps {
+				se[i] -= se[i] >> 2
+			}
+		}
+		b.decay = ep
+	}
+	i := 0
+	for ; i < slotsPerBucket; i++ {
+		if sh[i] == h {
+			break
+		}
+	}
+	if i == slotsPerBucket {
+		// Space-Saving: replace the smallest estimate, inheriting it so a
+		// newcomer is not evicted by the next newcomer.
+		i = 0
+		for j := 1; j < slotsPerBucket; j++ {
+			if se[j] < se[i] {
+				i = j
+			}
+		}
+		sh[i] = h
+		w.slots[lo+uint64(i)] = slot{since: d.now, need: w.minNeed, own: window{epoch: ep}}
+		d.st.Located++
+	}
+	se[i] = satAdd(se[i], n)
+	s := &w.slots[lo+uint64(i)]
+	s.own.add(ep, n)
+	if k.Prefix {
+		s.flags |= slotPrefix
+	}
+	if s.own.sum < s.need {
+		return
+	}
+	if w.confirm(s, h, f, ns, k) {
+		// The entry measures it from now on: free the slot.
+		sh[i], se[i] = 0, 0
+	}
+}
+
+// confirm promotes the slot's key if its own rate reaches its threshold.
+func (w *windowed) confirm(s *slot, h uint64, f *decode.Flow, ns int32, k decode.Key) bool {
+	d := w.d
+	if s.flags&slotChecked == 0 {
+		// Rules are looked up once per slot tenancy, only for keys that got
+		// this far, so patterns cost nothing per read.
+		s.flags |= slotChecked
+		thr, ignored := d.rules.lookup(f.Proto, k.Bytes)
+		if ignored {
+			s.flags |= slotIgnored
+			s.need = math.MaxUint64
+			d.st.Ignored++
+			return false
+		}
+		s.thr = thr
+		s.need = max(uint64(math.Floor(thr*float64(d.win/2)/1e9)), 1)
+		if s.own.sum < s.need {
+			return false
+		}
+	}
+	if d.rate(&s.own, s.since, d.win/2) < s.thr {
+		return false
+	}
+	qps := d.rate(&s.own, s.since, 2*d.sub)
+	d.promote(h, f, ns, k, s.thr, qps, s.flags&slotPrefix != 0, s.since, &s.own, s.since)
+	return true
+}
+
+func satAdd(a, b uint32) uint32 {
+	if c := a + b; c >= a {
+		return c
+	}
+	return math.MaxUint32
+}
+
+// reset forgets every count (after a clock jump).
+func (w *windowed) reset() {
+	clear(w.buckets)
+	clear(w.sh)
+	clear(w.se)
+}
