@@ -208,7 +208,11 @@ func (w *windowed) confirm(s *slot, h uint64, f *decode.Flow, ns int32, k decode
 	if d.rate(&s.own, s.since, d.win/2) < s.thr {
 		return false
 	}
-	qps := d.rate(&s.own, s.since, 2*d.sub)
+	// The count already holds at least threshold × W/2 reads, so it is a
+	// solid estimate over its real span: flooring the span at two
+	// sub-windows (as the check above floors it at W/2) would report a key
+	// at 20× the threshold as 2× when it is caught within milliseconds.
+	qps := d.rate(&s.own, s.since, d.sub/8)
 	d.promote(h, f, ns, k, s.thr, qps, s.flags&slotPrefix != 0, s.since, &s.own, s.since)
 	return true
 }

@@ -50,7 +50,7 @@ A summary line goes to stderr. "-" reads standard input.`,
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
 			start := time.Now()
-			tot, err := readFiles(ctx, args, asm, newProgress(cmd.ErrOrStderr(), sf.progress))
+			tot, err := readFiles(ctx, args, asm, newProgress(cmd.ErrOrStderr(), sf.progress), nil)
 			if counts != nil {
 				counts.write(out)
 			}

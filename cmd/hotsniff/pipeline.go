@@ -35,7 +35,7 @@ type fileTotals struct {
 // segment (replay's detector runs on packet time). A corrupt or truncated
 // file stops the run with an error naming it, after everything before the
 // damage was processed.
-func readFiles(ctx context.Context, paths []string, asm *stream.Assembler, prog *progress) (fileTotals, error) {
+func readFiles(ctx context.Context, paths []string, asm *stream.Assembler, prog *progress, pace *pacer) (fileTotals, error) {
 	var tot fileTotals
 	var seg capture.Segment
 	defer asm.Flush()
@@ -48,7 +48,7 @@ func readFiles(ctx context.Context, paths []string, asm *stream.Assembler, prog 
 		if prog != nil {
 			prog.startFile(path, f.Size())
 		}
-		err = drain(ctx, f, &seg, asm, prog)
+		err = drain(ctx, f, &seg, asm, prog, pace)
 		st := f.Stats()
 		tot.Packets += st.Packets
 		tot.Segments += st.Segments
@@ -69,10 +69,15 @@ func readFiles(ctx context.Context, paths []string, asm *stream.Assembler, prog 
 // drain feeds every segment of src to asm until the source ends (io.EOF)
 // or fails, or ctx is cancelled. This is the per-packet loop: it allocates
 // nothing.
-func drain(ctx context.Context, src capture.Source, seg *capture.Segment, asm *stream.Assembler, prog *progress) error {
+func drain(ctx context.Context, src capture.Source, seg *capture.Segment, asm *stream.Assembler, prog *progress, pace *pacer) error {
 	for n := 1; ; n++ {
 		if err := src.Next(seg); err != nil {
 			return err
+		}
+		if pace != nil {
+			if err := pace.wait(ctx, seg.TS); err != nil {
+				return err
+			}
 		}
 		asm.Add(seg)
 		if n&4095 == 0 {
@@ -84,6 +89,32 @@ func drain(ctx context.Context, src capture.Source, seg *capture.Segment, asm *s
 			}
 		}
 	}
+}
+
+// pacer replays packets at a multiple of their recorded pace (demos, and
+// tests that need wall time to pass during a replay).
+type pacer struct {
+	speed       float64
+	first, base int64 // first packet time, and the wall time it was replayed
+}
+
+func (p *pacer) wait(ctx context.Context, ts int64) error {
+	now := time.Now().UnixNano()
+	if p.base == 0 {
+		p.first, p.base = ts, now
+		return nil
+	}
+	due := p.base + int64(float64(ts-p.first)/p.speed)
+	if d := time.Duration(due - now); d > time.Millisecond {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
 }
 
 // summary is the one-line account of a decode or replay run on stderr.

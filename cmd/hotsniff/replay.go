@@ -84,9 +84,10 @@ func (e emitters) Emit(ev *event.Event) {
 
 func newReplayCmd() *cobra.Command {
 	var (
-		sf streamFlags
-		df detectFlags
-		rf redisFlags
+		sf    streamFlags
+		df    detectFlags
+		rf    redisFlags
+		speed float64
 	)
 	cmd := &cobra.Command{
 		Use:   "replay [flags] FILE...",
@@ -140,7 +141,14 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 			counter := decode.NewCounter(det)
 			asm := stream.NewAssembler(scfg, ports, registry(), counter)
 			start := time.Now()
-			tot, rerr := readFiles(ctx, args, asm, newProgress(cmd.ErrOrStderr(), sf.progress))
+			var pace *pacer
+			if speed < 0 {
+				return usagef("--speed %g: must be 0 (as fast as possible) or positive", speed)
+			} else if speed > 0 {
+				pace = &pacer{speed: speed}
+			}
+			tot, rerr := readFiles(ctx, args, asm, newProgress(cmd.ErrOrStderr(), sf.progress), pace)
+			out.Flush()
 			if pub != nil {
 				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				if err := pub.Close(cctx); err != nil && rerr == nil {
@@ -161,5 +169,6 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 	sf.register(cmd)
 	df.register(cmd)
 	rf.register(cmd.Flags())
+	cmd.Flags().Float64Var(&speed, "speed", 0, "replay at this multiple of the recorded pace (1: real time); 0: as fast as possible")
 	return cmd
 }

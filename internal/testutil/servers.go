@@ -49,21 +49,7 @@ type Redis struct {
 // Extra arguments are passed as config directives ("--requirepass", "x").
 func StartRedis(t testing.TB, extra ...string) *Redis {
 	t.Helper()
-	bin := Need(t, "redis-server")
-	port := FreePort(t)
-	args := append([]string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", t.TempDir(),
-		"--protected-mode", "no",
-	}, extra...)
-	cmd := exec.Command(bin, args...)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
-	}
-	r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), Port: port, cmd: cmd}
-	t.Cleanup(r.Stop)
-	waitRedis(t, r.Addr)
-	return r
+	return StartRedisOn(t, FreePort(t), extra...)
 }
 
 // Stop kills the server; safe to call twice.
@@ -133,4 +119,24 @@ func (m *Memcached) Stop() {
 		_ = m.cmd.Wait()
 		m.cmd = nil
 	}
+}
+
+// StartRedisOn starts redis-server on a given port, for tests that stop a
+// server and bring it back where clients expect it.
+func StartRedisOn(t testing.TB, port int, extra ...string) *Redis {
+	t.Helper()
+	bin := Need(t, "redis-server")
+	args := append([]string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", t.TempDir(),
+		"--protected-mode", "no",
+	}, extra...)
+	cmd := exec.Command(bin, args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), Port: port, cmd: cmd}
+	t.Cleanup(r.Stop)
+	waitRedis(t, r.Addr)
+	return r
 }
