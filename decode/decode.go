@@ -7,6 +7,8 @@ package decode
 import (
 	"net/netip"
 	"strconv"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Proto names a cache protocol.
@@ -160,4 +162,20 @@ func (r *Registry) Get(p Proto) Decoder {
 		return r[p]
 	}
 	return nil
+}
+
+// CountKey is how `hotsniff decode --count` prints a key (CONTRACT §1):
+// as is when it is valid UTF-8 of printable runes (space included), else
+// Go-quoted, so one line always holds exactly one key. Fixture generators
+// use it to write their truth files in the same form.
+func CountKey(k string) string {
+	if !utf8.ValidString(k) {
+		return strconv.Quote(k)
+	}
+	for _, r := range k {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(k)
+		}
+	}
+	return k
 }

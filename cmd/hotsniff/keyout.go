@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strconv"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/hotsniff/hotsniff/decode"
@@ -169,21 +168,7 @@ func (c *countSink) write(w *bufio.Writer) {
 		w.WriteByte('\t')
 		w.WriteString(r.ns)
 		w.WriteByte('\t')
-		w.WriteString(printableKey(r.key))
+		w.WriteString(decode.CountKey(r.key))
 		w.WriteByte('\n')
 	}
-}
-
-// printableKey is the --count form of a key: raw when it is printable
-// UTF-8, else Go-quoted, so one line is always one key.
-func printableKey(k string) string {
-	if !utf8.ValidString(k) {
-		return strconv.Quote(k)
-	}
-	for _, r := range k {
-		if !unicode.IsPrint(r) {
-			return strconv.Quote(k)
-		}
-	}
-	return k
 }

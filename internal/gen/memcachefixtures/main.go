@@ -23,12 +23,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/hotsniff/hotsniff/decode"
 )
 
 // addr is memcached's default port, so `hotsniff decode` reads the fixtures
@@ -280,20 +279,7 @@ func formatCount(t truth) string {
 	})
 	var b strings.Builder
 	for _, k := range keys {
-		fmt.Fprintf(&b, "%d\t%d\tmemcache\t\t%s\n", t[k], t[k], printKey(k))
+		fmt.Fprintf(&b, "%d\t%d\tmemcache\t\t%s\n", t[k], t[k], decode.CountKey(k))
 	}
 	return b.String()
-}
-
-// printKey is the contract's key form: raw when printable UTF-8, else quoted.
-func printKey(k string) string {
-	if !utf8.ValidString(k) {
-		return strconv.Quote(k)
-	}
-	for _, r := range k {
-		if !unicode.IsPrint(r) {
-			return strconv.Quote(k)
-		}
-	}
-	return k
 }

@@ -24,13 +24,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
 
+	"github.com/hotsniff/hotsniff/decode"
 	w "github.com/hotsniff/hotsniff/decode/tair/tairwire"
 )
 
@@ -147,22 +146,9 @@ func (fx *fixture) golden() []byte {
 	})
 	var sb strings.Builder
 	for _, r := range rows {
-		fmt.Fprintf(&sb, "%d\t%d\ttair\t%s\t%s\n", r.count, r.weight, r.ns, printKey(r.key))
+		fmt.Fprintf(&sb, "%d\t%d\ttair\t%s\t%s\n", r.count, r.weight, r.ns, decode.CountKey(r.key))
 	}
 	return []byte(sb.String())
-}
-
-// printKey prints a key raw when it is printable UTF-8, else Go-quoted.
-func printKey(k string) string {
-	if !utf8.ValidString(k) {
-		return strconv.Quote(k)
-	}
-	for _, r := range k {
-		if !unicode.IsPrint(r) {
-			return strconv.Quote(k)
-		}
-	}
-	return k
 }
 
 // conn is one client connection to the server, with both byte streams.
