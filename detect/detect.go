@@ -433,6 +433,11 @@ func (d *Detector) publish(force bool) {
 	d.pubMu.Unlock()
 }
 
+// Flush brings HotSet and Stats up to date with everything observed so far
+// without moving the clock: the end of a replay, where no later packet or
+// Tick will. Like Key and Tick, it runs on the observing goroutine.
+func (d *Detector) Flush() { d.publish(true) }
+
 // HotSet returns a copy of the current hot set as hot events (current qps),
 // as of the last sub-window boundary or Tick.
 func (d *Detector) HotSet() []event.Event {

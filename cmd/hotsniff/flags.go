@@ -71,6 +71,9 @@ func applyConfig(cmd *cobra.Command, path string) error {
 		}
 	}
 	var errs []string
+	if err := checkConfigKeys(cmd, path, fromFile); err != nil {
+		return err
+	}
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
 		if f.Changed || f.Name == "config" || f.Name == "help" {
 			return
@@ -99,6 +102,40 @@ func applyConfig(cmd *cobra.Command, path string) error {
 	if len(errs) > 0 {
 		sort.Strings(errs)
 		return usagef("config: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// nonFlagKeys are the config file keys that are not flags.
+var nonFlagKeys = map[string]bool{"rules": true, "ignore": true}
+
+// checkConfigKeys rejects keys no command knows, so a typo ("hot_qps",
+// "ifaces") is an error rather than a setting silently ignored. Keys of other
+// commands' flags are accepted: one file can serve run, replay and top.
+func checkConfigKeys(cmd *cobra.Command, path string, file map[string]any) error {
+	known := map[string]bool{}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) { known[f.Name] = true })
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(cmd.Root())
+	var bad []string
+	for k := range file {
+		if known[k] || nonFlagKeys[k] {
+			continue
+		}
+		msg := fmt.Sprintf("unknown key %q", k)
+		if alt := strings.ReplaceAll(strings.ToLower(k), "_", "-"); known[alt] {
+			msg += fmt.Sprintf(" (did you mean %q?)", alt)
+		}
+		bad = append(bad, msg)
+	}
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		return usagef("config %s: %s", path, strings.Join(bad, "; "))
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -55,7 +56,10 @@ func runWith(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(stderr, "hotsniff: %v\n", err)
+	// One line, whatever the error: some libraries (yaml, errors.Join)
+	// produce several.
+	msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+	fmt.Fprintf(stderr, "hotsniff: %s\n", strings.ReplaceAll(msg, ":;", ":"))
 	var u usageError
 	if errors.As(err, &u) || isCobraUsage(err) {
 		return 2

@@ -2,8 +2,11 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"time"
@@ -36,10 +39,13 @@ func (d *detectFlags) register(cmd *cobra.Command) {
 	f.StringVar(&d.node, "node", "", "node name in events (default: the host name; env HOTSNIFF_NODE)")
 }
 
-// rulesFile is the part of --config that is not flags.
+// rulesFile is the part of --config that is not flags (those are applied
+// by applyConfig). Fields of a rule are checked strictly: a misspelt
+// "hot_qps" must not silently leave a rule at the default threshold.
 type rulesFile struct {
-	Rules  []detect.Rule `yaml:"rules"`
-	Ignore []string      `yaml:"ignore"`
+	Rules  []detect.Rule  `yaml:"rules"`
+	Ignore []string       `yaml:"ignore"`
+	Flags  map[string]any `yaml:",inline"`
 }
 
 // build validates the flags and reads rules and the ignore list from the
@@ -55,7 +61,9 @@ func (d *detectFlags) build(configPath string) (detect.Config, error) {
 			return cfg, usagef("read config: %v", err)
 		}
 		var rf rulesFile
-		if err := yaml.Unmarshal(b, &rf); err != nil {
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(&rf); err != nil && !errors.Is(err, io.EOF) {
 			return cfg, usagef("parse config %s: %v", configPath, err)
 		}
 		cfg.Rules, cfg.Ignore = rf.Rules, rf.Ignore
@@ -156,6 +164,7 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 				}
 				cancel()
 			}
+			det.Flush()
 			summary(cmd.ErrOrStderr(), tot, counter, asm.Stats(), time.Since(start))
 			ds := det.Stats()
 			fmt.Fprintf(cmd.ErrOrStderr(), "hotsniff: %d hot, %d refreshes, %d cold, %d invalidates; %d keys hot at the end\n",

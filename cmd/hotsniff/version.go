@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/hotsniff/hotsniff/bpf"
 )
 
 // version and commit are set by the Makefile through -ldflags.
@@ -36,5 +38,4 @@ func newVersionCmd() *cobra.Command {
 	}
 }
 
-// bpfObjectHash is replaced once the BPF objects are embedded.
-func bpfObjectHash() string { return "none" }
+func bpfObjectHash() string { return bpf.ObjectHash() }

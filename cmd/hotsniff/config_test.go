@@ -1,0 +1,78 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestConfigErrors: configuration mistakes are one precise line and exit 2,
+// never a setting silently ignored.
+func TestConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	cfg := func(body string) string {
+		p := filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".yaml")
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	fixture := "../../testdata/redis/get-p1.pcap"
+	cases := []struct {
+		name string
+		body string
+		env  []string
+		want string
+	}{
+		{"typo in a flag key", "hot_qps: 5\n", nil, `unknown key "hot_qps" (did you mean "hot-qps"?)`},
+		{"unknown key", "treshold: 5\n", nil, `unknown key "treshold"`},
+		{"typo in a rule", "rules:\n  - {pattern: \"a*\", hotqps: 10}\n", nil, "field hotqps not found"},
+		{"bad rule proto", "rules:\n  - {pattern: \"a*\", hot_qps: 10, proto: mongo}\n", nil, `unknown proto "mongo"`},
+		{"bad value", "hot-qps: lots\n", nil, "hot-qps"},
+		{"bad port", "port: [redis=99999]\n", nil, "99999"},
+		{"not yaml", "rules: [\n", nil, "parse config"},
+		{"bad env", "", []string{"HOTSNIFF_HOT_QPS", "abc"}, "HOTSNIFF_HOT_QPS"},
+		{"negative threshold", "hot-qps: -3\n", nil, "hot_qps"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.env != nil {
+				t.Setenv(c.env[0], c.env[1])
+			}
+			_, errOut, code := runCLI(t, "replay", "--config", cfg(c.body), fixture)
+			if code != 2 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, c.want) {
+				t.Fatalf("exit %d, stderr %q; want exit 2 and one line containing %q", code, errOut, c.want)
+			}
+		})
+	}
+}
+
+// TestConfigPrecedence: defaults < file < environment < flags, and one file
+// can carry other commands' flags (iface is run's) without error.
+func TestConfigPrecedence(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(p, []byte("hot-qps: 999999\niface: [eth0]\nrules:\n  - {pattern: \"nothing:*\", hot_qps: 5}\n"), 0o644)
+	fixture := "../../testdata/redis/hotkey.pcap.gz"
+	// The file's threshold is far above item:hot: nothing is hot.
+	out, errOut, code := runCLI(t, "replay", "--config", p, fixture)
+	if code != 0 || out != "" {
+		t.Fatalf("file threshold: exit %d, out %q, err %s", code, out, errOut)
+	}
+	// The environment beats the file.
+	t.Setenv("HOTSNIFF_HOT_QPS", "1000")
+	out, _, _ = runCLI(t, "replay", "--config", p, fixture)
+	if !strings.Contains(out, `"key":"item:hot"`) {
+		t.Fatalf("env threshold: %q", out)
+	}
+	// A flag beats both.
+	out, _, _ = runCLI(t, "replay", "--config", p, "--hot-qps", "999999", fixture)
+	if out != "" {
+		t.Fatalf("flag threshold: %q", out)
+	}
+	// --config-check validates and summarises without capturing.
+	out, errOut, code = runCLI(t, "run", "--config", p, "--config-check")
+	if code != 0 || !strings.Contains(out, "config ok") || !strings.Contains(out, "1 rules") {
+		t.Fatalf("config-check: exit %d, %q %q", code, out, errOut)
+	}
+}
