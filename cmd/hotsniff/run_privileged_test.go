@@ -39,13 +39,21 @@ type daemonProc struct {
 
 func startDaemon(t *testing.T, p *netnstest.Pair, args ...string) *daemonProc {
 	t.Helper()
+	return startDaemonVia(t, p, nil, args...)
+}
+
+// startDaemonVia runs the daemon through a wrapper command (setpriv to drop
+// capabilities) inside the namespace.
+func startDaemonVia(t *testing.T, p *netnstest.Pair, wrapper []string, args ...string) *daemonProc {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	httpAddr := fmt.Sprintf("%s:%d", p.NSIP, 19464)
 	args = append([]string{"run", "--iface", p.NSIface, "--listen", httpAddr, "--node", "test-node"}, args...)
-	cmd := p.Command(context.Background(), self, args...)
+	argv := append(append(append([]string(nil), wrapper...), self), args...)
+	cmd := p.Command(context.Background(), argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "HOTSNIFF_TEST_MAIN=1")
 	d := &daemonProc{cmd: cmd, http: "http://" + httpAddr, stderr: &bytes.Buffer{}, mu: &sync.Mutex{}}
 	cmd.Stdout = io.Discard
@@ -200,8 +208,17 @@ func TestRunPrivileged(t *testing.T) {
 	mc := p.StartMemcached(t, 11211)
 	chanRedis := p.StartRedis(t, 6390) // the pub/sub channel lives here
 
-	for _, mode := range []string{"xdp", "tc", "afpacket"} {
-		t.Run(mode, func(t *testing.T) {
+	// auto-nobpf is --capture auto in a process without CAP_BPF,
+	// CAP_SYS_ADMIN and CAP_PERFMON (as in a pod that forbids eBPF): it must
+	// fall back to AF_PACKET, say so in one log line, and count as exactly.
+	noBPF := []string{"setpriv", "--bounding-set=-bpf,-sys_admin,-perfmon", "--inh-caps=-all", "--"}
+	for _, name := range []string{"xdp", "tc", "afpacket", "auto-nobpf"} {
+		mode, wrapper := name, []string(nil)
+		if name == "auto-nobpf" {
+			netnstest.Need(t, "setpriv")
+			mode, wrapper = "auto", noBPF
+		}
+		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			// Connections opened and used before the daemon starts.
 			rc := redis.NewClient(&redis.Options{Addr: cache.String(), PoolSize: 1, MinIdleConns: 1})
@@ -223,8 +240,15 @@ func TestRunPrivileged(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			d := startDaemon(t, p, "--capture", mode, "--port", "redis=6379", "--port", "memcache=11211",
+			d := startDaemonVia(t, p, wrapper, "--capture", mode, "--port", "redis=6379", "--port", "memcache=11211",
 				"--hot-qps", "2000", "--redis-url", "redis://127.0.0.1:6390")
+			wantMode := mode
+			if name == "auto-nobpf" {
+				wantMode = "afpacket"
+				if n := strings.Count(d.log(), "falling back to AF_PACKET"); n != 1 {
+					t.Errorf("want one fallback log line, got %d:\n%s", n, d.log())
+				}
+			}
 
 			// The known workload.
 			const benchN = 30000
@@ -274,8 +298,8 @@ func TestRunPrivileged(t *testing.T) {
 					t.Errorf("%s = %v, want none", k, v)
 				}
 			}
-			if m[`hotsniff_packets_total{iface="`+p.NSIface+`",mode="`+mode+`"}`] == 0 {
-				t.Errorf("no packets counted for %s/%s", p.NSIface, mode)
+			if m[`hotsniff_packets_total{iface="`+p.NSIface+`",mode="`+wantMode+`"}`] == 0 {
+				t.Errorf("no packets counted for %s/%s", p.NSIface, wantMode)
 			}
 			promcheck.Check(t, body)
 
@@ -303,7 +327,7 @@ func TestRunPrivileged(t *testing.T) {
 			}
 			assertNothingAttached(t, p)
 
-			if mode != "afpacket" {
+			if mode == "xdp" || mode == "tc" {
 				// SIGKILL leaves no chance to detach: the kernel must.
 				d := startDaemon(t, p, "--capture", mode, "--port", "redis=6379")
 				_ = d.stop(t, syscall.SIGKILL)
