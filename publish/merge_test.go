@@ -111,7 +111,7 @@ func TestManual(t *testing.T) {
 	}
 	// The daemon's next write keeps the manual entry.
 	det.Emit(hot("detected2"))
-	s = waitSnapshot(t, rdb, "hk", 3*time.Second, func(s *event.Snapshot) bool { return len(s.Keys) == 3 })
+	waitSnapshot(t, rdb, "hk", 3*time.Second, func(s *event.Snapshot) bool { return len(s.Keys) == 3 })
 
 	// Removed from another host.
 	if _, err := publish.Manual(ctx, rdb, publish.ManualOptions{Channel: "hk", Node: "manual@ops2"},

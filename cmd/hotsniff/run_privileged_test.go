@@ -272,7 +272,7 @@ func TestRunPrivileged(t *testing.T) {
 			}
 
 			wantGets := float64(benchN + preGets)
-			body, m := d.waitMetric(t, `hotsniff_requests_total{op="GET",proto="redis"}`, wantGets)
+			_, m := d.waitMetric(t, `hotsniff_requests_total{op="GET",proto="redis"}`, wantGets)
 			if got := m[`hotsniff_requests_total{op="GET",proto="redis"}`]; got != wantGets {
 				t.Errorf("redis GET requests = %v, want %v (the clients sent exactly that)\n%s", got, wantGets, d.log())
 			}
@@ -280,7 +280,7 @@ func TestRunPrivileged(t *testing.T) {
 			if got := m[`hotsniff_requests_total{op="MGET",proto="redis"}`]; got != preMGets {
 				t.Errorf("redis MGET requests = %v, want %d", got, preMGets)
 			}
-			body, m = d.waitMetric(t, `hotsniff_keys_total{proto="memcache"}`, mcMulti*4)
+			body, m := d.waitMetric(t, `hotsniff_keys_total{proto="memcache"}`, mcMulti*4)
 			if got := m[`hotsniff_keys_total{proto="memcache"}`]; got != mcMulti*4 {
 				t.Errorf("memcache keys = %v, want %d", got, mcMulti*4)
 			}

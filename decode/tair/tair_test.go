@@ -149,15 +149,12 @@ func TestMidStream(t *testing.T) {
 func TestMidStreamMagicInKeys(t *testing.T) {
 	fake := w.AppendGet(nil, 1, 1, w.Plain("PHANTOM"))
 	var b []byte
-	var starts []int
 	real := map[string]bool{}
 	for i := range 20 {
-		starts = append(starts, len(b))
 		key := append([]byte("k"), fake...)
 		key = append(key, byte(i))
 		real[string(key)] = true
 		b = w.AppendGet(b, uint32(i), 1, w.Entry{Bytes: key})
-		starts = append(starts, len(b))
 		b = w.AppendPut(b, uint32(i), 1, 0, 0, w.Plain("pk"), w.Entry{Bytes: append(bytes.Clone(fake), 'x')})
 	}
 	for k := range len(b) {

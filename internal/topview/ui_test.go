@@ -204,7 +204,7 @@ func TestViewScrollAndResize(t *testing.T) {
 		t.Errorf("after down: %v", got)
 	}
 	h.key(tcell.KeyPgDn, 0)
-	f = h.waitText("21-40/50")
+	h.waitText("21-40/50")
 	h.key(tcell.KeyPgDn, 0)
 	f = h.waitText("31-50/50")
 	if got := tableKeys(f); got[19] != "k49" {
