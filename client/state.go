@@ -107,3 +107,28 @@ func (h *hotSet) expire(now time.Time) {
 		}
 	}
 }
+
+// hotUntil is hot restricted to the entries match accepts: the shim counts
+// only events for the servers its client talks to. It returns when the key
+// stops being hot without a refresh (zero: not before a cold message).
+func (h *hotSet) hotUntil(proto, ns string, key []byte, now time.Time, match func(*event.Event) bool) (time.Time, bool) {
+	var until time.Time
+	found := false
+	for id := range h.lookup[lookupID(proto, ns, key)] {
+		en := h.m[id]
+		if !en.expires.IsZero() && !now.Before(en.expires) {
+			continue
+		}
+		if match != nil && !match(en.ev) {
+			continue
+		}
+		if en.expires.IsZero() {
+			return time.Time{}, true
+		}
+		if !found || en.expires.After(until) {
+			until = en.expires
+		}
+		found = true
+	}
+	return until, found
+}

@@ -192,6 +192,15 @@ func (s *Subscriber) Lookup(proto, ns string, key []byte) (*event.Event, bool) {
 	return s.set.hot(proto, ns, key, s.opt.Now())
 }
 
+// HotUntil is Hot counting only the entries match accepts (nil: all), and
+// reports until when the key stays hot without a refresh (zero time: until
+// a cold message).
+func (s *Subscriber) HotUntil(proto, ns string, key []byte, match func(*event.Event) bool) (time.Time, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.set.hotUntil(proto, ns, key, s.opt.Now(), match)
+}
+
 // HotSet returns the live entries (shared events: do not modify).
 func (s *Subscriber) HotSet() []*event.Event {
 	now := s.opt.Now()

@@ -1,0 +1,250 @@
+package client
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// epoch anchors the shim's monotonic clock: nanoseconds since epoch fit an
+// atomic int64 and compare without wall-clock jumps.
+var epoch = time.Now()
+
+func nanotime() int64 { return int64(time.Since(epoch)) }
+
+// monoOf converts an expiry from the Subscriber (zero: none) to the shim
+// clock (0: none).
+func monoOf(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return max(int64(t.Sub(epoch)), 1)
+}
+
+// Kinds of cached value: a key is cached as what the application reads it
+// as, and a read of the other kind passes through (Redis answers WRONGTYPE
+// or whatever is right).
+const (
+	kindString uint8 = iota + 1
+	kindHash
+)
+
+// value is one cached reply. It is never modified after it is stored, so
+// readers share it without locks.
+type value struct {
+	expires int64 // shim clock
+	exists  bool  // kindString: false caches a missing key (redis.Nil)
+	str     string
+	hash    map[string]string // kindHash; empty map: missing key
+}
+
+// cacheEntry is a hot key admitted to the local cache.
+type cacheEntry struct {
+	key  string
+	kind uint8
+	// hotUntil is when the key stops being hot unless refreshed (0: until
+	// cold), copied from the hot set so a hit needs no other lookup.
+	hotUntil atomic.Int64
+	val      atomic.Pointer[value]
+	// refreshing is the start time of the one fetch in flight (0: none): the
+	// caller that set it goes to Redis, the others keep the current value.
+	refreshing atomic.Int64
+	// gen counts invalidations; a fetch stores its result only if gen has
+	// not moved since it was sent, so a reply read before a write never
+	// lands after the write's invalidation.
+	gen atomic.Uint64
+	// mu orders stores against invalidations (never taken on a hit).
+	mu sync.Mutex
+	// uncacheable: the hash is larger than MaxHashFields.
+	uncacheable atomic.Bool
+}
+
+// action is what a read of one key does.
+type action uint8
+
+const (
+	actPass  action = iota // go to Redis, store nothing
+	actHit                 // serve v
+	actFetch               // go to Redis and store the reply (holds the refresh token)
+)
+
+// ticket is a fetch in progress: the entry, the gen it was sent at and its
+// refresh token.
+type ticket struct {
+	e     *cacheEntry
+	gen   uint64
+	token int64
+}
+
+// acquire decides how a read of key is served. Only the admission path
+// allocates; a hit is two map-free atomic loads after the map lookup.
+func (s *Shim) acquire(key string, kind uint8, now int64) (action, *value, ticket) {
+	s.mu.RLock()
+	e := s.entries[key]
+	s.mu.RUnlock()
+	if e == nil {
+		return s.admit(key, kind, now)
+	}
+	if e.kind != kind || e.uncacheable.Load() {
+		s.m.misses.Add(1)
+		return actPass, nil, ticket{}
+	}
+	if hu := e.hotUntil.Load(); hu != 0 && now >= hu {
+		// The hot entry lapsed without a refresh or cold message.
+		s.drop(e, evictNotHot)
+		s.m.misses.Add(1)
+		return actPass, nil, ticket{}
+	}
+	v := e.val.Load()
+	if v != nil && now < v.expires {
+		s.m.hits.Add(1)
+		return actHit, v, ticket{}
+	}
+	// Expired or invalidated: exactly one caller refreshes. A refresh that
+	// hangs past StaleGrace gives its token up to the next caller.
+	if start := e.refreshing.Load(); start == 0 || now-start > int64(s.opt.StaleGrace) {
+		token := max(now, 1)
+		if e.refreshing.CompareAndSwap(start, token) {
+			s.m.misses.Add(1)
+			s.m.refreshes.Add(1)
+			return actFetch, nil, ticket{e: e, gen: e.gen.Load(), token: token}
+		}
+	}
+	if v != nil && now < v.expires+int64(s.opt.StaleGrace) {
+		s.m.staleHits.Add(1)
+		return actHit, v, ticket{}
+	}
+	s.m.misses.Add(1)
+	return actPass, nil, ticket{}
+}
+
+// admit handles a read of a key with no entry: admission on second access.
+// The first read of a hot key only records it; the second creates the entry
+// and fetches the value. Keys that are not hot pass untouched.
+func (s *Shim) admit(key string, kind uint8, now int64) (action, *value, ticket) {
+	s.mu.RLock()
+	until, hot := s.hot[key]
+	_, seen := s.seen[key]
+	s.mu.RUnlock()
+	if !hot || (until != 0 && now >= until) {
+		return actPass, nil, ticket{}
+	}
+	s.m.misses.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.entries[key]; e != nil {
+		// Admitted meanwhile by another caller: it fetches.
+		return actPass, nil, ticket{}
+	}
+	if !seen {
+		if _, seen = s.seen[key]; !seen {
+			if len(s.seen) >= max(4*s.opt.MaxEntries, 1024) {
+				// A doorkeeper, not a history: start over when full.
+				clear(s.seen)
+			}
+			s.seen[key] = struct{}{}
+			return actPass, nil, ticket{}
+		}
+	}
+	delete(s.seen, key)
+	if len(s.entries) >= s.opt.MaxEntries {
+		s.evictOneLocked(now)
+	}
+	e := &cacheEntry{key: key, kind: kind}
+	e.hotUntil.Store(until)
+	token := max(now, 1)
+	e.refreshing.Store(token)
+	s.entries[key] = e
+	s.m.admissions.Add(1)
+	s.m.refreshes.Add(1)
+	return actFetch, nil, ticket{e: e, token: token}
+}
+
+// evictOneLocked makes room: an entry whose value expired long ago if one
+// turns up among the first few, else whichever comes first (Go's map order
+// is random, so this is random eviction, which is fine for a set of hot keys
+// that all get refreshed constantly).
+func (s *Shim) evictOneLocked(now int64) {
+	var victim *cacheEntry
+	n := 0
+	for _, e := range s.entries {
+		if victim == nil {
+			victim = e
+		}
+		if v := e.val.Load(); v == nil || now > v.expires+int64(s.opt.StaleGrace) {
+			victim = e
+			break
+		}
+		if n++; n >= 8 {
+			break
+		}
+	}
+	if victim != nil {
+		delete(s.entries, victim.key)
+		s.m.evictions[evictCapacity].Add(1)
+	}
+}
+
+// store installs a fetched value unless the key was invalidated since the
+// fetch was sent, and gives the refresh token back. The value expires
+// LocalTTL after the fetch was sent (the token is that time), not after it
+// landed: what bounds staleness is the age of the read at the server.
+func (s *Shim) store(t ticket, v *value) {
+	e := t.e
+	if v != nil {
+		v.expires = t.token + int64(s.opt.LocalTTL)
+		e.mu.Lock()
+		if e.gen.Load() == t.gen {
+			e.val.Store(v)
+		}
+		e.mu.Unlock()
+	}
+	e.refreshing.CompareAndSwap(t.token, 0)
+}
+
+// release gives the token back after a failed fetch.
+func (s *Shim) release(t ticket) {
+	if t.e != nil {
+		t.e.refreshing.CompareAndSwap(t.token, 0)
+	}
+}
+
+// invalidate drops key's cached value (the key stays admitted: it is still
+// hot, the next read refreshes it).
+func (s *Shim) invalidate(key string, reason int) {
+	s.mu.RLock()
+	e := s.entries[key]
+	s.mu.RUnlock()
+	if e != nil {
+		s.invalidateEntry(e)
+		s.m.invalidations[reason].Add(1)
+	}
+}
+
+func (s *Shim) invalidateEntry(e *cacheEntry) {
+	e.mu.Lock()
+	e.gen.Add(1)
+	e.val.Store(nil)
+	e.mu.Unlock()
+}
+
+// invalidateAll drops every cached value, keeping the entries.
+func (s *Shim) invalidateAll(reason int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, e := range s.entries {
+		s.invalidateEntry(e)
+	}
+	s.m.invalidations[reason].Add(1)
+}
+
+// drop removes an entry (the key is not hot any more).
+func (s *Shim) drop(e *cacheEntry, reason int) {
+	s.invalidateEntry(e)
+	s.mu.Lock()
+	if s.entries[e.key] == e {
+		delete(s.entries, e.key)
+		s.m.evictions[reason].Add(1)
+	}
+	s.mu.Unlock()
+}

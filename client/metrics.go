@@ -1,0 +1,143 @@
+package client
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Reasons a cached value is invalidated (label "reason").
+const (
+	invalWrite    = iota // a write through the same client
+	invalEvent           // an invalidate message on the channel
+	invalTracking        // server-assisted invalidation (CLIENT TRACKING)
+	invalCold            // a cold message
+	invalSnapshot        // a snapshot reload (gap or reconnect: messages may be lost)
+	invalFlush           // FLUSHDB/FLUSHALL/SWAPDB, or tracking lost
+	numInval
+)
+
+var invalNames = [numInval]string{"write", "event", "tracking", "cold", "snapshot", "flush"}
+
+// Reasons an entry leaves the cache (label "reason").
+const (
+	evictCapacity = iota // MaxEntries reached
+	evictNotHot          // the key is no longer hot
+	evictIdle            // not read for a while
+	evictModeEnd         // hot-running mode ended
+	numEvict
+)
+
+var evictNames = [numEvict]string{"capacity", "not_hot", "idle", "mode_end"}
+
+type metrics struct {
+	hits, staleHits, misses, admissions, refreshes, fetchErrors atomic.Uint64
+	invalidations                                               [numInval]atomic.Uint64
+	evictions                                                   [numEvict]atomic.Uint64
+
+	dHits, dStale, dMisses, dAdmissions, dRefreshes, dFetchErrors *prometheus.Desc
+	dInval, dEvict, dEntries, dHotKeys, dActive, dTracking        *prometheus.Desc
+	dReloads, dGaps, dReconnects, dMessages                       *prometheus.Desc
+}
+
+func (m *metrics) init() {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("hotsniff_client_"+name, help, labels, nil)
+	}
+	m.dHits = d("hits_total", "Reads of hot keys served from local memory with a fresh value.")
+	m.dStale = d("stale_hits_total", "Reads served the previous value while one caller refreshed it (bounded by StaleGrace).")
+	m.dMisses = d("misses_total", "Reads of hot keys that went to Redis (first access, refresh, invalidated, not cacheable).")
+	m.dAdmissions = d("admissions_total", "Hot keys admitted to the local cache (on their second read).")
+	m.dRefreshes = d("refreshes_total", "Fetches of a hot key's value from Redis by the single refreshing caller.")
+	m.dFetchErrors = d("fetch_errors_total", "Refreshes that failed (the error went to the caller, nothing was cached).")
+	m.dInval = d("invalidations_total", "Cached values dropped, by reason.", "reason")
+	m.dEvict = d("evictions_total", "Entries removed from the local cache, by reason.", "reason")
+	m.dEntries = d("entries", "Keys in the local cache.")
+	m.dHotKeys = d("hot_keys", "Keys hot for this client (its servers and DB).")
+	m.dActive = d("hot_mode", "1 while in hot-running mode (reads of hot keys are served locally).")
+	m.dTracking = d("tracking", "1 while server-assisted invalidation (CLIENT TRACKING) is established.")
+	m.dReloads = d("snapshot_reloads_total", "Snapshot loads by the channel subscriber.")
+	m.dGaps = d("seq_gaps_total", "Sequence gaps seen on the channel.")
+	m.dReconnects = d("channel_reconnects_total", "Channel subscription reconnects.")
+	m.dMessages = d("channel_messages_total", "Messages received on the channel.")
+}
+
+// Describe implements prometheus.Collector.
+func (s *Shim) Describe(ch chan<- *prometheus.Desc) {
+	m := &s.m
+	for _, d := range []*prometheus.Desc{m.dHits, m.dStale, m.dMisses, m.dAdmissions, m.dRefreshes, m.dFetchErrors,
+		m.dInval, m.dEvict, m.dEntries, m.dHotKeys, m.dActive, m.dTracking, m.dReloads, m.dGaps, m.dReconnects, m.dMessages} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector. No key is ever a label.
+func (s *Shim) Collect(ch chan<- prometheus.Metric) {
+	m := &s.m
+	c := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	g := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
+	}
+	c(m.dHits, m.hits.Load())
+	c(m.dStale, m.staleHits.Load())
+	c(m.dMisses, m.misses.Load())
+	c(m.dAdmissions, m.admissions.Load())
+	c(m.dRefreshes, m.refreshes.Load())
+	c(m.dFetchErrors, m.fetchErrors.Load())
+	for i := range m.invalidations {
+		c(m.dInval, m.invalidations[i].Load(), invalNames[i])
+	}
+	for i := range m.evictions {
+		c(m.dEvict, m.evictions[i].Load(), evictNames[i])
+	}
+	s.mu.RLock()
+	entries, hot := len(s.entries), len(s.hot)
+	s.mu.RUnlock()
+	g(m.dEntries, float64(entries))
+	g(m.dHotKeys, float64(hot))
+	g(m.dActive, b2f(s.active.Load()))
+	g(m.dTracking, b2f(s.tr != nil && s.tr.established.Load()))
+	st := s.sub.Stats()
+	c(m.dReloads, st.Reloads)
+	c(m.dGaps, st.Gaps)
+	c(m.dReconnects, st.Reconnects)
+	c(m.dMessages, st.Messages)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ShimStats are the shim's counters, for tests and logs.
+type ShimStats struct {
+	Hits, StaleHits, Misses, Admissions, Refreshes, FetchErrors uint64
+	Invalidations, Evictions                                    map[string]uint64
+	Entries, HotKeys                                            int
+	HotMode, Tracking                                           bool
+}
+
+// Stats returns the counters.
+func (s *Shim) Stats() ShimStats {
+	m := &s.m
+	st := ShimStats{
+		Hits: m.hits.Load(), StaleHits: m.staleHits.Load(), Misses: m.misses.Load(),
+		Admissions: m.admissions.Load(), Refreshes: m.refreshes.Load(), FetchErrors: m.fetchErrors.Load(),
+		Invalidations: map[string]uint64{}, Evictions: map[string]uint64{},
+		HotMode: s.active.Load(), Tracking: s.tr != nil && s.tr.established.Load(),
+	}
+	for i := range m.invalidations {
+		st.Invalidations[invalNames[i]] = m.invalidations[i].Load()
+	}
+	for i := range m.evictions {
+		st.Evictions[evictNames[i]] = m.evictions[i].Load()
+	}
+	s.mu.RLock()
+	st.Entries, st.HotKeys = len(s.entries), len(s.hot)
+	s.mu.RUnlock()
+	return st
+}

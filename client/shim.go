@@ -1,0 +1,434 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotsniff/hotsniff/event"
+	"github.com/redis/go-redis/v9"
+)
+
+// ShimOptions tune a Shim; zero values take the defaults.
+type ShimOptions struct {
+	// Channel is the hot-key channel (DefaultChannel if empty).
+	Channel string
+	// ChannelClient is where the channel lives. Nil: the cache client
+	// itself (the daemon publishes to any Redis; often a separate one).
+	ChannelClient redis.UniversalClient
+	// Servers are extra "ip:port" addresses whose events apply to this
+	// client, for when the sniffer sees another address than the client
+	// dials (NAT, proxies, a Kubernetes Service in front of the pod).
+	Servers []string
+	// AnyServer applies events for any server (only ns and key must
+	// match): for a client whose server address cannot be known.
+	AnyServer bool
+	// LocalTTL is how long a cached value is served before one caller
+	// refreshes it (default 50ms). It bounds staleness, see
+	// docs/client-shim.md.
+	LocalTTL time.Duration
+	// StaleGrace is how long past LocalTTL the old value is still served
+	// to other callers while one refresh is in flight (default 100ms);
+	// after it they go to Redis themselves, and a refresh in flight that
+	// long loses its token to the next caller. A served value was read
+	// from Redis at most LocalTTL+StaleGrace ago.
+	StaleGrace time.Duration
+	// MaxEntries bounds the cached keys (default 10000); the keys seen once
+	// are bounded by 4×MaxEntries (at least 1024).
+	MaxEntries int
+	// MaxHashFields: a hash with more fields is not cached (default 1000).
+	MaxHashFields int
+	// HotModeLinger ends hot-running mode this long after the last hot
+	// message (default 2m, above the daemon's 60s ttl_ms refreshes); keys
+	// with ttl_ms 0 (manual, until cold) keep the mode on.
+	HotModeLinger time.Duration
+	// DisableTracking turns off server-assisted invalidation (CLIENT
+	// TRACKING ... BCAST on a dedicated connection).
+	DisableTracking bool
+	// TrackingCheck is how often the tracking connection is checked
+	// (default 1s).
+	TrackingCheck time.Duration
+	Logger        *slog.Logger
+	// Subscriber tunes the channel subscriber (Channel, Handler and Logger
+	// are set by the shim).
+	Subscriber Options
+}
+
+func (o *ShimOptions) defaults() {
+	if o.Channel == "" {
+		o.Channel = DefaultChannel
+	}
+	if o.LocalTTL <= 0 {
+		o.LocalTTL = 50 * time.Millisecond
+	}
+	if o.StaleGrace <= 0 {
+		o.StaleGrace = 100 * time.Millisecond
+	}
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = 10000
+	}
+	if o.MaxHashFields <= 0 {
+		o.MaxHashFields = 1000
+	}
+	if o.HotModeLinger <= 0 {
+		o.HotModeLinger = 2 * time.Minute
+	}
+	if o.TrackingCheck <= 0 {
+		o.TrackingCheck = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Shim serves hot keys of one go-redis client from local memory. It is a
+// redis.Hook: Install adds it, and the application keeps calling go-redis.
+type Shim struct {
+	rdb *redis.Client
+	opt ShimOptions
+	ns  string
+	log *slog.Logger
+	sub *Subscriber
+
+	servers atomic.Pointer[map[string]struct{}]
+
+	// active is hot-running mode: false makes the hook a pass-through.
+	active atomic.Bool
+	// lastHot is when the last hot message (or snapshot with our keys)
+	// arrived, on the shim clock.
+	lastHot atomic.Int64
+
+	mu      sync.RWMutex
+	hot     map[string]int64 // hot keys for this client -> until (0: until cold)
+	entries map[string]*cacheEntry
+	seen    map[string]struct{} // hot keys read once, not yet admitted
+
+	tr *tracker
+	m  metrics
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed atomic.Bool
+}
+
+// Install subscribes to the hot-key channel and adds the shim to rdb's
+// hooks: from then on reads of hot keys are served locally. Close stops it
+// (go-redis cannot remove a hook: a closed shim passes everything through).
+func Install(rdb *redis.Client, opt ShimOptions) (*Shim, error) {
+	s, err := NewShim(rdb, opt)
+	if err != nil {
+		return nil, err
+	}
+	rdb.AddHook(s)
+	return s, nil
+}
+
+// NewShim is Install without adding the hook, for applications that order
+// their hooks themselves (add it with rdb.AddHook).
+func NewShim(rdb *redis.Client, opt ShimOptions) (*Shim, error) {
+	opt.defaults()
+	o := rdb.Options()
+	s := &Shim{
+		rdb: rdb, opt: opt, ns: strconv.Itoa(o.DB),
+		log:     opt.Logger.With("component", "client-shim"),
+		hot:     make(map[string]int64),
+		entries: make(map[string]*cacheEntry),
+		seen:    make(map[string]struct{}),
+	}
+	s.m.init()
+	for _, a := range opt.Servers {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("parse server %q: %w", a, err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.resolveServers(ctx)
+
+	chc := opt.ChannelClient
+	if chc == nil {
+		chc = rdb
+	}
+	so := opt.Subscriber
+	so.Channel = opt.Channel
+	so.Handler = shimHandler{s}
+	so.Logger = opt.Logger
+	s.sub = New(chc, so)
+	if !opt.DisableTracking && (o.Network == "" || o.Network == "tcp") {
+		s.tr = newTracker(s, o)
+	}
+	s.goRun(func() {
+		if err := s.sub.Run(ctx); err != nil {
+			s.log.Error("hot-key subscriber stopped", "err", err)
+		}
+	})
+	s.goRun(func() { s.housekeep(ctx) })
+	if s.tr != nil {
+		s.goRun(func() { s.tr.run(ctx) })
+	}
+	return s, nil
+}
+
+func (s *Shim) goRun(f func()) {
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); f() }()
+}
+
+// Close stops following the channel and empties the cache; the hook stays
+// installed as a pass-through.
+func (s *Shim) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	s.active.Store(false)
+	s.cancel()
+	s.wg.Wait()
+	s.mu.Lock()
+	clear(s.entries)
+	clear(s.seen)
+	s.mu.Unlock()
+	if s.tr != nil {
+		return s.tr.close()
+	}
+	return nil
+}
+
+// Synced is closed once the first snapshot has been loaded.
+func (s *Shim) Synced() <-chan struct{} { return s.sub.Synced() }
+
+// Subscriber is the channel subscriber the shim follows.
+func (s *Shim) Subscriber() *Subscriber { return s.sub }
+
+// resolveServers computes the addresses whose events apply: the client's
+// Addr with its host resolved (events carry the IP the sniffer saw), plus
+// ShimOptions.Servers.
+func (s *Shim) resolveServers(ctx context.Context) {
+	set := make(map[string]struct{})
+	for _, a := range s.opt.Servers {
+		set[normAddr(a)] = struct{}{}
+	}
+	o := s.rdb.Options()
+	if host, port, err := net.SplitHostPort(o.Addr); err == nil && (o.Network == "" || o.Network == "tcp") {
+		if host == "" {
+			host = "localhost"
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ips, err := net.DefaultResolver.LookupHost(rctx, host)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("resolve cache server; using the configured servers only", "addr", o.Addr, "err", err)
+		}
+		for _, ip := range ips {
+			set[normAddr(net.JoinHostPort(ip, port))] = struct{}{}
+		}
+	}
+	s.servers.Store(&set)
+}
+
+// normAddr writes ip:port one way (IPv4-mapped IPv6 as IPv4, zones kept).
+func normAddr(a string) string {
+	ap, err := netip.ParseAddrPort(a)
+	if err != nil {
+		return a
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
+}
+
+// matches reports whether an event is for this client: proto redis, our
+// DB, and our server (or a manual event naming none).
+func (s *Shim) matches(e *event.Event) bool {
+	if e.Proto != "redis" || e.NS != s.ns || e.Prefix {
+		return false
+	}
+	if s.opt.AnyServer || e.Server == "" {
+		return true
+	}
+	_, ok := (*s.servers.Load())[normAddr(e.Server)]
+	return ok
+}
+
+// shimHandler feeds the subscriber's changes into the shim, on the
+// subscriber's goroutine.
+type shimHandler struct{ s *Shim }
+
+func (h shimHandler) Event(e *event.Event) {
+	s := h.s
+	if !s.matches(e) {
+		return
+	}
+	key := string(e.Key)
+	switch e.Type {
+	case event.TypeHot, event.TypeCold:
+		// Ask the subscriber rather than trust this one message: another
+		// node may still report the key hot after this node's cold.
+		until, ok := s.sub.HotUntil("redis", s.ns, e.Key, s.matches)
+		if e.Type == event.TypeHot {
+			s.lastHot.Store(nanotime())
+		}
+		s.setHot(key, monoOf(until), ok)
+	case event.TypeInvalidate:
+		s.invalidate(key, invalEvent)
+	}
+}
+
+func (h shimHandler) Snapshot(*event.Snapshot) {
+	s := h.s
+	hot := make(map[string]int64)
+	for _, e := range s.sub.HotSet() {
+		if !s.matches(e) {
+			continue
+		}
+		if until, ok := s.sub.HotUntil("redis", s.ns, e.Key, s.matches); ok {
+			hot[string(e.Key)] = monoOf(until)
+		}
+	}
+	if len(hot) > 0 {
+		s.lastHot.Store(nanotime())
+	}
+	s.mu.Lock()
+	s.hot = hot
+	var gone []*cacheEntry
+	for k, e := range s.entries {
+		if until, ok := hot[k]; ok {
+			e.hotUntil.Store(until)
+		} else {
+			gone = append(gone, e)
+		}
+	}
+	s.mu.Unlock()
+	for _, e := range gone {
+		s.drop(e, evictNotHot)
+	}
+	// An invalidate may have been among the messages a gap or a reconnect
+	// lost: drop the values, keep the hot set.
+	s.invalidateAll(invalSnapshot)
+	s.updateMode(nanotime())
+	if s.tr != nil {
+		s.tr.kick()
+	}
+}
+
+// setHot records key as hot until until, or not hot.
+func (s *Shim) setHot(key string, until int64, hot bool) {
+	s.mu.Lock()
+	e := s.entries[key]
+	if hot {
+		s.hot[key] = until
+		if e != nil {
+			e.hotUntil.Store(until)
+		}
+	} else {
+		delete(s.hot, key)
+		delete(s.seen, key)
+	}
+	s.mu.Unlock()
+	if !hot && e != nil {
+		s.drop(e, evictNotHot)
+		s.m.invalidations[invalCold].Add(1)
+	}
+	s.updateMode(nanotime())
+	if s.tr != nil {
+		s.tr.kick()
+	}
+}
+
+// updateMode turns hot-running mode on while keys are hot and a hot
+// message came within HotModeLinger (or a key is hot until cold); when it
+// ends, everything cached goes.
+func (s *Shim) updateMode(now int64) {
+	if s.closed.Load() {
+		return
+	}
+	s.mu.RLock()
+	n := len(s.hot)
+	forever := false
+	for _, u := range s.hot {
+		if u == 0 {
+			forever = true
+			break
+		}
+	}
+	s.mu.RUnlock()
+	on := n > 0 && (forever || now-s.lastHot.Load() < int64(s.opt.HotModeLinger))
+	if was := s.active.Swap(on); was && !on {
+		s.log.Info("hot-running mode ended")
+		s.mu.Lock()
+		for k := range s.entries {
+			delete(s.entries, k)
+			s.m.evictions[evictModeEnd].Add(1)
+		}
+		clear(s.seen)
+		s.mu.Unlock()
+	}
+}
+
+// housekeep ages out keys whose hot entry lapsed, values long expired and
+// the mode, and re-resolves the server address now and then (a DNS name
+// may move).
+func (s *Shim) housekeep(ctx context.Context) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	lastResolve := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := nanotime()
+		var lapsed []string
+		var idle []*cacheEntry
+		s.mu.Lock()
+		for k, u := range s.hot {
+			if u != 0 && now >= u {
+				delete(s.hot, k)
+				delete(s.seen, k)
+				lapsed = append(lapsed, k)
+			}
+		}
+		for _, e := range s.entries {
+			// Not read for a while (the value expired and nobody refreshed
+			// it): the key may be hot at another client, not here.
+			if v := e.val.Load(); v != nil && now-v.expires > int64(10*time.Second) {
+				idle = append(idle, e)
+			}
+		}
+		s.mu.Unlock()
+		for _, k := range lapsed {
+			s.mu.RLock()
+			e := s.entries[k]
+			s.mu.RUnlock()
+			if e != nil {
+				s.drop(e, evictNotHot)
+			}
+		}
+		for _, e := range idle {
+			s.drop(e, evictIdle)
+		}
+		s.updateMode(now)
+		if len(lapsed) > 0 && s.tr != nil {
+			s.tr.kick()
+		}
+		if time.Since(lastResolve) > 30*time.Second {
+			lastResolve = time.Now()
+			s.resolveServers(ctx)
+		}
+	}
+}
+
+// hotKeys lists the keys hot for this client (for tracking).
+func (s *Shim) hotKeys() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]string, 0, len(s.hot))
+	for k := range s.hot {
+		out = append(out, k)
+	}
+	return out
+}

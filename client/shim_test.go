@@ -1,0 +1,444 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hotsniff/hotsniff/client"
+	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/testutil"
+	"github.com/hotsniff/hotsniff/publish"
+	"github.com/redis/go-redis/v9"
+)
+
+// shimEnv is a cache server with an application client that has the shim
+// installed, and a publisher on a separate channel server sending what the
+// daemon would send about the cache server.
+type shimEnv struct {
+	cache *testutil.Redis
+	app   *redis.Client // with the shim
+	plain *redis.Client // another client of the same server, no shim
+	shim  *client.Shim
+	pub   *publish.Publisher
+}
+
+func newShimEnv(t testing.TB, opt client.ShimOptions) *shimEnv {
+	t.Helper()
+	cache := testutil.StartRedis(t)
+	chanSrv := testutil.StartRedis(t)
+	chc := dial(t, chanSrv.Addr)
+	pub, err := publish.New(chc, publish.Options{Channel: "hk", Node: "sniffer-1", Logger: quiet, SnapshotInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close(context.Background()) })
+	app := redis.NewClient(&redis.Options{Addr: cache.Addr, DialTimeout: time.Second})
+	t.Cleanup(func() { app.Close() })
+	plain := redis.NewClient(&redis.Options{Addr: cache.Addr, DialTimeout: time.Second})
+	t.Cleanup(func() { plain.Close() })
+	opt.Channel = "hk"
+	opt.ChannelClient = chc
+	if opt.Logger == nil {
+		opt.Logger = quiet
+	}
+	sh, err := client.Install(app, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sh.Close() })
+	select {
+	case <-sh.Synced():
+	case <-time.After(5 * time.Second):
+		t.Fatal("shim never synced")
+	}
+	return &shimEnv{cache: cache, app: app, plain: plain, shim: sh, pub: pub}
+}
+
+// emit publishes an event about key at the cache server, as the daemon
+// would after seeing its traffic.
+func (e *shimEnv) emit(typ, key string) {
+	ev := &event.Event{Type: typ, Proto: "redis", Server: e.cache.Addr, NS: "0", Key: []byte(key),
+		TTLms: 60000, TS: time.Now(), Source: event.SourceDetected}
+	if typ == event.TypeHot {
+		ev.QPS = 1500
+	}
+	e.pub.Emit(ev)
+}
+
+func (e *shimEnv) makeHot(t testing.TB, keys ...string) {
+	t.Helper()
+	want := e.shim.Stats().HotKeys + len(keys)
+	for _, k := range keys {
+		e.emit(event.TypeHot, k)
+	}
+	eventually(t, "keys hot", func() bool { st := e.shim.Stats(); return st.HotKeys == want && st.HotMode })
+}
+
+// calls returns INFO commandstats calls for cmd ("get", "mget", ...).
+func calls(t testing.TB, rdb *redis.Client, cmd string) int {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre := "cmdstat_" + cmd + ":calls="
+	for _, line := range strings.Split(info, "\r\n") {
+		if rest, ok := strings.CutPrefix(line, pre); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
+}
+
+// infoStat returns a field of INFO stats (keyspace_hits, ...).
+func infoStat(t testing.TB, rdb *redis.Client, field string) int {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	t.Fatalf("no %s in INFO stats", field)
+	return 0
+}
+
+func resetStats(t testing.TB, rdb *redis.Client) {
+	t.Helper()
+	if err := rdb.ConfigResetStat(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type reply struct {
+	val any
+	err string
+}
+
+// readAll runs every read the shim serves, returning what go-redis gave.
+func readAll(ctx context.Context, rdb *redis.Client) []reply {
+	var out []reply
+	add := func(v any, err error) {
+		r := reply{val: v}
+		if err != nil {
+			r.err = err.Error()
+			if errors.Is(err, redis.Nil) {
+				r.err = "redis.Nil"
+			}
+		}
+		out = append(out, r)
+	}
+	add(rdb.Get(ctx, "s").Result())
+	add(rdb.Get(ctx, "missing").Result())
+	add(rdb.Get(ctx, "h").Result()) // WRONGTYPE
+	add(rdb.MGet(ctx, "s", "missing", "cold", "s").Result())
+	add(rdb.MGet(ctx, "missing").Result())
+	add(rdb.MGet(ctx, "cold", "s2").Result())
+	add(rdb.HGet(ctx, "h", "f1").Result())
+	add(rdb.HGet(ctx, "h", "nofield").Result())
+	add(rdb.HGet(ctx, "missing", "f1").Result())
+	add(rdb.HGet(ctx, "s", "f1").Result()) // WRONGTYPE
+	add(rdb.HMGet(ctx, "h", "f2", "nofield", "f1").Result())
+	add(rdb.HMGet(ctx, "missing", "f1").Result())
+	add(rdb.HGetAll(ctx, "h").Result())
+	add(rdb.HGetAll(ctx, "missing").Result())
+	add(rdb.HGetAll(ctx, "s").Result()) // WRONGTYPE
+	return out
+}
+
+// TestShimRepliesMatchGoRedis compares every served read with what the
+// plain client gets from Redis, cold, on first and second access (admission)
+// and from the cache, including missing keys, missing fields and WRONGTYPE.
+func TestShimRepliesMatchGoRedis(t *testing.T) {
+	e := newShimEnv(t, client.ShimOptions{LocalTTL: time.Minute})
+	ctx := context.Background()
+	e.plain.Set(ctx, "s", "v", 0)
+	e.plain.Set(ctx, "s2", "", 0)
+	e.plain.Set(ctx, "cold", "c", 0)
+	e.plain.HSet(ctx, "h", "f1", "a", "f2", "")
+	want := readAll(ctx, e.plain)
+	if got := readAll(ctx, e.app); !reflect.DeepEqual(got, want) {
+		t.Fatalf("cold:\n got %v\nwant %v", got, want)
+	}
+	e.makeHot(t, "s", "s2", "missing", "h")
+	for round := range 3 {
+		if got := readAll(ctx, e.app); !reflect.DeepEqual(got, want) {
+			t.Fatalf("round %d:\n got %v\nwant %v", round, got, want)
+		}
+	}
+	st := e.shim.Stats()
+	if st.Hits == 0 || st.Admissions != 4 {
+		t.Errorf("stats %+v: want hits and 4 admissions (s, s2, missing, h)", st)
+	}
+	// Served from memory now: Redis sees nothing.
+	resetStats(t, e.plain)
+	got := readAll(ctx, e.app)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("cached:\n got %v\nwant %v", got, want)
+	}
+	// Left for Redis: GET h, HGET s, HGETALL s (WRONGTYPE, never cached),
+	// and the cold key in two MGETs (only the cold members are sent).
+	if n := calls(t, e.plain, "get"); n != 1 {
+		t.Errorf("%d GETs reached Redis, want 1 (GET h: WRONGTYPE)", n)
+	}
+	if n := calls(t, e.plain, "mget"); n != 2 {
+		t.Errorf("%d MGETs reached Redis, want 2 (the cold members)", n)
+	}
+	// "missing" is cached as a string (GET came first), so its three hash
+	// reads pass too: a key is cached as one kind.
+	if n := calls(t, e.plain, "hget") + calls(t, e.plain, "hmget") + calls(t, e.plain, "hgetall"); n != 5 {
+		t.Errorf("%d hash reads reached Redis, want 5 (HGET s, HGETALL s, 3 of missing)", n)
+	}
+	// The application cannot change the cache through a reply.
+	m := e.app.HGetAll(ctx, "h").Val()
+	m["f1"] = "mutated"
+	if v := e.app.HGet(ctx, "h", "f1").Val(); v != "a" {
+		t.Errorf("cached hash changed through a returned map: %q", v)
+	}
+}
+
+// TestAdmissionOnSecondAccess: the first read of a hot key only records it.
+func TestAdmissionOnSecondAccess(t *testing.T) {
+	e := newShimEnv(t, client.ShimOptions{LocalTTL: time.Minute})
+	ctx := context.Background()
+	e.plain.Set(ctx, "k", "v", 0)
+	e.makeHot(t, "k")
+	resetStats(t, e.plain)
+	for range 5 {
+		if v := e.app.Get(ctx, "k").Val(); v != "v" {
+			t.Fatalf("got %q", v)
+		}
+	}
+	if n := calls(t, e.plain, "get"); n != 2 {
+		t.Errorf("%d GETs reached Redis, want 2 (first access recorded, second fetched)", n)
+	}
+}
+
+// TestRenewalNoStampede: when the entry expires under many readers, one
+// goes to Redis and the others keep the current value.
+func TestRenewalNoStampede(t *testing.T) {
+	ttl := 20 * time.Millisecond
+	e := newShimEnv(t, client.ShimOptions{LocalTTL: ttl})
+	ctx := context.Background()
+	e.plain.Set(ctx, "k", "v", 0)
+	e.makeHot(t, "k")
+	e.app.Get(ctx, "k")
+	e.app.Get(ctx, "k")
+	resetStats(t, e.plain)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for time.Since(start) < 300*time.Millisecond {
+				// An application blocks on I/O now and then; a pure spin
+				// starves the refresher on a 2-core machine.
+				runtime.Gosched()
+				if v, err := e.app.Get(ctx, "k").Result(); v != "v" || err != nil {
+					t.Errorf("got %q, %v", v, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	n := calls(t, e.plain, "get")
+	// One refresh per expiry, at most: el/ttl, plus slack for the
+	// scheduler on a busy machine.
+	if max := int(el/ttl) + 3; n > max {
+		t.Errorf("%d GETs reached Redis in %v with a %v local expiry, want <= %d", n, el, ttl, max)
+	}
+	t.Logf("%d server GETs in %v, hits %d stale hits %d", n, el, e.shim.Stats().Hits, e.shim.Stats().StaleHits)
+}
+
+// TestWritesInvalidate: writes through the same client, by any command
+// naming the key (typed, Do, pipelines, MULTI, FLUSHDB), are seen by the
+// next read at once.
+func TestWritesInvalidate(t *testing.T) {
+	e := newShimEnv(t, client.ShimOptions{LocalTTL: time.Minute, DisableTracking: true})
+	ctx := context.Background()
+	e.plain.Set(ctx, "k", "v0", 0)
+	e.plain.HSet(ctx, "h", "f", "v0")
+	e.makeHot(t, "k", "h")
+	warm := func() {
+		for range 3 {
+			e.app.Get(ctx, "k")
+			e.app.HGet(ctx, "h", "f")
+		}
+	}
+	check := func(what, want string) {
+		t.Helper()
+		if v, _ := e.app.Get(ctx, "k").Result(); v != want {
+			t.Errorf("after %s: GET k = %q, want %q", what, v, want)
+		}
+	}
+	steps := []struct {
+		what string
+		do   func()
+		want string
+	}{
+		{"SET", func() { e.app.Set(ctx, "k", "v1", 0) }, "v1"},
+		{"Do(set)", func() { e.app.Do(ctx, "SET", "k", "v2") }, "v2"},
+		{"APPEND", func() { e.app.Append(ctx, "k", "x") }, "v2x"},
+		{"MSET", func() { e.app.MSet(ctx, "other", "1", "k", "v3") }, "v3"},
+		{"pipeline", func() {
+			e.app.Pipelined(ctx, func(p redis.Pipeliner) error { p.Set(ctx, "k", "v4", 0); return nil })
+		}, "v4"},
+		{"MULTI", func() {
+			e.app.TxPipelined(ctx, func(p redis.Pipeliner) error { p.Set(ctx, "k", "v5", 0); return nil })
+		}, "v5"},
+		{"EVAL", func() { e.app.Eval(ctx, "return redis.call('SET', KEYS[1], ARGV[1])", []string{"k"}, "v6") }, "v6"},
+		{"RENAME", func() { e.plain.Set(ctx, "src", "v7", 0); e.app.Rename(ctx, "src", "k") }, "v7"},
+		{"DEL", func() { e.app.Del(ctx, "k") }, ""},
+		{"SET again", func() { e.app.Set(ctx, "k", "v8", 0) }, "v8"},
+		{"FLUSHDB", func() { e.plain.Set(ctx, "k", "v9", 0); e.app.FlushDB(ctx) }, ""},
+	}
+	for _, st := range steps {
+		warm()
+		st.do()
+		check(st.what, st.want)
+	}
+	e.app.HSet(ctx, "h", "f", "v1")
+	warm()
+	e.app.HSet(ctx, "h", "f", "v2")
+	if v := e.app.HGet(ctx, "h", "f").Val(); v != "v2" {
+		t.Errorf("after HSET: HGET = %q", v)
+	}
+}
+
+// TestInvalidateAndColdEvents: an invalidate message drops the value (the
+// key stays hot), a cold one ends caching.
+func TestInvalidateAndColdEvents(t *testing.T) {
+	e := newShimEnv(t, client.ShimOptions{LocalTTL: time.Minute, DisableTracking: true})
+	ctx := context.Background()
+	e.plain.Set(ctx, "k", "v0", 0)
+	e.makeHot(t, "k")
+	e.app.Get(ctx, "k")
+	e.app.Get(ctx, "k")
+	e.plain.Set(ctx, "k", "v1", 0) // another client: the shim cannot know
+	if v := e.app.Get(ctx, "k").Val(); v != "v0" {
+		t.Fatalf("want the cached v0 before any invalidation, got %q", v)
+	}
+	e.emit(event.TypeInvalidate, "k")
+	eventually(t, "invalidate applied", func() bool { return e.app.Get(ctx, "k").Val() == "v1" })
+	if st := e.shim.Stats(); st.HotKeys != 1 || st.Invalidations["event"] != 1 {
+		t.Errorf("stats %+v", st)
+	}
+	e.emit(event.TypeCold, "k")
+	eventually(t, "cold applied", func() bool { return e.shim.Stats().HotKeys == 0 })
+	resetStats(t, e.plain)
+	for range 10 {
+		e.app.Get(ctx, "k")
+	}
+	if n := calls(t, e.plain, "get"); n != 10 {
+		t.Errorf("after cold: %d of 10 GETs reached Redis", n)
+	}
+}
+
+// TestServerFilter: events about another server or DB do not apply; an
+// override address does.
+func TestServerFilter(t *testing.T) {
+	e := newShimEnv(t, client.ShimOptions{Servers: []string{"10.1.2.3:6379"}})
+	ev := func(server, ns, key string) {
+		e.pub.Emit(&event.Event{Type: "hot", Proto: "redis", Server: server, NS: ns, Key: []byte(key), TTLms: 60000, TS: time.Now(), Source: "detected"})
+	}
+	ev("10.9.9.9:6379", "0", "other-server")
+	ev(e.cache.Addr, "1", "other-db")
+	ev("10.1.2.3:6379", "0", "override")
+	eventually(t, "override hot", func() bool { return e.shim.Stats().HotKeys == 1 })
+	time.Sleep(50 * time.Millisecond)
+	if n := e.shim.Stats().HotKeys; n != 1 {
+		t.Errorf("%d hot keys, want only the override's", n)
+	}
+	if n := len(e.shim.Subscriber().HotSet()); n != 3 {
+		t.Errorf("subscriber has %d entries, want all 3", n)
+	}
+}
+
+// TestTrackingInvalidates: with server-assisted invalidation a write by
+// another client is seen within milliseconds, long before the local expiry.
+func TestTrackingInvalidates(t *testing.T) {
+	e := newShimEnv(t, client.ShimOptions{LocalTTL: time.Minute})
+	ctx := context.Background()
+	e.plain.Set(ctx, "k", "v0", 0)
+	e.plain.Set(ctx, "k2", "w0", 0) // overlapping prefixes: k covers k2
+	e.makeHot(t, "k2", "k")
+	eventually(t, "tracking", func() bool { return e.shim.Stats().Tracking })
+	for range 3 {
+		e.app.Get(ctx, "k")
+		e.app.Get(ctx, "k2")
+	}
+	for i := range 5 {
+		v := fmt.Sprint("v", i+1)
+		e.plain.Set(ctx, "k", v, 0)
+		e.plain.Set(ctx, "k2", v, 0)
+		start := time.Now()
+		eventually(t, "tracking invalidation", func() bool {
+			return e.app.Get(ctx, "k").Val() == v && e.app.Get(ctx, "k2").Val() == v
+		})
+		if d := time.Since(start); d > 100*time.Millisecond {
+			t.Errorf("write seen after %v", d)
+		}
+	}
+	if n := e.shim.Stats().Invalidations["tracking"]; n == 0 {
+		t.Error("no tracking invalidations counted")
+	}
+}
+
+func TestHotModeEnds(t *testing.T) {
+	e := newShimEnv(t, client.ShimOptions{HotModeLinger: 300 * time.Millisecond, LocalTTL: time.Minute})
+	ctx := context.Background()
+	e.plain.Set(ctx, "k", "v", 0)
+	e.makeHot(t, "k")
+	e.app.Get(ctx, "k")
+	e.app.Get(ctx, "k")
+	if st := e.shim.Stats(); st.Entries != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	eventually(t, "mode end", func() bool { return !e.shim.Stats().HotMode })
+	if st := e.shim.Stats(); st.Entries != 0 || st.Evictions["mode_end"] != 1 {
+		t.Errorf("stats %+v", st)
+	}
+	resetStats(t, e.plain)
+	e.app.Get(ctx, "k")
+	if n := calls(t, e.plain, "get"); n != 1 {
+		t.Errorf("after mode end: %d GETs reached Redis, want 1", n)
+	}
+	e.emit(event.TypeHot, "k")
+	eventually(t, "mode on", func() bool { return e.shim.Stats().HotMode })
+}
+
+func TestMaxEntries(t *testing.T) {
+	e := newShimEnv(t, client.ShimOptions{MaxEntries: 4, LocalTTL: time.Minute})
+	ctx := context.Background()
+	var keys []string
+	for i := range 10 {
+		k := fmt.Sprint("k", i)
+		keys = append(keys, k)
+		e.plain.Set(ctx, k, k, 0)
+	}
+	e.makeHot(t, keys...)
+	for range 3 {
+		for _, k := range keys {
+			if v := e.app.Get(ctx, k).Val(); v != k {
+				t.Fatalf("GET %s = %q", k, v)
+			}
+		}
+	}
+	if st := e.shim.Stats(); st.Entries > 4 || st.Evictions["capacity"] == 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
