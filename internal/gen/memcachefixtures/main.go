@@ -12,8 +12,6 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,12 +20,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
-	"strings"
-	"syscall"
 	"time"
 
-	"github.com/hotsniff/hotsniff/decode"
+	capfix "github.com/hotsniff/hotsniff/internal/gen/fixture"
 )
 
 // addr is memcached's default port, so `hotsniff decode` reads the fixtures
@@ -130,7 +125,10 @@ func record(log *slog.Logger, out string, fx fixture) error {
 		}
 	}
 	pcap := filepath.Join(out, fx.name+".pcap")
-	td, err := startTcpdump(pcap)
+	// capfix.StartCapture runs tcpdump with --immediate-mode and a large
+	// kernel buffer, and Stop fails when it reports kernel drops: a fixture
+	// with holes would make the truth wrong.
+	td, err := capfix.StartCapture(pcap, "tcp port 11211")
 	if err != nil {
 		return err
 	}
@@ -140,7 +138,7 @@ func record(log *slog.Logger, out string, fx fixture) error {
 	t := truth{}
 	derr := fx.drive(s, t)
 	time.Sleep(300 * time.Millisecond)
-	if err := stopTcpdump(td); err != nil {
+	if err := td.Stop(); err != nil {
 		return err
 	}
 	if derr != nil {
@@ -152,7 +150,7 @@ func record(log *slog.Logger, out string, fx fixture) error {
 		}
 	}
 	golden := filepath.Join(out, fx.name+".count.golden")
-	if err := os.WriteFile(golden, []byte(formatCount(t)), 0o644); err != nil {
+	if err := formatCount(t).Write(golden); err != nil {
 		return fmt.Errorf("write golden: %w", err)
 	}
 	st, err := os.Stat(pcap)
@@ -187,99 +185,12 @@ func stop(cmd *exec.Cmd) {
 	_ = cmd.Wait()
 }
 
-// startTcpdump starts a capture and returns once tcpdump says it is
-// listening. --immediate-mode and -U hand over and write every packet as it
-// comes: without them the last kernel block is lost on SIGINT. -B gives the
-// kernel a 32 MiB buffer: on a busy machine the default one overflows and
-// the capture silently misses segments.
-func startTcpdump(file string) (*capture, error) {
-	cmd := exec.Command("tcpdump", "-i", "lo", "--immediate-mode", "-B", "32768", "-n", "-U", "-w", file, "tcp port 11211")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, fmt.Errorf("pipe tcpdump stderr: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start tcpdump: %w", err)
-	}
-	c := &capture{cmd: cmd, summary: make(chan string, 1)}
-	ready := make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		said := false
-		var summary strings.Builder
-		for sc.Scan() {
-			if !said && strings.Contains(sc.Text(), "listening on") {
-				said = true
-				ready <- nil
-			}
-			summary.WriteString(sc.Text() + "\n")
-		}
-		if !said {
-			ready <- errors.New("tcpdump exited before listening")
-		}
-		c.summary <- summary.String()
-	}()
-	select {
-	case err := <-ready:
-		if err != nil {
-			_ = cmd.Wait()
-			return nil, fmt.Errorf("start tcpdump: %w", err)
-		}
-	case <-time.After(10 * time.Second):
-		stop(cmd)
-		return nil, errors.New("start tcpdump: not listening after 10s")
-	}
-	return c, nil
-}
-
-// capture is a running tcpdump and its stderr, whose last lines count drops.
-type capture struct {
-	cmd     *exec.Cmd
-	summary chan string
-}
-
-// stopTcpdump stops the capture and fails when tcpdump reports dropped
-// packets: a fixture with holes would make the truth wrong.
-func stopTcpdump(c *capture) error {
-	if err := c.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		return fmt.Errorf("stop tcpdump: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- c.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("wait for tcpdump: %w", err)
-		}
-	case <-ctx.Done():
-		stop(c.cmd)
-		return errors.New("stop tcpdump: did not exit after SIGINT")
-	}
-	summary := <-c.summary
-	if !strings.Contains("\n"+summary, "\n0 packets dropped by kernel") {
-		return fmt.Errorf("capture incomplete, rerun: %s", strings.ReplaceAll(summary, "\n", "; "))
-	}
-	return nil
-}
-
 // formatCount writes t in the `hotsniff decode --count` format: every key
 // was read with weight 1, so WEIGHT equals COUNT.
-func formatCount(t truth) string {
-	keys := make([]string, 0, len(t))
-	for k := range t {
-		keys = append(keys, k)
+func formatCount(t truth) *capfix.Truth {
+	ft := capfix.NewTruth()
+	for k, n := range t {
+		ft.Add("memcache", "", k, uint64(n), 1)
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		if t[keys[i]] != t[keys[j]] {
-			return t[keys[i]] > t[keys[j]]
-		}
-		return keys[i] < keys[j]
-	})
-	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%d\t%d\tmemcache\t\t%s\n", t[k], t[k], decode.CountKey(k))
-	}
-	return b.String()
+	return ft
 }
