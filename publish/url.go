@@ -149,41 +149,33 @@ func Connect(t *Target, to TLSOptions) (redis.UniversalClient, error) {
 	if t.Cluster {
 		o := *t.ClusterOpts
 		o.TLSConfig = base
-		if o.ClientName == "" {
-			o.ClientName = "hotsniff"
-		}
-		if o.DialTimeout == 0 {
-			o.DialTimeout = 2 * time.Second
-		}
-		if o.DialerRetries == 0 {
-			o.DialerRetries = 1 // the publisher and subscriber back off themselves
-		}
-		if o.ReadTimeout == 0 {
-			o.ReadTimeout = 3 * time.Second
-		}
-		if o.WriteTimeout == 0 {
-			o.WriteTimeout = 3 * time.Second
-		}
+		connDefaults(&o.ClientName, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.DialerRetries)
 		return redis.NewClusterClient(&o), nil
 	}
 	o := *t.Single
 	o.TLSConfig = base
-	if o.ClientName == "" {
-		o.ClientName = "hotsniff"
-	}
-	if o.DialTimeout == 0 {
-		o.DialTimeout = 2 * time.Second
-	}
-	if o.DialerRetries == 0 {
-		o.DialerRetries = 1 // the publisher and subscriber back off themselves
-	}
-	if o.ReadTimeout == 0 {
-		o.ReadTimeout = 3 * time.Second
-	}
-	if o.WriteTimeout == 0 {
-		o.WriteTimeout = 3 * time.Second
-	}
+	connDefaults(&o.ClientName, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.DialerRetries)
 	return redis.NewClient(&o), nil
+}
+
+// connDefaults fills what the URL left unset, for single and cluster
+// options alike.
+func connDefaults(name *string, dial, read, write *time.Duration, retries *int) {
+	if *name == "" {
+		*name = "hotsniff"
+	}
+	if *dial == 0 {
+		*dial = 2 * time.Second
+	}
+	if *retries == 0 {
+		*retries = 1 // the publisher and subscriber back off themselves
+	}
+	if *read == 0 {
+		*read = 3 * time.Second
+	}
+	if *write == 0 {
+		*write = 3 * time.Second
+	}
 }
 
 // Dial is ParseURL then Connect.

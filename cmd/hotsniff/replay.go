@@ -80,6 +80,20 @@ func (d *detectFlags) build(configPath string) (detect.Config, error) {
 	return cfg, nil
 }
 
+// loadConfig applies --config and HOTSNIFF_* to unset flags, then builds
+// the stream and detector settings of replay and run.
+func loadConfig(cmd *cobra.Command, sf *streamFlags, df *detectFlags) (*stream.Ports, stream.Config, detect.Config, error) {
+	if err := applyConfig(cmd, sf.configPath); err != nil {
+		return nil, stream.Config{}, detect.Config{}, err
+	}
+	ports, scfg, err := sf.build()
+	if err != nil {
+		return nil, scfg, detect.Config{}, err
+	}
+	dcfg, err := df.build(sf.configPath)
+	return ports, scfg, dcfg, err
+}
+
 // emitters sends every event to each emitter in order. The publisher goes
 // first: it stamps seq and node, so what is printed is what was published.
 type emitters []detect.Emitter
@@ -106,14 +120,7 @@ and writes hot-key events (CONTRACT §2) on stdout. With --redis-url the events
 are also published on the channel and kept in the snapshot. No root needed.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := applyConfig(cmd, sf.configPath); err != nil {
-				return err
-			}
-			ports, scfg, err := sf.build()
-			if err != nil {
-				return err
-			}
-			dcfg, err := df.build(sf.configPath)
+			ports, scfg, dcfg, err := loadConfig(cmd, &sf, &df)
 			if err != nil {
 				return err
 			}

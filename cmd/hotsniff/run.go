@@ -63,14 +63,7 @@ them on the Redis channel (or prints them when --redis-url is unset). Serves
 it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyConfig(cmd, sf.configPath); err != nil {
-				return err
-			}
-			ports, scfg, err := sf.build()
-			if err != nil {
-				return err
-			}
-			dcfg, err := df.build(sf.configPath)
+			ports, scfg, dcfg, err := loadConfig(cmd, &sf, &df)
 			if err != nil {
 				return err
 			}
