@@ -247,7 +247,17 @@ func assertAttached(t *testing.T, ids []int) {
 // linkedProgs returns the program IDs bpftool lists bpf_links for.
 func linkedProgs(t *testing.T) map[int]bool {
 	t.Helper()
-	out, err := exec.Command("bpftool", "link", "show").CombinedOutput()
+	// bpftool walks every link in the system and fails when one vanishes
+	// under it, which BPF tests of other packages running in parallel
+	// cause: retry before calling it a failure.
+	var out []byte
+	var err error
+	for try := 0; try < 20; try++ {
+		if out, err = exec.Command("bpftool", "link", "show").CombinedOutput(); err == nil {
+			break
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatalf("bpftool link show: %v: %s", err, out)
 	}

@@ -1,0 +1,244 @@
+package perf
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/hotsniff/hotsniff/bpf"
+	"github.com/hotsniff/hotsniff/capture"
+	"github.com/hotsniff/hotsniff/capture/ebpfsrc"
+	"github.com/hotsniff/hotsniff/internal/netnstest"
+)
+
+// TestFigures prints the tables of docs/performance.md. It takes minutes and
+// runs only with HOTSNIFF_FIGURES=1; HOTSNIFF_ROUNDS (default 3) sets the
+// rounds per configuration:
+//
+//	HOTSNIFF_FIGURES=1 go test -count=1 -timeout 30m -run TestFigures -v ./internal/perf/
+//
+// Part 1: per-packet cost of the BPF programs from the kernel's accounting
+// (kernel.bpf_stats_enabled: run_time_ns / run_cnt), with the programs
+// loaded by package bpf and drained by ebpfsrc, under redis-benchmark GETs
+// (-P 1 and -P 16) and under 16 KiB GET replies (the client side then sends
+// mostly pure ACKs). Every record must arrive: ring-buffer drops and
+// truncated bytes are failures.
+//
+// Part 2: redis-benchmark throughput without and with the real `hotsniff run`
+// binary, alternating, and hotsniff's CPU per million requests.
+func TestFigures(t *testing.T) {
+	if os.Getenv("HOTSNIFF_FIGURES") != "1" {
+		t.Skip("set HOTSNIFF_FIGURES=1 to run the performance measurements (minutes)")
+	}
+	netnstest.RequireRoot(t)
+	rounds := 3
+	if v, err := strconv.Atoi(os.Getenv("HOTSNIFF_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	t.Logf("machine: %d CPUs, load average %s at start", numCPU(), loadavg())
+	p := netnstest.NewPair(t)
+	srv := p.StartRedis(t, 6379)
+	t.Run("bpf_cost", func(t *testing.T) { bpfCost(t, p, srv, rounds) })
+	t.Run("throughput", func(t *testing.T) { throughput(t, p, srv, rounds) })
+	t.Logf("load average %s at end", loadavg())
+}
+
+func numCPU() int {
+	var s unix.CPUSet
+	if unix.SchedGetaffinity(0, &s) != nil {
+		return 0
+	}
+	return s.Count()
+}
+
+// workload is one redis-benchmark shape.
+type workload struct {
+	name string
+	n    int // requests
+	pipe int
+	big  bool // GET one key holding a 16 KiB value: replies are GSO packets, the client sends pure ACKs
+}
+
+var workloads = []workload{
+	{"GET -P 1", 100000, 1, false},
+	{"GET -P 16", 1000000, 16, false},
+	{"GET 16KiB -P 1", 20000, 1, true},
+}
+
+func runWorkload(t testing.TB, srv netstestAddr, w workload) float64 {
+	t.Helper()
+	if !w.big {
+		return benchmark(t, srv, w.n, w.pipe)
+	}
+	// Without -r redis-benchmark GETs the literal key "key:__rand_int__".
+	if r := redisCmd(t, srv, "SET", "key:__rand_int__", strings.Repeat("v", 16<<10)); !strings.HasPrefix(r, "+OK") {
+		t.Fatalf("SET: %q", r)
+	}
+	bin := netnstest.Need(t, "redis-benchmark")
+	out, err := execOut(bin, "-h", srv.Addr().String(), "-p", strconv.Itoa(int(srv.Port())),
+		"-n", strconv.Itoa(w.n), "-P", strconv.Itoa(w.pipe), "-c", "4", "-t", "get", "-q")
+	if err != nil {
+		t.Fatalf("redis-benchmark: %v: %s", err, out)
+	}
+	return parseRPS(t, out)
+}
+
+func bpfCost(t *testing.T, p *netnstest.Pair, srv netstestAddr, rounds int) {
+	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+	if err != nil {
+		t.Fatalf("enable bpf stats: %v", err)
+	}
+	defer stats.Close()
+	var rows []string
+	for _, mode := range []bpf.Mode{bpf.ModeXDP, bpf.ModeTC} {
+		for _, w := range workloads {
+			ns := map[bpf.Hook][]float64{}
+			runs := map[bpf.Hook]uint64{}
+			var rps []float64
+			var sum bpf.Counters
+			for range rounds {
+				c, err := bpf.Open(bpf.Config{Ports: []uint16{srv.Port()}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var a *bpf.Attachment
+				if err := p.Do(func() error { a, err = c.Attach(p.NSIface, mode); return err }); err != nil {
+					c.Close()
+					t.Fatal(err)
+				}
+				src, err := ebpfsrc.New(c)
+				if err != nil {
+					c.Close()
+					t.Fatal(err)
+				}
+				// Drain like the daemon does, without keeping anything
+				// (netnstest.Collect keeps every byte: too slow for 64 KiB replies).
+				col := drain(src)
+				rps = append(rps, runWorkload(t, srv, w))
+				col.waitIdle(200*time.Millisecond, 5*time.Second)
+				cnt, err := a.Counters()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for h, prog := range a.Programs() {
+					st, err := prog.Stats()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if st.RunCount > 0 {
+						ns[h] = append(ns[h], float64(st.Runtime.Nanoseconds())/float64(st.RunCount))
+					}
+					runs[h] += st.RunCount
+				}
+				segs := int(col.n.Load())
+				if cnt.RingbufFull != 0 || cnt.Truncated != 0 || cnt.LoadErrors != 0 || int(cnt.Records) != segs {
+					t.Errorf("%s %s: drops %+v, reader got %d records", mode, w.name, cnt, segs)
+				}
+				sum.Packets += cnt.Packets
+				sum.Matched += cnt.Matched
+				sum.Records += cnt.Records
+				sum.RingbufFull += cnt.RingbufFull
+				sum.Truncated += cnt.Truncated
+				if err := col.stop(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, h := range []bpf.Hook{bpf.HookXDP, bpf.HookTCIngress, bpf.HookTCEgress} {
+				if v, ok := ns[h]; ok {
+					rows = append(rows, fmt.Sprintf("| %-4s | %-15s | %-10s | %9d | %-22s |", mode, w.name, h, runs[h]/uint64(rounds), span(v, "%.0f")))
+				}
+			}
+			rows = append(rows, fmt.Sprintf("| %-4s | %-15s | rps %-22s | packets %d matched %d records %d ringbuf_full %d truncated %d | load %s |",
+				mode, w.name, span(rps, "%.0f"), sum.Packets, sum.Matched, sum.Records, sum.RingbufFull, sum.Truncated, loadavg()))
+		}
+	}
+	t.Log("\nBPF ns/run (median [min–max] over rounds), runs per round\n" + strings.Join(rows, "\n"))
+}
+
+func throughput(t *testing.T, p *netnstest.Pair, srv netstestAddr, rounds int) {
+	bin := buildHotsniff(t)
+	var rows []string
+	for _, mode := range []string{"tc", "xdp"} {
+		for _, w := range workloads[:2] {
+			var without, with, ratio, cpuPerM, reqPerCPU []float64
+			for range rounds {
+				without = append(without, benchmark(t, srv, w.n, w.pipe))
+				resetStats(t, srv)
+				s := startSniffer(t, bin, p, srv, mode)
+				cpu0 := s.cpuSeconds(t)
+				r0 := sum(s.scrape(t), "hotsniff_requests_total")
+				rps := benchmark(t, srv, w.n, w.pipe)
+				sent := serverGets(t, srv)
+				m := s.waitRequests(t, float64(sent)+r0)
+				cpu := s.cpuSeconds(t) - cpu0
+				req := sum(m, "hotsniff_requests_total") - r0
+				checkRun(t, m, sent)
+				s.stop(t)
+				with = append(with, rps)
+				ratio = append(ratio, rps/without[len(without)-1])
+				cpuPerM = append(cpuPerM, cpu/float64(sent)*1e6)
+				if cpu > 0 {
+					reqPerCPU = append(reqPerCPU, req/cpu)
+				}
+			}
+			rows = append(rows, fmt.Sprintf("| %-3s | %-9s | %-26s | %-26s | %-20s | %-20s | %-26s | %s |",
+				mode, w.name, span(without, "%.0f"), span(with, "%.0f"), span(ratio, "%.3f"),
+				span(cpuPerM, "%.2f"), span(reqPerCPU, "%.0f"), loadavg()))
+		}
+	}
+	t.Log("\nredis-benchmark rps without / with hotsniff (median [min–max]), with/without per pair, hotsniff CPU-s per 1M requests, requests decoded per CPU-s, load average\n" +
+		strings.Join(rows, "\n"))
+}
+
+// drainer reads a Source as fast as it can and counts records.
+type drainer struct {
+	src  *ebpfsrc.Source
+	n    atomic.Int64
+	done chan error
+}
+
+func drain(src *ebpfsrc.Source) *drainer {
+	d := &drainer{src: src, done: make(chan error, 1)}
+	go func() {
+		var seg capture.Segment
+		for {
+			if err := src.Next(&seg); err != nil {
+				if errors.Is(err, io.EOF) {
+					err = nil
+				}
+				d.done <- err
+				return
+			}
+			d.n.Add(1)
+		}
+	}()
+	return d
+}
+
+// waitIdle waits until no record arrived for quiet, at most timeout.
+func (d *drainer) waitIdle(quiet, timeout time.Duration) {
+	end := time.Now().Add(timeout)
+	last, since := d.n.Load(), time.Now()
+	for time.Now().Before(end) {
+		time.Sleep(quiet / 5)
+		if n := d.n.Load(); n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) >= quiet {
+			return
+		}
+	}
+}
+
+func (d *drainer) stop() error {
+	err := d.src.Close()
+	return errors.Join(err, <-d.done)
+}

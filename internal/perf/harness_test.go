@@ -1,0 +1,311 @@
+package perf
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hotsniff/hotsniff/internal/netnstest"
+)
+
+// buildHotsniff builds ./cmd/hotsniff once per test binary.
+func buildHotsniff(t testing.TB) string {
+	t.Helper()
+	if bin := os.Getenv("HOTSNIFF_BIN"); bin != "" {
+		return bin
+	}
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	bin := filepath.Join(t.TempDir(), "hotsniff")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/hotsniff")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/hotsniff: %v: %s", err, out)
+	}
+	return bin
+}
+
+// sniffer is one `hotsniff run` inside a Pair's namespace.
+type sniffer struct {
+	cmd     *exec.Cmd
+	metrics string // http://NSIP:PORT/metrics
+}
+
+// freePort picks a TCP port for --listen inside the namespace.
+func freePort(t testing.TB, p *netnstest.Pair) int {
+	t.Helper()
+	var port int
+	err := p.Do(func() error {
+		l, err := net.Listen("tcp", net.JoinHostPort(p.NSIP.String(), "0"))
+		if err != nil {
+			return err
+		}
+		port = l.Addr().(*net.TCPAddr).Port
+		return l.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+// startSniffer runs `hotsniff run` on the namespace's veth end in mode (tc
+// or xdp) for the redis port and waits until /readyz answers. It is stopped
+// with SIGTERM by stop, or killed in t.Cleanup.
+func startSniffer(t testing.TB, bin string, p *netnstest.Pair, srv netip.AddrPort, mode string) *sniffer {
+	t.Helper()
+	addr := net.JoinHostPort(p.NSIP.String(), strconv.Itoa(freePort(t, p)))
+	// `ip netns exec` execs hotsniff: the pid is hotsniff's own.
+	cmd := p.Command(context.Background(), bin, "run", "--iface", p.NSIface, "--capture", mode,
+		"--port", "redis="+strconv.Itoa(int(srv.Port())), "--listen", addr, "--hot-qps", "1000", "--output", "jsonl")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start hotsniff: %v", err)
+	}
+	s := &sniffer{cmd: cmd, metrics: "http://" + addr + "/metrics"}
+	t.Cleanup(func() {
+		if s.cmd.ProcessState == nil {
+			_ = s.cmd.Process.Kill()
+			_ = s.cmd.Wait()
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hotsniff not ready at %s: %v\n%s", addr, err, stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop ends hotsniff with SIGTERM and waits for it.
+func (s *sniffer) stop(t testing.TB) {
+	t.Helper()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- s.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("hotsniff exited with %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-done
+		t.Errorf("hotsniff did not stop within 10s of SIGTERM")
+	}
+}
+
+// cpuSeconds is the process's user+system CPU time so far, from
+// /proc/PID/stat (USER_HZ is 100 on Linux).
+func (s *sniffer) cpuSeconds(t testing.TB) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	// After "pid (comm) ": state is field 3, utime 14 and stime 15.
+	ut, _ := strconv.ParseFloat(f[14-3], 64)
+	st, _ := strconv.ParseFloat(f[15-3], 64)
+	return (ut + st) / 100
+}
+
+// scrape reads /metrics into "name{labels}" -> value.
+func (s *sniffer) scrape(t testing.TB) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(s.metrics)
+	if err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	defer resp.Body.Close()
+	m := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			m[line[:i]] = v
+		}
+	}
+	return m
+}
+
+// sum adds the series of one metric name.
+func sum(m map[string]float64, name string) float64 {
+	var s float64
+	for k, v := range m {
+		if k == name || strings.HasPrefix(k, name+"{") {
+			s += v
+		}
+	}
+	return s
+}
+
+// series returns the value of the series of name whose labels contain sub.
+func series(m map[string]float64, name, sub string) float64 {
+	var s float64
+	for k, v := range m {
+		if strings.HasPrefix(k, name+"{") && strings.Contains(k, sub) {
+			s += v
+		}
+	}
+	return s
+}
+
+// waitRequests polls /metrics until requests_total reaches want and stops
+// moving (the daemon refreshes its metrics snapshot about once a second).
+func (s *sniffer) waitRequests(t testing.TB, want float64) map[string]float64 {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	var last float64 = -1
+	for {
+		m := s.scrape(t)
+		got := sum(m, "hotsniff_requests_total")
+		if got >= want && got == last {
+			return m
+		}
+		if time.Now().After(deadline) {
+			return m
+		}
+		last = got
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// benchmark runs redis-benchmark GETs from the host side: n requests over 4
+// connections with pipeline pipe, keys from a 10000-key space. It returns
+// requests per second as the tool reports it.
+func benchmark(t testing.TB, srv netip.AddrPort, n, pipe int) float64 {
+	t.Helper()
+	out := netnstest.RedisBenchmark(t, srv, n, pipe, 10000)
+	return parseRPS(t, out)
+}
+
+// parseRPS reads "GET: 61957.87 requests per second" from -q output.
+func parseRPS(t testing.TB, out string) float64 {
+	t.Helper()
+	line := out[strings.LastIndex(out, "\r")+1:]
+	for _, f := range strings.Split(line, "\n") {
+		if _, rest, ok := strings.Cut(f, "GET: "); ok {
+			if v, err := strconv.ParseFloat(strings.Fields(rest)[0], 64); err == nil {
+				return v
+			}
+		}
+	}
+	t.Fatalf("no requests per second in %q", out)
+	return 0
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// span formats the median and range of v.
+func span(v []float64, format string) string {
+	if len(v) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf(format+" ["+format+"–"+format+"]", median(v), slices.Min(v), slices.Max(v))
+}
+
+// redisCmd sends one command to srv and returns the raw reply.
+func redisCmd(t testing.TB, srv netip.AddrPort, args ...string) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", srv.String(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write(netnstest.RESP(args...)); err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(c)
+	line, err := rd.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line[0] != '$' {
+		return line
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
+	buf := make([]byte, n+2)
+	if _, err := io.ReadFull(rd, buf); err != nil {
+		t.Fatal(err)
+	}
+	return string(buf[:n])
+}
+
+// resetStats zeroes the server's command statistics.
+func resetStats(t testing.TB, srv netip.AddrPort) {
+	t.Helper()
+	if r := redisCmd(t, srv, "CONFIG", "RESETSTAT"); !strings.HasPrefix(r, "+OK") {
+		t.Fatalf("CONFIG RESETSTAT: %q", r)
+	}
+}
+
+// serverGets is how many GETs the server executed since resetStats: the
+// ground truth the decoded count must equal (redis-benchmark -P overshoots
+// -n by up to a pipeline per connection).
+func serverGets(t testing.TB, srv netip.AddrPort) int {
+	t.Helper()
+	info := redisCmd(t, srv, "INFO", "commandstats")
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_get:calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	t.Fatalf("no cmdstat_get in %q", info)
+	return 0
+}
+
+type netstestAddr = netip.AddrPort
+
+func execOut(bin string, args ...string) (string, error) {
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	return string(out), err
+}
