@@ -48,6 +48,11 @@ volatile const __u32 max_copy = 65536;
 // irq_work (a self-IPI, a VM exit on virtual machines): ~1 us, ten times
 // the rest of the program.
 volatile const __u64 wakeup_bytes = 1 << 20;
+// replies: copy the payload of server-to-client segments too. Hot-key
+// detection reads requests only, and replies (values) are most of the bytes,
+// so by default a reply yields a record only when it carries SYN, FIN or RST
+// (the stream layer needs those), and its payload bytes are just counted.
+volatile const __u8 replies = 0;
 // raw_ip is 1 on devices without a link-layer header (tun, wireguard).
 volatile const __u8 raw_ip = 0;
 
@@ -82,6 +87,7 @@ struct counters {
 	__u64 truncated;     // payload bytes beyond max_copy (sent as Missing)
 	__u64 load_err;      // payload bytes lost because a load helper failed
 	__u64 nonlinear;     // packets whose headers were not all in the linear data (not parsed)
+	__u64 reply_bytes;   // reply payload bytes not copied because replies are off
 };
 
 // ports is a bitmap of the 65536 TCP ports: bit p set means port p is a cache
@@ -127,17 +133,20 @@ const struct port_bitmap *unused_port_bitmap __attribute__((unused));
 struct parsed {
 	__u32 pay_off; // offset of the TCP payload from the start of the packet
 	__u32 pay_len; // TCP payload length per the IP header (0 = unknown: use the packet length)
+	__u32 reply;   // the segment comes from the server
 };
 
+// port_match returns 2 for a segment to a configured port (a request), 1 for
+// one from it (a reply), 0 otherwise.
 static __always_inline int port_match(__u16 sport, __u16 dport)
 {
 	__u32 zero = 0;
 	struct port_bitmap *pm = bpf_map_lookup_elem(&ports, &zero);
 	if (!pm)
 		return 0;
-	if (pm->bits[(sport >> 3) & 8191] & (1 << (sport & 7)))
-		return 1;
-	return pm->bits[(dport >> 3) & 8191] & (1 << (dport & 7));
+	if (pm->bits[(dport >> 3) & 8191] & (1 << (dport & 7)))
+		return 2;
+	return (pm->bits[(sport >> 3) & 8191] & (1 << (sport & 7))) ? 1 : 0;
 }
 
 // parse reads the Ethernet/VLAN/IP/TCP headers between data and end and fills
@@ -227,8 +236,10 @@ static __always_inline int parse(void *data, void *end, struct rec_hdr *h, struc
 		return -1;
 	h->sport = bpf_ntohs(tcp->source);
 	h->dport = bpf_ntohs(tcp->dest);
-	if (!port_match(h->sport, h->dport))
+	int m = port_match(h->sport, h->dport);
+	if (!m)
 		return 1;
+	p->reply = m == 1;
 	__u32 doff = tcp->doff * 4;
 	if (doff < sizeof(*tcp))
 		return 1;
@@ -454,6 +465,11 @@ static __always_inline void handle_skb(struct __sk_buff *skb, __u32 hook)
 	__u32 len = skb->len;
 	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;
 	__u32 wire = p.pay_len == 0xffffffff ? avail : p.pay_len;
+	if (p.reply && !replies) {
+		// Count the reply's bytes and keep only its control flags.
+		cnt->reply_bytes += wire;
+		avail = wire = 0;
+	}
 	copy_out(skb, 0, cnt, &h, p.pay_off, avail, wire);
 }
 
@@ -498,6 +514,11 @@ int hotsniff_xdp(struct xdp_md *ctx)
 	__u32 len = bpf_xdp_get_buff_len(ctx);
 	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;
 	__u32 wire = p.pay_len == 0xffffffff ? avail : p.pay_len;
+	if (p.reply && !replies) {
+		// Count the reply's bytes and keep only its control flags.
+		cnt->reply_bytes += wire;
+		avail = wire = 0;
+	}
 	copy_out(ctx, 1, cnt, &h, p.pay_off, avail, wire);
 	return XDP_PASS;
 }

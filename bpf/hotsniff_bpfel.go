@@ -24,6 +24,7 @@ type hotsniffCounters struct {
 	Truncated   uint64
 	LoadErr     uint64
 	Nonlinear   uint64
+	ReplyBytes  uint64
 }
 
 type hotsniffPortBitmap struct {
@@ -62,6 +63,7 @@ const (
 	hotsniffProgHotsniffXdp       = "hotsniff_xdp"
 	hotsniffVarMaxCopy            = "max_copy"
 	hotsniffVarRawIp              = "raw_ip"
+	hotsniffVarReplies            = "replies"
 	hotsniffVarUnusedCounters     = "unused_counters"
 	hotsniffVarUnusedPortBitmap   = "unused_port_bitmap"
 	hotsniffVarUnusedRecHdr       = "unused_rec_hdr"
@@ -130,6 +132,7 @@ type hotsniffMapSpecs struct {
 type hotsniffVariableSpecs struct {
 	MaxCopy          *ebpf.VariableSpec `ebpf:"max_copy"`
 	RawIp            *ebpf.VariableSpec `ebpf:"raw_ip"`
+	Replies          *ebpf.VariableSpec `ebpf:"replies"`
 	UnusedCounters   *ebpf.VariableSpec `ebpf:"unused_counters"`
 	UnusedPortBitmap *ebpf.VariableSpec `ebpf:"unused_port_bitmap"`
 	UnusedRecHdr     *ebpf.VariableSpec `ebpf:"unused_rec_hdr"`
@@ -175,6 +178,7 @@ func (m *hotsniffMaps) Close() error {
 type hotsniffVariables struct {
 	MaxCopy          *ebpf.Variable `ebpf:"max_copy"`
 	RawIp            *ebpf.Variable `ebpf:"raw_ip"`
+	Replies          *ebpf.Variable `ebpf:"replies"`
 	UnusedCounters   *ebpf.Variable `ebpf:"unused_counters"`
 	UnusedPortBitmap *ebpf.Variable `ebpf:"unused_port_bitmap"`
 	UnusedRecHdr     *ebpf.Variable `ebpf:"unused_rec_hdr"`

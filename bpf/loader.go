@@ -90,6 +90,11 @@ type Config struct {
 	// Segment.Missing and counted as truncated. Default and maximum
 	// MaxCopyLimit (256 KiB).
 	MaxCopy uint32
+	// Replies copies the payload of server-to-client segments too. Off by
+	// default: hot-key detection reads requests only and replies carry most
+	// of the bytes (every value), so the programs then emit a reply only
+	// when it carries SYN, FIN or RST, and count its payload (ReplyBytes).
+	Replies bool
 	// Logger receives one line per attachment; default slog.Default().
 	Logger *slog.Logger
 }
@@ -149,6 +154,13 @@ func Open(cfg Config) (*Capture, error) {
 	// finds the records on its PollInterval timer.
 	if err := spec.Variables[hotsniffVarWakeupBytes].Set(uint64(cfg.RingSize / 16)); err != nil {
 		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
+	}
+	var replies uint8
+	if cfg.Replies {
+		replies = 1
+	}
+	if err := spec.Variables[hotsniffVarReplies].Set(replies); err != nil {
+		return nil, fmt.Errorf("set replies: %w", err)
 	}
 	c := &Capture{cfg: cfg, log: cfg.Logger.With("component", "bpf"), spec: spec}
 	if c.events, err = ebpf.NewMap(spec.Maps[hotsniffMapEvents]); err != nil {
@@ -432,6 +444,9 @@ type Counters struct {
 	// Nonlinear counts packets not parsed because their headers were not
 	// in the skb's linear data; expected to stay 0.
 	Nonlinear uint64
+	// ReplyBytes is reply payload left uncopied because Config.Replies is
+	// off: by design, not a loss.
+	ReplyBytes uint64
 }
 
 func (s *Counters) add(c *hotsniffCounters) {
@@ -444,6 +459,7 @@ func (s *Counters) add(c *hotsniffCounters) {
 	s.Truncated += c.Truncated
 	s.LoadErrors += c.LoadErr
 	s.Nonlinear += c.Nonlinear
+	s.ReplyBytes += c.ReplyBytes
 }
 
 // Counters reads the counters of one interface.

@@ -78,8 +78,13 @@ var (
 // openTest opens a Capture for port 6379 and a reader on its ring.
 func openTest(t *testing.T, maxCopy uint32) (*Capture, *hotsniffObjects, *ringbuf.Reader) {
 	t.Helper()
+	return openTestConfig(t, Config{Ports: []uint16{6379}, RingSize: 1 << 20, MaxCopy: maxCopy, Replies: true})
+}
+
+func openTestConfig(t *testing.T, cfg Config) (*Capture, *hotsniffObjects, *ringbuf.Reader) {
+	t.Helper()
 	netnstest.RequireRoot(t)
-	c, err := Open(Config{Ports: []uint16{6379}, RingSize: 1 << 20, MaxCopy: maxCopy})
+	c, err := Open(cfg)
 	if err != nil {
 		t.Fatalf("open as root: %v", err)
 	}
@@ -180,6 +185,50 @@ func TestProgramsOnCraftedPackets(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRepliesOff: with Config.Replies off (the default) a reply yields no
+// record unless it carries SYN, FIN or RST, and then without its payload;
+// its bytes are counted as ReplyBytes, not as truncated; requests are
+// untouched.
+func TestRepliesOff(t *testing.T) {
+	_, objs, rd := openTestConfig(t, Config{Ports: []uint16{6379}, RingSize: 1 << 20})
+	get := []byte("*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n")
+	value := bytes.Repeat([]byte("v"), 300)
+	for pname, prog := range map[string]*ebpf.Program{"xdp": objs.HotsniffXdp, "tc": objs.HotsniffTcIngress} {
+		run := func(p pkt) []capture.Segment {
+			if _, err := prog.Run(&ebpf.RunOptions{Data: p.bytes()}); err != nil {
+				t.Fatal(err)
+			}
+			return drain(t, rd)
+		}
+		if segs := run(pkt{src: cli4, dst: srv4, flags: 0x18, seq: 1, payload: get}); len(segs) != 1 || !bytes.Equal(segs[0].Payload, get) {
+			t.Errorf("%s: request not copied: %+v", pname, segs)
+		}
+		if segs := run(pkt{src: srv4, dst: cli4, flags: 0x18, seq: 5, payload: value}); len(segs) != 0 {
+			t.Errorf("%s: reply copied with replies off: %d records", pname, len(segs))
+		}
+		segs := run(pkt{src: srv4, dst: cli4, flags: 0x19, seq: 305, payload: value}) // FIN
+		if len(segs) != 1 || len(segs[0].Payload) != 0 || segs[0].Missing != 0 || segs[0].Flags&capture.FlagFIN == 0 || segs[0].Seq != 305 {
+			t.Errorf("%s: reply FIN: %+v, want one empty record with FIN", pname, segs)
+		}
+		if segs := run(pkt{src: srv4, dst: cli4, flags: 0x12, seq: 99}); len(segs) != 1 || segs[0].Flags&capture.FlagSYN == 0 {
+			t.Errorf("%s: SYN-ACK: %+v", pname, segs)
+		}
+	}
+	var st Counters
+	for _, h := range []Hook{HookXDP, HookTCIngress} {
+		var perCPU []hotsniffCounters
+		if err := objs.Stats.Lookup(uint32(h), &perCPU); err != nil {
+			t.Fatal(err)
+		}
+		for i := range perCPU {
+			st.add(&perCPU[i])
+		}
+	}
+	if st.ReplyBytes != 2*2*uint64(len(value)) || st.Truncated != 0 {
+		t.Errorf("reply bytes %d (want %d), truncated %d (want 0)", st.ReplyBytes, 4*len(value), st.Truncated)
 	}
 }
 

@@ -24,6 +24,29 @@ func registry() *decode.Registry {
 	return &r
 }
 
+// requestsOnly hides a decoder's reply parser: used when the capture does
+// not copy replies (eBPF by default), so a reply direction that carries
+// only SYN/FIN records is not mistaken for lost bytes.
+type requestsOnly struct{ decode.Decoder }
+
+func (r requestsOnly) NewParser(dir decode.Dir, midStream bool) decode.Parser {
+	if dir == decode.ToClient {
+		return nil
+	}
+	return r.Decoder.NewParser(dir, midStream)
+}
+
+// withoutReplies wraps every decoder of reg in requestsOnly.
+func withoutReplies(reg *decode.Registry) *decode.Registry {
+	var out decode.Registry
+	for _, p := range decode.Protos() {
+		if d := reg.Get(p); d != nil {
+			out.Register(requestsOnly{d})
+		}
+	}
+	return &out
+}
+
 // fileTotals is what reading capture files saw, for the summary line.
 type fileTotals struct {
 	capture.Stats

@@ -43,6 +43,7 @@ type captureFlags struct {
 	maxCopy  int
 	listen   string
 	check    bool
+	replies  bool
 }
 
 func newRunCmd() *cobra.Command {
@@ -103,6 +104,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	f.IntVar(&cf.maxCopy, "max-copy", 256<<10, "most payload bytes copied from one packet by eBPF (GRO/GSO super-packets); the rest is counted as truncated")
 	f.StringVar(&cf.listen, "listen", ":9464", "address for /metrics, /hotkeys, /healthz, /readyz (empty: none)")
 	f.BoolVar(&cf.check, "config-check", false, "load and validate the configuration, print a summary and exit")
+	f.BoolVar(&cf.replies, "capture-replies", false, "eBPF: copy server replies too (not needed to find hot keys; replies are most of the bytes)")
 	return cmd
 }
 
@@ -178,7 +180,11 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	d.col = metrics.New()
 	counter := decode.NewCounter(det)
-	asm := stream.NewAssembler(d.scfg, d.ports, registry(), counter)
+	reg := registry()
+	if d.bpfCap != nil && !d.cf.replies {
+		reg = withoutReplies(reg)
+	}
+	asm := stream.NewAssembler(d.scfg, d.ports, reg, counter)
 
 	var srv *http.Server
 	if d.cf.listen != "" {
@@ -238,7 +244,7 @@ func (d *daemon) openCapture() error {
 	}
 	ports := d.ports.List()
 	if d.mode != bpf.ModeAFPacket {
-		c, err := bpf.Open(bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Logger: d.base})
+		c, err := bpf.Open(bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Replies: d.cf.replies, Logger: d.base})
 		if err == nil {
 			for _, name := range ifaces {
 				if _, aerr := c.Attach(name, d.mode); aerr != nil {
