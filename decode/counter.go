@@ -1,5 +1,7 @@
 package decode
 
+import "unsafe"
+
 // OpKey names one request counter: a protocol and a table op name.
 type OpKey struct {
 	Proto Proto
@@ -20,7 +22,12 @@ type ErrKey struct {
 type Counter struct {
 	Next Sink
 
-	Requests map[OpKey]uint64
+	// requests holds one counter per (proto, op); ops is a small
+	// direct-mapped cache in front of it. Op strings come from fixed tables,
+	// so the address of their bytes identifies them: a hit costs no string
+	// hashing, which a map keyed by the op name would pay on every request.
+	requests map[OpKey]*uint64
+	ops      [64]opSlot
 	Errors   map[ErrKey]uint64
 	// Reads and Writes count key occurrences per protocol.
 	Reads  [numProtos]uint64
@@ -29,18 +36,44 @@ type Counter struct {
 	ReadWeight [numProtos]uint64
 }
 
-// NewCounter returns a Counter forwarding to next.
-func NewCounter(next Sink) *Counter {
-	return &Counter{Next: next, Requests: map[OpKey]uint64{}, Errors: map[ErrKey]uint64{}}
+type opSlot struct {
+	name  *byte
+	n     int
+	proto Proto
+	count *uint64
 }
 
-// Request counts one request. Op strings come from fixed tables, so the map
-// stays small and the lookup does not allocate once a key exists.
+// NewCounter returns a Counter forwarding to next.
+func NewCounter(next Sink) *Counter {
+	return &Counter{Next: next, requests: map[OpKey]*uint64{}, Errors: map[ErrKey]uint64{}}
+}
+
+// Request counts one request.
 func (c *Counter) Request(f *Flow, r *Request) {
-	c.Requests[OpKey{f.Proto, r.Op}]++
+	p := unsafe.StringData(r.Op)
+	s := &c.ops[(uintptr(unsafe.Pointer(p))>>3^uintptr(f.Proto))&63]
+	if s.name != p || s.n != len(r.Op) || s.proto != f.Proto || s.count == nil {
+		k := OpKey{f.Proto, r.Op}
+		cnt := c.requests[k]
+		if cnt == nil {
+			cnt = new(uint64)
+			c.requests[k] = cnt
+		}
+		*s = opSlot{p, len(r.Op), f.Proto, cnt}
+	}
+	*s.count++
 	if c.Next != nil {
 		c.Next.Request(f, r)
 	}
+}
+
+// Requests returns a copy of the request counts per (proto, op).
+func (c *Counter) Requests() map[OpKey]uint64 {
+	out := make(map[OpKey]uint64, len(c.requests))
+	for k, v := range c.requests {
+		out[k] = *v
+	}
+	return out
 }
 
 // Key counts one key occurrence.
@@ -66,8 +99,8 @@ func (c *Counter) Error(f *Flow, reason string) {
 
 // Totals sums the counters over protocols.
 func (c *Counter) Totals() (requests, keys, reads, writes, errors uint64) {
-	for _, n := range c.Requests {
-		requests += n
+	for _, n := range c.requests {
+		requests += *n
 	}
 	for p := range c.Reads {
 		reads += c.Reads[p]

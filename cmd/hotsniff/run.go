@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -44,6 +45,7 @@ type captureFlags struct {
 	listen   string
 	check    bool
 	replies  bool
+	pprof    bool
 }
 
 func newRunCmd() *cobra.Command {
@@ -104,6 +106,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	f.IntVar(&cf.maxCopy, "max-copy", 256<<10, "most payload bytes copied from one packet by eBPF (GRO/GSO super-packets); the rest is counted as truncated")
 	f.StringVar(&cf.listen, "listen", ":9464", "address for /metrics, /hotkeys, /healthz, /readyz (empty: none)")
 	f.BoolVar(&cf.check, "config-check", false, "load and validate the configuration, print a summary and exit")
+	f.BoolVar(&cf.pprof, "pprof", false, "also serve Go profiling at /debug/pprof/ on --listen")
 	f.BoolVar(&cf.replies, "capture-replies", false, "eBPF: copy server replies too (not needed to find hot keys; replies are most of the bytes)")
 	return cmd
 }
@@ -372,7 +375,7 @@ func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, ds detect.Sta
 	d.col.Update(func(s *metrics.Snapshot) {
 		s.Capture = capStats
 		s.TruncatedSegments = d.truncSegs
-		s.Requests = copyMap(c.Requests, s.Requests)
+		s.Requests = c.Requests()
 		s.DecodeErrors = copyMap(c.Errors, s.DecodeErrors)
 		if s.Keys == nil {
 			s.Keys, s.Gaps, s.HotKeys = map[decode.Proto]uint64{}, map[decode.Proto]uint64{}, map[decode.Proto]int{}
@@ -444,6 +447,11 @@ func (d *daemon) serve() (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/hotkeys", d.hotkeys)
+	if d.cf.pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		// Alive while the pipeline loop turns: it beats at least every tick.
 		if age := time.Since(time.Unix(0, d.beat.Load())); d.running.Load() && age > 10*time.Second {
