@@ -883,3 +883,41 @@ func TestReadmeDocumentsValues(t *testing.T) {
 var opaque = map[string]bool{
 	"nodeSelector": true, "resources": true, "podSecurityContext": true, "dashboard.labels": true,
 }
+
+// TestRenderedConfigAccepted hands the config file the chart renders, with
+// default and with full values, to the real binary's `run --config-check`:
+// a value the chart writes under a key or in a form hotsniff does not
+// accept would otherwise only show as a crash-looping DaemonSet.
+func TestRenderedConfigAccepted(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "hotsniff")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/hotsniff")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build hotsniff: %v: %s", err, out)
+	}
+	for name, args := range map[string][]string{
+		"defaults": nil,
+		"full":     {"-f", filepath.Join(chartDir, "ci", "full-values.yaml")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := render(t, args...)
+			var body string
+			for _, c := range m.ConfigMaps {
+				if v, ok := c.Data["config.yaml"]; ok {
+					body = v
+				}
+			}
+			if body == "" {
+				t.Fatal("no config.yaml rendered")
+			}
+			path := filepath.Join(t.TempDir(), "config.yaml")
+			if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(bin, "run", "--config", path, "--config-check").CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "config ok") {
+				t.Fatalf("hotsniff rejects the chart's config: %v\n%s\n--- config.yaml\n%s", err, out, body)
+			}
+		})
+	}
+}
