@@ -90,6 +90,9 @@ type Detector struct {
 
 	pubMu    sync.Mutex
 	pubStats Stats
+	// latencies holds detection latencies since the last DrainLatencies,
+	// for the metrics histogram; bounded, promotions are rare.
+	latencies []time.Duration
 	pubHot   []event.Event
 	lastPub  int64
 	dirty    bool // hot set changed since the last publication
@@ -350,6 +353,9 @@ func (d *Detector) promote(h uint64, f *decode.Flow, ns int32, k decode.Key, thr
 	d.st.LatencyCount++
 	d.st.LatencySumNs += lat
 	d.st.LatencyMaxNs = max(d.st.LatencyMaxNs, lat)
+	if len(d.latencies) < maxLatencies {
+		d.latencies = append(d.latencies, time.Duration(lat))
+	}
 	d.dirty = true
 	d.emit(e, event.TypeHot, qps)
 	return e
@@ -431,6 +437,18 @@ func (d *Detector) publish(force bool) {
 		d.pubHot = hs
 	}
 	d.pubMu.Unlock()
+}
+
+// maxLatencies bounds the latencies kept between two DrainLatencies calls.
+const maxLatencies = 4096
+
+// DrainLatencies appends the detection latencies (packet time from a key
+// being located to its hot event) measured since the last call to dst and
+// forgets them. Like Key and Tick, it runs on the observing goroutine.
+func (d *Detector) DrainLatencies(dst []time.Duration) []time.Duration {
+	dst = append(dst, d.latencies...)
+	d.latencies = d.latencies[:0]
+	return dst
 }
 
 // Flush brings HotSet and Stats up to date with everything observed so far

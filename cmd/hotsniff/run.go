@@ -139,6 +139,7 @@ type daemon struct {
 	afp       *afpacket.Source
 	modeName  string
 	truncSegs uint64 // segments with bytes the capture did not copy
+	lat       []time.Duration
 
 	col     *metrics.Collector
 	hotMu   sync.Mutex
@@ -367,10 +368,11 @@ func (d *daemon) tick(now time.Time, asm *stream.Assembler, counter *decode.Coun
 	d.hotMu.Lock()
 	d.hot = hot
 	d.hotMu.Unlock()
-	d.updateMetrics(asm.Stats(), counter, det.Stats(), hot, pub)
+	d.lat = det.DrainLatencies(d.lat[:0])
+	d.updateMetrics(asm.Stats(), counter, hot, pub)
 }
 
-func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, ds detect.Stats, hot []event.Event, pub *publish.Publisher) {
+func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.Event, pub *publish.Publisher) {
 	capStats := d.captureStats()
 	d.col.Update(func(s *metrics.Snapshot) {
 		s.Capture = capStats
@@ -395,7 +397,9 @@ func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, ds detect.Sta
 			ps := pub.Stats()
 			s.Published, s.PublishErrors, s.PublishDropped, s.PublishLag = ps.Published, ps.Errors, ps.Dropped, ps.LastLag.Seconds()
 		}
-		_ = ds
+		for _, l := range d.lat {
+			s.DetectionLatency = append(s.DetectionLatency, l.Seconds())
+		}
 	})
 }
 

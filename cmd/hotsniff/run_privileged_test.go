@@ -322,6 +322,10 @@ func TestRunPrivileged(t *testing.T) {
 					t.Fatalf("no hot event for key:__rand_int__\n%s", d.log())
 				}
 			}
+			// The detection reached the latency histogram.
+			if _, m := d.waitMetric(t, "hotsniff_detection_latency_seconds_count", 1); m["hotsniff_detection_latency_seconds_count"] < 1 {
+				t.Errorf("no detection latency observed")
+			}
 			if err := d.stop(t, syscall.SIGTERM); err != nil {
 				t.Errorf("exit after SIGTERM: %v\n%s", err, d.log())
 			}
