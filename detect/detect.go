@@ -93,13 +93,13 @@ type Detector struct {
 	// latencies holds detection latencies since the last DrainLatencies,
 	// for the metrics histogram; bounded, promotions are rare.
 	latencies []time.Duration
-	pubHot   []event.Event
-	lastPub  int64
-	dirty    bool // hot set changed since the last publication
-	ttlMs    int64
-	refresh  int64
-	invGap   int64
-	lifetime int64
+	pubHot    []event.Event
+	lastPub   int64
+	dirty     bool // hot set changed since the last publication
+	ttlMs     int64
+	refresh   int64
+	invGap    int64
+	lifetime  int64
 }
 
 const (
