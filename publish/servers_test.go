@@ -1,7 +1,6 @@
 package publish_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/ecdsa"
@@ -22,8 +21,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotsniff/hotsniff/internal/testutil"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hotsniff/hotsniff/internal/testutil"
 )
 
 // server is a redis-server started on a port of our choosing, so a test can
@@ -90,15 +90,8 @@ func tryRedisOn(t testing.TB, port int, extra ...string) (*server, error) {
 			return nil, fmt.Errorf("redis-server exited: %s", lastLines(s.out.String()))
 		default:
 		}
-		c, err := net.DialTimeout("tcp", s.Addr, 200*time.Millisecond)
-		if err == nil {
-			_ = c.SetDeadline(time.Now().Add(time.Second))
-			fmt.Fprint(c, "PING\r\n")
-			line, err := bufio.NewReader(c).ReadString('\n')
-			c.Close()
-			if err == nil && len(line) > 0 && (line[0] == '+' || line[0] == '-') {
-				return s, nil
-			}
+		if testutil.RedisUp(s.Addr) {
+			return s, nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

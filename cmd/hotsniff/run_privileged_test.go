@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -33,8 +32,7 @@ import (
 type daemonProc struct {
 	cmd    *exec.Cmd
 	http   string
-	stderr *bytes.Buffer
-	mu     *sync.Mutex
+	stderr *syncBuf
 }
 
 func startDaemon(t *testing.T, p *netnstest.Pair, args ...string) *daemonProc {
@@ -55,9 +53,9 @@ func startDaemonVia(t *testing.T, p *netnstest.Pair, wrapper []string, args ...s
 	argv := append(append(append([]string(nil), wrapper...), self), args...)
 	cmd := p.Command(context.Background(), argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "HOTSNIFF_TEST_MAIN=1")
-	d := &daemonProc{cmd: cmd, http: "http://" + httpAddr, stderr: &bytes.Buffer{}, mu: &sync.Mutex{}}
+	d := &daemonProc{cmd: cmd, http: "http://" + httpAddr, stderr: &syncBuf{}}
 	cmd.Stdout = io.Discard
-	cmd.Stderr = lockedWriter{d.mu, d.stderr}
+	cmd.Stderr = d.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -83,22 +81,7 @@ func startDaemonVia(t *testing.T, p *netnstest.Pair, wrapper []string, args ...s
 	}
 }
 
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
-}
-
-func (d *daemonProc) log() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.stderr.String()
-}
+func (d *daemonProc) log() string { return strings.Join(d.stderr.lines(), "\n") }
 
 // scrape returns /metrics as text and as name{labels} -> value.
 func (d *daemonProc) scrape(t *testing.T) ([]byte, map[string]float64) {

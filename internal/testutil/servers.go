@@ -65,19 +65,26 @@ func waitRedis(t testing.TB, addr string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			_ = c.SetDeadline(time.Now().Add(time.Second))
-			fmt.Fprint(c, "PING\r\n")
-			line, err := bufio.NewReader(c).ReadString('\n')
-			c.Close()
-			if err == nil && len(line) > 0 && (line[0] == '+' || line[0] == '-') {
-				return
-			}
+		if RedisUp(addr) {
+			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("redis-server at %s did not come up", addr)
+}
+
+// RedisUp reports whether a Redis server answers PING at addr (an error
+// reply, such as NOAUTH, counts: the server is up).
+func RedisUp(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	fmt.Fprint(c, "PING\r\n")
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && len(line) > 0 && (line[0] == '+' || line[0] == '-')
 }
 
 // Memcached is a running memcached.
