@@ -43,11 +43,15 @@ enum hook {
 // max_copy is the most payload bytes copied from one packet; the rest is
 // counted as truncated and reported to user space as Missing.
 volatile const __u32 max_copy = 65536;
-// wakeup_bytes: the reader is woken only once this much data waits in the
-// ring; below it, it polls on a short timer. A wakeup per record costs an
-// irq_work (a self-IPI, a VM exit on virtual machines): ~1 us, ten times
-// the rest of the program.
+// The reader is woken (BPF_RB_FORCE_WAKEUP) for a record written at least
+// wakeup_ns after the previous wakeup, or when the unread data crosses
+// wakeup_bytes; every other record is submitted without one. A wakeup per
+// record costs an irq_work here (a self-IPI, a VM exit on virtual machines)
+// and a context switch in the reader, each worth many records: this way an
+// isolated request still wakes the reader at once, and a busy ring wakes it
+// at most every wakeup_ns, with a batch to read.
 volatile const __u64 wakeup_bytes = 1 << 20;
+volatile const __u64 wakeup_ns = 10000000;
 // replies: copy the payload of server-to-client segments too. Hot-key
 // detection reads requests only, and replies (values) are most of the bytes,
 // so by default a reply yields a record only when it carries SYN, FIN or RST
@@ -253,15 +257,32 @@ static __always_inline int parse(void *data, void *end, struct rec_hdr *h, struc
 	return 0;
 }
 
-// wake_flags wakes the reader only for the record (of size bytes, already
-// reserved) that makes the unread data cross wakeup_bytes: forcing a wakeup
-// for every record while a slow reader catches up would cost the irq_work
-// each time.
-static __always_inline __u64 wake_flags(__u64 size)
+// wake holds the coarse time of the last forced wakeup. It is shared by all
+// CPUs and attachments; written at most every wakeup_ns, it stays in every
+// CPU's cache. Concurrent writers only cost a spare wakeup.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} wake SEC(".maps");
+
+// wake_flags decides the wakeup for a record of size bytes, already
+// reserved, stamped now. Waking only the record that makes the unread data
+// cross wakeup_bytes keeps a slow reader that is catching up from being
+// woken for every record.
+static __always_inline __u64 wake_flags(__u64 size, __u64 now)
 {
 	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	return avail >= wakeup_bytes && avail < wakeup_bytes + size + 8 ? BPF_RB_FORCE_WAKEUP
-									 : BPF_RB_NO_WAKEUP;
+	if (avail >= wakeup_bytes && avail < wakeup_bytes + size + 8)
+		return BPF_RB_FORCE_WAKEUP;
+	__u32 zero = 0;
+	__u64 *last = bpf_map_lookup_elem(&wake, &zero);
+	if (last && now - *last >= wakeup_ns) {
+		*last = now;
+		return BPF_RB_FORCE_WAKEUP;
+	}
+	return BPF_RB_NO_WAKEUP;
 }
 
 // EMIT_CLASS reserves a record with room for exactly N payload bytes and
@@ -281,7 +302,7 @@ static __always_inline __u64 wake_flags(__u64 size)
 			bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);                   \
 			return -2;                                                  \
 		}                                                                   \
-		bpf_ringbuf_submit(r, wake_flags(sizeof(*r) + N));                 \
+		bpf_ringbuf_submit(r, wake_flags(sizeof(*r) + N, h->ts));                 \
 		return 0;                                                           \
 	}
 

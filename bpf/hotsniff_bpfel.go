@@ -58,6 +58,7 @@ const (
 	hotsniffMapEvents             = "events"
 	hotsniffMapPorts              = "ports"
 	hotsniffMapStats              = "stats"
+	hotsniffMapWake               = "wake"
 	hotsniffProgHotsniffTcEgress  = "hotsniff_tc_egress"
 	hotsniffProgHotsniffTcIngress = "hotsniff_tc_ingress"
 	hotsniffProgHotsniffXdp       = "hotsniff_xdp"
@@ -68,6 +69,7 @@ const (
 	hotsniffVarUnusedPortBitmap   = "unused_port_bitmap"
 	hotsniffVarUnusedRecHdr       = "unused_rec_hdr"
 	hotsniffVarWakeupBytes        = "wakeup_bytes"
+	hotsniffVarWakeupNs           = "wakeup_ns"
 )
 
 // loadHotsniff returns the embedded CollectionSpec for hotsniff.
@@ -124,6 +126,7 @@ type hotsniffMapSpecs struct {
 	Events *ebpf.MapSpec `ebpf:"events"`
 	Ports  *ebpf.MapSpec `ebpf:"ports"`
 	Stats  *ebpf.MapSpec `ebpf:"stats"`
+	Wake   *ebpf.MapSpec `ebpf:"wake"`
 }
 
 // hotsniffVariableSpecs contains global variables before they are loaded into the kernel.
@@ -137,6 +140,7 @@ type hotsniffVariableSpecs struct {
 	UnusedPortBitmap *ebpf.VariableSpec `ebpf:"unused_port_bitmap"`
 	UnusedRecHdr     *ebpf.VariableSpec `ebpf:"unused_rec_hdr"`
 	WakeupBytes      *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	WakeupNs         *ebpf.VariableSpec `ebpf:"wakeup_ns"`
 }
 
 // hotsniffObjects contains all objects after they have been loaded into the kernel.
@@ -162,6 +166,7 @@ type hotsniffMaps struct {
 	Events *ebpf.Map `ebpf:"events"`
 	Ports  *ebpf.Map `ebpf:"ports"`
 	Stats  *ebpf.Map `ebpf:"stats"`
+	Wake   *ebpf.Map `ebpf:"wake"`
 }
 
 func (m *hotsniffMaps) Close() error {
@@ -169,6 +174,7 @@ func (m *hotsniffMaps) Close() error {
 		m.Events,
 		m.Ports,
 		m.Stats,
+		m.Wake,
 	)
 }
 
@@ -183,6 +189,7 @@ type hotsniffVariables struct {
 	UnusedPortBitmap *ebpf.Variable `ebpf:"unused_port_bitmap"`
 	UnusedRecHdr     *ebpf.Variable `ebpf:"unused_rec_hdr"`
 	WakeupBytes      *ebpf.Variable `ebpf:"wakeup_bytes"`
+	WakeupNs         *ebpf.Variable `ebpf:"wakeup_ns"`
 }
 
 // hotsniffPrograms contains all programs after they have been loaded into the kernel.

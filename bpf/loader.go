@@ -73,9 +73,15 @@ const (
 	RecHdrSize = 72
 )
 
+// WakeupInterval is the least time between two wakeups of the reader by the
+// programs: under load the reader is woken about this often and finds a
+// batch; a record after a quiet spell wakes it at once.
+const WakeupInterval = 10 * time.Millisecond
+
 // PollInterval is how often a reader looks at the ring when the programs
-// did not wake it: the latency bound under light traffic.
-const PollInterval = 5 * time.Millisecond
+// did not wake it. Only the records of the last WakeupInterval before
+// traffic stops wait for it.
+const PollInterval = 100 * time.Millisecond
 
 // Config configures a Capture. Zero values take the defaults.
 type Config struct {
@@ -108,6 +114,7 @@ type Capture struct {
 	spec   *ebpf.CollectionSpec
 	events *ebpf.Map
 	ports  *ebpf.Map
+	wake   *ebpf.Map // shared wakeup state, so attachments do not each wake the reader
 
 	mu     sync.Mutex
 	ifaces []*Attachment
@@ -150,10 +157,13 @@ func Open(cfg Config) (*Capture, error) {
 	if err := spec.Variables[hotsniffVarMaxCopy].Set(cfg.MaxCopy); err != nil {
 		return nil, fmt.Errorf("set max_copy: %w", err)
 	}
-	// Wake the reader when a sixteenth of the ring is used; below that it
-	// finds the records on its PollInterval timer.
+	// Also wake the reader when a sixteenth of the ring is used, in case
+	// a burst fills it faster than WakeupInterval.
 	if err := spec.Variables[hotsniffVarWakeupBytes].Set(uint64(cfg.RingSize / 16)); err != nil {
 		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
+	}
+	if err := spec.Variables[hotsniffVarWakeupNs].Set(uint64(WakeupInterval.Nanoseconds())); err != nil {
+		return nil, fmt.Errorf("set wakeup_ns: %w", err)
 	}
 	var replies uint8
 	if cfg.Replies {
@@ -169,6 +179,11 @@ func Open(cfg Config) (*Capture, error) {
 	if c.ports, err = ebpf.NewMap(spec.Maps[hotsniffMapPorts]); err != nil {
 		c.events.Close()
 		return nil, fmt.Errorf("create ports map: %w", err)
+	}
+	if c.wake, err = ebpf.NewMap(spec.Maps[hotsniffMapWake]); err != nil {
+		c.events.Close()
+		c.ports.Close()
+		return nil, fmt.Errorf("create wakeup map: %w", err)
 	}
 	if err := c.SetPorts(cfg.Ports); err != nil {
 		c.Close()
@@ -205,6 +220,7 @@ func (c *Capture) load(objs *hotsniffObjects, rawIP bool) error {
 		MapReplacements: map[string]*ebpf.Map{
 			hotsniffMapEvents: c.events,
 			hotsniffMapPorts:  c.ports,
+			hotsniffMapWake:   c.wake,
 		},
 	})
 	if err != nil {
@@ -510,6 +526,9 @@ func (c *Capture) Close() error {
 	}
 	if c.ports != nil {
 		errs = append(errs, c.ports.Close())
+	}
+	if c.wake != nil {
+		errs = append(errs, c.wake.Close())
 	}
 	if c.events != nil {
 		errs = append(errs, c.events.Close())

@@ -310,3 +310,51 @@ func TestSetPorts(t *testing.T) {
 		t.Fatalf("port 8080 not captured after SetPorts: %d", n)
 	}
 }
+
+// TestWakeup checks the wakeup policy: the first record after a quiet spell
+// wakes the reader (the shared wake map takes that record's time), records
+// within WakeupInterval of it do not, and a reader blocked on the ring is
+// woken by that first record long before its PollInterval timer.
+func TestWakeup(t *testing.T) {
+	c, objs, rd := openTestConfig(t, Config{Ports: []uint16{6379}, RingSize: 1 << 20})
+	get := pkt{src: cli4, dst: srv4, flags: 0x18, seq: 1, payload: []byte("*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n")}
+	var last uint64
+	if err := c.wake.Lookup(uint32(0), &last); err != nil || last != 0 {
+		t.Fatalf("wake before any record = %d, %v; want 0", last, err)
+	}
+	// A blocked reader, woken only by the program: its deadline is far.
+	rd.SetDeadline(time.Now().Add(time.Minute))
+	got := make(chan error, 1)
+	go func() {
+		_, err := rd.Read()
+		got <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if _, err := objs.HotsniffTcIngress.Run(&ebpf.RunOptions{Data: get.bytes()}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a record after a quiet spell did not wake the reader")
+	}
+	if err := c.wake.Lookup(uint32(0), &last); err != nil || last == 0 {
+		t.Fatalf("wake after the first record = %d, %v; want its timestamp", last, err)
+	}
+	// A burst right after: at most one more wakeup (if the burst straddles
+	// the interval), never one per record.
+	before := last
+	if _, err := objs.HotsniffTcIngress.Run(&ebpf.RunOptions{Data: get.bytes(), Repeat: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.wake.Lookup(uint32(0), &last); err != nil {
+		t.Fatal(err)
+	}
+	if last != before && last-before < uint64(WakeupInterval.Nanoseconds()) {
+		t.Fatalf("wake moved by %d ns within a burst, less than WakeupInterval", last-before)
+	}
+	drain(t, rd)
+}

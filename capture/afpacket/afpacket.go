@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hotsniff/hotsniff/capture"
+	"github.com/hotsniff/hotsniff/internal/fdpoll"
 )
 
 // Config configures a Source. Zero values take the defaults.
@@ -47,8 +48,7 @@ type Config struct {
 type Source struct {
 	mu       sync.Mutex // held by Next and Close: Close must not unmap under Next
 	rings    []*ring
-	pfds     []unix.PollFd
-	wake     int // eventfd that Close writes to end a blocked poll
+	poll     *fdpoll.Poller // parks Next in Go's netpoller; Close ends the wait
 	turn     int
 	closed   atomic.Bool
 	deadline atomic.Int64 // SetDeadline, Unix ns; 0 = none
@@ -100,11 +100,8 @@ func Open(cfg Config) (*Source, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return nil, fmt.Errorf("create eventfd: %w", err)
-	}
-	s := &Source{wake: wake}
+	s := &Source{}
+	var fds []int
 	for _, name := range cfg.Ifaces {
 		r, err := openRing(name, cfg)
 		if err != nil {
@@ -112,11 +109,16 @@ func Open(cfg Config) (*Source, error) {
 			return nil, err
 		}
 		s.rings = append(s.rings, r)
-		s.pfds = append(s.pfds, unix.PollFd{Fd: int32(r.fd), Events: unix.POLLIN})
+		fds = append(fds, r.fd)
 		cfg.Logger.Info("capture attached", "component", "afpacket", "iface", name, "mode", "afpacket",
 			"ring_bytes", cfg.BlockSize*cfg.Blocks)
 	}
-	s.pfds = append(s.pfds, unix.PollFd{Fd: int32(wake), Events: unix.POLLIN})
+	p, err := fdpoll.New(fds...)
+	if err != nil {
+		s.closeAll()
+		return nil, fmt.Errorf("watch packet rings: %w", err)
+	}
+	s.poll = p
 	return s, nil
 }
 
@@ -203,6 +205,18 @@ const (
 	firstPktOff    = 16 // .offset_to_first_pkt
 )
 
+// ready reports whether next would find a packet.
+func (r *ring) ready() bool {
+	if r.left > 0 {
+		return true
+	}
+	i := r.cur
+	if r.open {
+		i = (r.cur + 1) % r.blocks
+	}
+	return atomic.LoadUint32(r.status(r.block(i)))&unix.TP_STATUS_USER != 0
+}
+
 func (r *ring) block(i int) []byte { return r.mem[i*r.bsize : (i+1)*r.bsize] }
 
 func (r *ring) status(b []byte) *uint32 {
@@ -288,21 +302,33 @@ func (s *Source) Next(seg *capture.Segment) error {
 				return nil
 			}
 		}
-		for i := range s.pfds {
-			s.pfds[i].Revents = 0
-		}
-		timeout := -1
+		var deadline time.Time
 		if d := s.deadline.Load(); d != 0 {
-			left := d - time.Now().UnixNano()
-			if left <= 0 {
+			if time.Now().UnixNano() >= d {
 				return os.ErrDeadlineExceeded
 			}
-			timeout = int(left/1e6) + 1
+			deadline = time.Unix(0, d)
 		}
-		if _, err := unix.Poll(s.pfds, timeout); err != nil && !errors.Is(err, unix.EINTR) {
-			return fmt.Errorf("poll packet rings: %w", err)
+		err := s.poll.Wait(deadline, s.ready)
+		switch {
+		case err == nil, errors.Is(err, os.ErrDeadlineExceeded):
+		case errors.Is(err, fdpoll.ErrClosed):
+			return io.EOF
+		default:
+			return fmt.Errorf("wait for packet rings: %w", err)
 		}
 	}
+}
+
+// ready reports whether a ring has a packet for Next (for fdpoll.Wait,
+// called with mu held).
+func (s *Source) ready() bool {
+	for _, r := range s.rings {
+		if r.ready() {
+			return true
+		}
+	}
+	return false
 }
 
 // Stats implements capture.Source.
@@ -352,8 +378,7 @@ func (s *Source) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	var one = [8]byte{1}
-	_, _ = unix.Write(s.wake, one[:])
+	_ = s.poll.Close() // ends a waiting Next
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closeAll()
@@ -364,8 +389,7 @@ func (s *Source) closeAll() {
 	for _, r := range s.rings {
 		r.close()
 	}
-	if s.wake >= 0 {
-		_ = unix.Close(s.wake)
-		s.wake = -1
+	if s.poll != nil {
+		_ = s.poll.Close()
 	}
 }

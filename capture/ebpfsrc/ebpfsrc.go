@@ -7,22 +7,24 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cilium/ebpf/ringbuf"
-
 	"github.com/hotsniff/hotsniff/bpf"
 	"github.com/hotsniff/hotsniff/capture"
+	"github.com/hotsniff/hotsniff/internal/fdpoll"
 )
 
 // Source is a capture.Source over a bpf.Capture's ring buffer. It owns the
 // Capture: Close detaches the programs too. Next is meant for one goroutine;
 // Stats, SetDeadline and Close may be called from others.
 type Source struct {
-	c   *bpf.Capture
-	rd  *ringbuf.Reader
-	rec ringbuf.Record // reused: RawSample grows to the largest record once
+	c    *bpf.Capture
+	mu   sync.Mutex // held while Next touches the mapping; Close unmaps under it
+	ring *ring
+	poll *fdpoll.Poller
+	buf  []byte // the current record, copied out of the ring
 
 	monoOffset int64
 	sinceClock uint32
@@ -35,14 +37,23 @@ type Source struct {
 
 // New starts reading c's ring buffer.
 func New(c *bpf.Capture) (*Source, error) {
-	rd, err := ringbuf.NewReader(c.Events())
+	m := c.Events()
+	r, err := openRing(m.FD(), int(m.MaxEntries()))
 	if err != nil {
-		return nil, fmt.Errorf("open ring buffer reader: %w", err)
+		return nil, err
 	}
-	rd.SetDeadline(time.Now().Add(bpf.PollInterval))
-	s := &Source{c: c, rd: rd, monoOffset: bpf.MonotonicOffset()}
-	s.rec.RawSample = make([]byte, 0, bpf.RecHdrSize+bpf.Chunk)
-	return s, nil
+	p, err := fdpoll.New(m.FD())
+	if err != nil {
+		_ = r.close()
+		return nil, fmt.Errorf("watch ring buffer: %w", err)
+	}
+	return &Source{
+		c:          c,
+		ring:       r,
+		poll:       p,
+		buf:        make([]byte, 0, bpf.RecHdrSize+bpf.Chunk),
+		monoOffset: bpf.MonotonicOffset(),
+	}, nil
 }
 
 // Capture returns the loaded programs, for counters and port updates.
@@ -52,41 +63,93 @@ func (s *Source) Capture() *bpf.Capture { return s.c }
 // offset only moves with NTP slewing or clock steps.
 const clockEvery = 1 << 16
 
+// busyWait is how long Next waits for a record another CPU is still
+// writing before it looks again; the programs submit within microseconds.
+const busyWait = 50 * time.Microsecond
+
 // Next implements capture.Source. seg.Payload aliases a buffer reused by the
 // next call. It returns io.EOF after Close and os.ErrDeadlineExceeded when
 // a deadline set with SetDeadline passes with nothing to read.
 func (s *Source) Next(seg *capture.Segment) error {
 	for {
-		if err := s.rd.ReadInto(&s.rec); err != nil {
-			if errors.Is(err, ringbuf.ErrClosed) || s.closed.Load() {
+		raw, err := s.read()
+		switch {
+		case err == nil:
+		case errors.Is(err, io.EOF):
+			return io.EOF
+		case errors.Is(err, errEmpty), errors.Is(err, errBusy):
+			// The programs wake us only when the ring fills up to
+			// their threshold; the PollInterval timer picks up what a
+			// light load leaves behind.
+			now := time.Now()
+			wake := now.Add(bpf.PollInterval)
+			if errors.Is(err, errBusy) {
+				wake = now.Add(busyWait)
+			}
+			if d := s.deadline.Load(); d != 0 {
+				if now.UnixNano() >= d {
+					return os.ErrDeadlineExceeded
+				}
+				if d < wake.UnixNano() {
+					wake = time.Unix(0, d)
+				}
+			}
+			werr := s.poll.Wait(wake, s.ready)
+			if errors.Is(werr, fdpoll.ErrClosed) || s.closed.Load() {
 				return io.EOF
 			}
-			if !errors.Is(err, os.ErrDeadlineExceeded) {
-				return fmt.Errorf("read ring buffer: %w", err)
+			if werr != nil && !errors.Is(werr, os.ErrDeadlineExceeded) {
+				return fmt.Errorf("wait for ring buffer: %w", werr)
 			}
-			// The programs wake us only when the ring fills up; the
-			// timer picks up what a light load leaves behind.
-			now := time.Now()
-			if d := s.deadline.Load(); d != 0 && now.UnixNano() >= d {
-				s.rd.SetDeadline(now.Add(bpf.PollInterval))
-				return os.ErrDeadlineExceeded
-			}
-			s.rd.SetDeadline(now.Add(bpf.PollInterval))
 			continue
+		default:
+			return err
 		}
 		s.packets.Add(1)
-		s.bytes.Add(uint64(len(s.rec.RawSample)))
+		s.bytes.Add(uint64(len(raw)))
 		if s.sinceClock++; s.sinceClock >= clockEvery {
 			s.sinceClock = 0
 			s.monoOffset = bpf.MonotonicOffset()
 		}
-		if _, err := bpf.ParseRecord(s.rec.RawSample, s.monoOffset, seg); err != nil {
+		if _, err := bpf.ParseRecord(raw, s.monoOffset, seg); err != nil {
 			s.malformed.Add(1)
 			continue
 		}
 		s.segments.Add(1)
 		return nil
 	}
+}
+
+// read copies the next record out of the ring.
+func (s *Source) read() ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return nil, io.EOF
+	}
+	raw, err := s.ring.next(s.buf)
+	if err == nil {
+		s.buf = raw
+	}
+	return raw, err
+}
+
+// ready is Poller.Wait's check. It takes mu: Close may unmap the ring
+// while Next waits.
+func (s *Source) ready() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.closed.Load() && s.ring.ready()
+}
+
+// Pending is the number of bytes in the ring not yet read.
+func (s *Source) Pending() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return 0
+	}
+	return s.ring.available()
 }
 
 // SetDeadline makes a blocked or later Next return os.ErrDeadlineExceeded
@@ -116,7 +179,11 @@ func (s *Source) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	return errors.Join(s.rd.Close(), s.c.Close())
+	perr := s.poll.Close()
+	s.mu.Lock()
+	rerr := s.ring.close()
+	s.mu.Unlock()
+	return errors.Join(perr, rerr, s.c.Close())
 }
 
 // Ensure the interface is met.

@@ -99,6 +99,26 @@ func bpfCost(t *testing.T, p *netnstest.Pair, srv netstestAddr, rounds int) {
 	}
 	defer stats.Close()
 	var rows []string
+	for _, w := range workloads[:2] {
+		var ns []float64
+		var runs uint64
+		for range rounds {
+			e, err := attachEmpty(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runWorkload(t, srv, w)
+			v, n, err := e.nsPerRun()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ns, runs = append(ns, v), runs+n
+			if err := e.close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rows = append(rows, fmt.Sprintf("| %-4s | %-15s | %-10s | %9d | %-22s |", "none", w.name, "empty", runs/uint64(rounds), span(ns, "%.0f")))
+	}
 	for _, mode := range []bpf.Mode{bpf.ModeXDP, bpf.ModeTC} {
 		for _, w := range workloads {
 			ns := map[bpf.Hook][]float64{}

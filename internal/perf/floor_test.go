@@ -1,0 +1,64 @@
+package perf
+
+import (
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/hotsniff/hotsniff/internal/netnstest"
+)
+
+// emptyProgram is a TCX program that returns TCX_NEXT and does nothing else.
+// Its run_time_ns / run_cnt under the same traffic is the floor of the
+// kernel's accounting on this machine: what bpf_stats itself costs (two
+// clock reads per run) plus the dispatch, before any work of ours.
+type emptyProgram struct {
+	prog *ebpf.Program
+	link link.Link
+}
+
+func attachEmpty(p *netnstest.Pair) (*emptyProgram, error) {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.SchedCLS,
+		License:      "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load empty program: %w", err)
+	}
+	e := &emptyProgram{prog: prog}
+	err = p.Do(func() error {
+		ifi, err := net.InterfaceByName(p.NSIface)
+		if err != nil {
+			return err
+		}
+		e.link, err = link.AttachTCX(link.TCXOptions{Interface: ifi.Index, Program: prog, Attach: ebpf.AttachTCXIngress})
+		return err
+	})
+	if err != nil {
+		prog.Close()
+		return nil, fmt.Errorf("attach empty program: %w", err)
+	}
+	return e, nil
+}
+
+// nsPerRun reads the program's accounting.
+func (e *emptyProgram) nsPerRun() (float64, uint64, error) {
+	st, err := e.prog.Stats()
+	if err != nil {
+		return 0, 0, err
+	}
+	if st.RunCount == 0 {
+		return 0, 0, nil
+	}
+	return float64(st.Runtime.Nanoseconds()) / float64(st.RunCount), st.RunCount, nil
+}
+
+func (e *emptyProgram) close() error {
+	err := e.link.Close()
+	return errors.Join(err, e.prog.Close())
+}
