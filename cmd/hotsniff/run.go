@@ -48,6 +48,7 @@ type captureFlags struct {
 	replies  bool
 	pprof    bool
 	procs    int
+	nice     int
 }
 
 func newRunCmd() *cobra.Command {
@@ -90,6 +91,12 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			if cf.procs > 0 {
 				runtime.GOMAXPROCS(cf.procs)
 			}
+			if cf.nice < -20 || cf.nice > 19 {
+				return usagef("--nice %d: must be between -20 and 19", cf.nice)
+			}
+			if err := setNice(cf.nice); err != nil {
+				return usageError{fmt.Errorf("%w (a negative --nice needs CAP_SYS_NICE)", err)}
+			}
 			base := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			d := &daemon{
 				log: base.With("component", "run"), base: base,
@@ -117,6 +124,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	// work on every ring wakeup: in profiles of `run` on 2 vCPUs that was a
 	// third of the daemon's CPU, and on a 64-core node it is worse.
 	f.IntVar(&cf.procs, "gomaxprocs", 1, "threads running Go code at once (GOMAXPROCS); 0 keeps Go's default (the GOMAXPROCS variable, else the CPU count or limit)")
+	f.IntVar(&cf.nice, "nice", 10, "CPU priority of the daemon's threads, -20 (highest) to 19: by default it yields to the cache server when the CPU is saturated")
 	f.BoolVar(&cf.replies, "capture-replies", false, "eBPF: copy server replies too (not needed to find hot keys; replies are most of the bytes)")
 	return cmd
 }

@@ -188,34 +188,39 @@ func throughput(t *testing.T, p *netnstest.Pair, srv netstestAddr, rounds int) {
 	bin := buildHotsniff(t)
 	var rows []string
 	for _, mode := range []string{"tc", "xdp"} {
-		for _, w := range workloads[:2] {
-			var without, with, ratio, cpuPerM, reqPerCPU []float64
-			for range rounds {
-				without = append(without, benchmark(t, srv, w.n, w.pipe))
-				resetStats(t, srv)
-				s := startSniffer(t, bin, p, srv, mode)
-				cpu0 := s.cpuSeconds(t)
-				r0 := sum(s.scrape(t), "hotsniff_requests_total")
-				rps := benchmark(t, srv, w.n, w.pipe)
-				sent := serverGets(t, srv)
-				m := s.waitRequests(t, float64(sent)+r0)
-				cpu := s.cpuSeconds(t) - cpu0
-				req := sum(m, "hotsniff_requests_total") - r0
-				checkRun(t, m, sent)
-				s.stop(t)
-				with = append(with, rps)
-				ratio = append(ratio, rps/without[len(without)-1])
-				cpuPerM = append(cpuPerM, cpu/float64(sent)*1e6)
-				if cpu > 0 {
-					reqPerCPU = append(reqPerCPU, req/cpu)
+		// --nice 10 is run's default; --nice 0 competes with the server
+		// and client on equal terms.
+		for _, nice := range []string{"10", "0"} {
+			for _, w := range workloads[:2] {
+				var without, with, ratio, cpuPerM, reqPerCPU []float64
+				for range rounds {
+					without = append(without, benchmark(t, srv, w.n, w.pipe))
+					resetStats(t, srv)
+					s := startSniffer(t, bin, p, srv, mode, "--nice", nice)
+					cpu0 := s.cpuSeconds(t)
+					r0 := sum(s.scrape(t), "hotsniff_requests_total")
+					rps := benchmark(t, srv, w.n, w.pipe)
+					sent := serverGets(t, srv)
+					m := s.waitRequests(t, float64(sent)+r0)
+					cpu := s.cpuSeconds(t) - cpu0
+					req := sum(m, "hotsniff_requests_total") - r0
+					checkRun(t, m, sent)
+					s.stop(t)
+					with = append(with, rps)
+					ratio = append(ratio, rps/without[len(without)-1])
+					cpuPerM = append(cpuPerM, cpu/float64(sent)*1e6)
+					if cpu > 0 {
+						reqPerCPU = append(reqPerCPU, req/cpu)
+					}
 				}
+				rows = append(rows, fmt.Sprintf("| %-3s | %-2s | %-9s | %-26s | %-26s | %-20s | %-20s | %-26s | %s |",
+					mode, nice, w.name, span(without, "%.0f"), span(with, "%.0f"), span(ratio, "%.3f"),
+					span(cpuPerM, "%.2f"), span(reqPerCPU, "%.0f"), loadavg()))
 			}
-			rows = append(rows, fmt.Sprintf("| %-3s | %-9s | %-26s | %-26s | %-20s | %-20s | %-26s | %s |",
-				mode, w.name, span(without, "%.0f"), span(with, "%.0f"), span(ratio, "%.3f"),
-				span(cpuPerM, "%.2f"), span(reqPerCPU, "%.0f"), loadavg()))
 		}
 	}
 	t.Log("\nredis-benchmark rps without / with hotsniff (median [min–max]), with/without per pair, hotsniff CPU-s per 1M requests, requests decoded per CPU-s, load average\n" +
+		"| mode | nice | workload | without | with | with/without | CPU-s/M | req/CPU-s | load |\n" +
 		strings.Join(rows, "\n"))
 }
 

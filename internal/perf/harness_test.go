@@ -66,12 +66,13 @@ func freePort(t testing.TB, p *netnstest.Pair) int {
 // startSniffer runs `hotsniff run` on the namespace's veth end in mode (tc
 // or xdp) for the redis port and waits until /readyz answers. It is stopped
 // with SIGTERM by stop, or killed in t.Cleanup.
-func startSniffer(t testing.TB, bin string, p *netnstest.Pair, srv netip.AddrPort, mode string) *sniffer {
+func startSniffer(t testing.TB, bin string, p *netnstest.Pair, srv netip.AddrPort, mode string, extra ...string) *sniffer {
 	t.Helper()
 	addr := net.JoinHostPort(p.NSIP.String(), strconv.Itoa(freePort(t, p)))
 	// `ip netns exec` execs hotsniff: the pid is hotsniff's own.
-	cmd := p.Command(context.Background(), bin, "run", "--iface", p.NSIface, "--capture", mode,
-		"--port", "redis="+strconv.Itoa(int(srv.Port())), "--listen", addr, "--hot-qps", "1000", "--output", "jsonl")
+	args := append([]string{"run", "--iface", p.NSIface, "--capture", mode,
+		"--port", "redis=" + strconv.Itoa(int(srv.Port())), "--listen", addr, "--hot-qps", "1000", "--output", "jsonl"}, extra...)
+	cmd := p.Command(context.Background(), bin, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
