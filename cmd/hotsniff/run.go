@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -114,7 +115,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	f := cmd.Flags()
 	f.StringArrayVar(&cf.ifaces, "iface", nil, "interface to capture on (repeatable; default: every physical interface that is up, else every non-loopback one)")
 	f.StringVar(&cf.mode, "capture", "auto", "capture mode: auto (XDP on physical NICs, TC on veth and loopback, AF_PACKET when eBPF is unavailable), xdp, tc, afpacket")
-	f.IntVar(&cf.ringSize, "ring-size", 32<<20, "eBPF ring buffer (or AF_PACKET ring per interface) size in bytes")
+	f.IntVar(&cf.ringSize, "ring-size", 0, "eBPF ring buffer (or AF_PACKET ring per interface) size in bytes; 0: 4 MiB for eBPF (it stays in the CPU cache), 32 MiB for AF_PACKET")
 	f.IntVar(&cf.maxCopy, "max-copy", 256<<10, "most payload bytes copied from one packet by eBPF (GRO/GSO super-packets); the rest is counted as truncated")
 	f.StringVar(&cf.listen, "listen", ":9464", "address for /metrics, /hotkeys, /healthz, /readyz (empty: none)")
 	f.BoolVar(&cf.check, "config-check", false, "load and validate the configuration, print a summary and exit")
@@ -291,7 +292,7 @@ func (d *daemon) openCapture() error {
 		}
 		d.log.Warn("eBPF unavailable, falling back to AF_PACKET", "err", err)
 	}
-	src, err := afpacket.Open(afpacket.Config{Ifaces: ifaces, Ports: ports, Blocks: max(1, d.cf.ringSize/(1<<20)), Logger: d.base})
+	src, err := afpacket.Open(afpacket.Config{Ifaces: ifaces, Ports: ports, Blocks: max(1, cmp.Or(d.cf.ringSize, afpacketRingSize)/(1<<20)), Logger: d.base})
 	if err != nil {
 		return fmt.Errorf("start afpacket capture: %w", err)
 	}
@@ -324,6 +325,9 @@ func defaultIfaces() ([]string, error) {
 	}
 	return up, nil
 }
+
+// afpacketRingSize is the default AF_PACKET ring per interface.
+const afpacketRingSize = 32 << 20
 
 // tickEvery is how often the pipeline expires flows, lets the detector see
 // time pass without traffic, and refreshes what HTTP and metrics read.
