@@ -43,7 +43,7 @@ import (
 //     short of it; the weaker tests over shorter spans (down to ~4.5 σ at
 //     W/2) happen only in the first window of a key's tenure in its slot.
 //
-// Memory is fixed at New: per bucket 64 bytes (bucket) + slotsPerBucket ×
+// Memory is fixed at New: per bucket 49 bytes (counts, history, state) + slotsPerBucket ×
 // 92 bytes (hash, estimate, slot), ~800 bytes; per hot entry ~200 bytes +
 // the key. It does not depend on the number of distinct keys.
 
@@ -55,11 +55,15 @@ const slotsPerBucket = 8
 // time it crosses the threshold (cost: more located buckets, never events).
 const locateRatio = 0.25
 
-type bucket struct {
-	win    window
-	active bool  // located: its slots count keys
-	decay  int64 // epoch up to which the slots' estimates have been decayed
-}
+// Bucket counts are split by how often they are touched. Every read adds
+// to cur and compares prev+cur with the trigger: 8 bytes per bucket, 32 KiB
+// for 4096 buckets, which stays in the L1/L2 cache even when the daemon
+// shares its core with the cache server. The per-sub-window history (ring)
+// is touched only when the epoch moves, for all buckets at once. With one
+// 48-byte window per bucket (192 KiB, read at random), the live daemon
+// spent half of its CPU waiting for those lines under redis-benchmark
+// -r 10000 -P 16; the BenchmarkObserve* figures, with the caches to
+// themselves, never showed it.
 
 // slot is the detail of one located key; its identity hash and Space-Saving
 // estimate live in windowed.sh and windowed.se, so a bucket's lookup reads
@@ -81,7 +85,12 @@ const (
 type windowed struct {
 	d       *Detector
 	shift   uint
-	buckets []bucket
+	ep      int64    // epoch that cur counts
+	cur     []uint32 // per bucket: weighted reads in epoch ep
+	prev    []uint32 // per bucket: the other numSub-1 sub-windows, summed at the last roll
+	ring    []uint32 // per bucket, numSub sub-windows (cold: written at rolls)
+	active  []bool   // per bucket: located, its slots count keys
+	decay   []int64  // per bucket: epoch up to which its slots' estimates have been decayed
 	slots   []slot
 	sh      []uint64 // identity hash per slot; 0 when empty
 	se      []uint32 // Space-Saving estimate per slot (decayed): eviction order only
@@ -94,7 +103,11 @@ func newWindowed(d *Detector, c Config) *windowed {
 	w := &windowed{
 		d:       d,
 		shift:   uint(64 - bitsLen(c.Buckets)),
-		buckets: make([]bucket, c.Buckets),
+		cur:     make([]uint32, c.Buckets),
+		prev:    make([]uint32, c.Buckets),
+		ring:    make([]uint32, c.Buckets*numSub),
+		active:  make([]bool, c.Buckets),
+		decay:   make([]int64, c.Buckets),
 		slots:   make([]slot, c.Buckets*slotsPerBucket),
 		sh:      make([]uint64, c.Buckets*slotsPerBucket),
 		se:      make([]uint32, c.Buckets*slotsPerBucket),
@@ -118,38 +131,42 @@ func bitsLen(n int) int {
 
 func (w *windowed) observe(h uint64, f *decode.Flow, ns int32, k decode.Key, n uint32) {
 	d := w.d
-	bi := h >> w.shift
-	b := &w.buckets[bi]
 	ep := d.epoch
-	b.win.add(ep, n)
-	if !b.active {
-		if b.win.sum < w.trig {
+	if ep != w.ep {
+		w.roll(ep)
+	}
+	bi := h >> w.shift
+	c := satAdd(w.cur[bi], n)
+	w.cur[bi] = c
+	sum := uint64(w.prev[bi]) + uint64(c)
+	if !w.active[bi] {
+		if sum < w.trig {
 			return
 		}
-		b.active = true
-		b.decay = ep
+		w.active[bi] = true
+		w.decay[bi] = ep
 		lo := bi * slotsPerBucket
 		clear(w.sh[lo : lo+slotsPerBucket])
 		clear(w.se[lo : lo+slotsPerBucket])
-	} else if b.win.sum < w.trig/2 {
+	} else if sum < w.trig/2 {
 		// Hysteresis: stay located down to half the trigger, so a key near
 		// the threshold does not lose its count to noise.
-		b.active = false
+		w.active[bi] = false
 		return
 	}
 	lo := bi * slotsPerBucket
 	sh := w.sh[lo : lo+slotsPerBucket : lo+slotsPerBucket]
 	se := w.se[lo : lo+slotsPerBucket : lo+slotsPerBucket]
-	if b.decay != ep {
+	if w.decay[bi] != ep {
 		// Age the estimates (×3/4 per sub-window) so the table follows a
 		// changing mix instead of keeping yesterday's keys.
-		steps := min(ep-b.decay, 32)
+		steps := min(ep-w.decay[bi], 32)
 		for i := range se {
 			for range steps {
 				se[i] -= se[i] >> 2
 			}
 		}
-		b.decay = ep
+		w.decay[bi] = ep
 	}
 	i := 0
 	for ; i < slotsPerBucket; i++ {
@@ -224,9 +241,46 @@ func satAdd(a, b uint32) uint32 {
 	return math.MaxUint32
 }
 
+// roll moves every bucket's count to epoch ep: the current sub-window goes
+// into the history, sub-windows older than numSub epochs are dropped, and
+// prev becomes the sum of what remains. A few microseconds per sub-window
+// (W/8) for 4096 buckets; empty buckets are skipped.
+func (w *windowed) roll(ep int64) {
+	d := ep - w.ep
+	if d <= 0 || d >= numSub {
+		clear(w.cur)
+		clear(w.prev)
+		clear(w.ring)
+		w.ep = ep
+		return
+	}
+	cj := w.ep & (numSub - 1)
+	for b := range w.cur {
+		if w.cur[b] == 0 && w.prev[b] == 0 {
+			continue // its whole history is zero
+		}
+		r := w.ring[b*numSub : b*numSub+numSub : b*numSub+numSub]
+		r[cj] = w.cur[b]
+		w.cur[b] = 0
+		for i := int64(1); i <= d; i++ {
+			r[(w.ep+i)&(numSub-1)] = 0
+		}
+		var sum uint64
+		for _, v := range r {
+			sum += uint64(v)
+		}
+		w.prev[b] = uint32(min(sum, math.MaxUint32))
+	}
+	w.ep = ep
+}
+
 // reset forgets every count (after a clock jump).
 func (w *windowed) reset() {
-	clear(w.buckets)
+	clear(w.cur)
+	clear(w.prev)
+	clear(w.ring)
+	clear(w.active)
 	clear(w.sh)
 	clear(w.se)
+	w.ep = w.d.epoch
 }
