@@ -101,17 +101,17 @@ type windowed struct {
 
 func newWindowed(d *Detector, c Config) *windowed {
 	w := &windowed{
-		d:       d,
-		shift:   uint(64 - bitsLen(c.Buckets)),
-		cur:     make([]uint32, c.Buckets),
-		prev:    make([]uint32, c.Buckets),
-		ring:    make([]uint32, c.Buckets*numSub),
-		active:  make([]bool, c.Buckets),
-		decay:   make([]int64, c.Buckets),
-		slots:   make([]slot, c.Buckets*slotsPerBucket),
-		sh:      make([]uint64, c.Buckets*slotsPerBucket),
-		se:      make([]uint32, c.Buckets*slotsPerBucket),
-		minThr:  d.rules.min(),
+		d:      d,
+		shift:  uint(64 - bitsLen(c.Buckets)),
+		cur:    make([]uint32, c.Buckets),
+		prev:   make([]uint32, c.Buckets),
+		ring:   make([]uint32, c.Buckets*numSub),
+		active: make([]bool, c.Buckets),
+		decay:  make([]int64, c.Buckets),
+		slots:  make([]slot, c.Buckets*slotsPerBucket),
+		sh:     make([]uint64, c.Buckets*slotsPerBucket),
+		se:     make([]uint32, c.Buckets*slotsPerBucket),
+		minThr: d.rules.min(),
 	}
 	full := float64(d.win-d.sub) / 1e9 // seconds a full ring surely covers
 	w.trig = max(uint64(locateRatio*w.minThr*full), 1)
