@@ -48,6 +48,7 @@ func TestUserErrors(t *testing.T) {
 		{"truncated", []string{"decode", "--count", write("trunc.pcap", good[:len(good)-37])}, 1, "truncated"},
 		{"unknown link type", []string{"decode", write("wifi.pcap", wifi)}, 1, "105"},
 		{"gzip ok", []string{"decode", "--count", write("ok.pcap.gz", gz.Bytes())}, 0, ""},
+		{"nice out of range", []string{"run", "--nice", "40", "--config-check"}, 2, "--nice 40"},
 		{"gzip truncated", []string{"decode", write("trunc.pcap.gz", gz.Bytes()[:gz.Len()/2])}, 1, "trunc.pcap.gz"},
 	}
 	for _, c := range cases {

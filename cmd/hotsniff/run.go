@@ -84,6 +84,9 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 					return usageError{err}
 				}
 			}
+			if cf.nice < -20 || cf.nice > 19 {
+				return usagef("--nice %d: must be between -20 and 19", cf.nice)
+			}
 			if cf.check {
 				fmt.Fprintf(cmd.OutOrStdout(), "config ok: ports %v, capture %s, hot-qps %g, detector %s, %d rules, %d ignore patterns\n",
 					ports.List(), mode, dcfg.HotQPS, dcfg.Detector, len(dcfg.Rules), len(dcfg.Ignore))
@@ -91,9 +94,6 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			}
 			if cf.procs > 0 {
 				runtime.GOMAXPROCS(cf.procs)
-			}
-			if cf.nice < -20 || cf.nice > 19 {
-				return usagef("--nice %d: must be between -20 and 19", cf.nice)
 			}
 			if err := setNice(cf.nice); err != nil {
 				return usageError{fmt.Errorf("%w (a negative --nice needs CAP_SYS_NICE)", err)}
