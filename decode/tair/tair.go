@@ -61,6 +61,10 @@ const (
 	ReasonBadPcode  = "bad_pcode"  // pcode outside 0..65535
 	ReasonBadBody   = "bad_body"   // body did not decode to exactly body_len bytes
 	ReasonTooLarge  = "too_large"  // read frame above MaxFrame, skipped unread
+	// ReasonResync: bytes were dropped while looking for a frame boundary
+	// (after a gap, on a mid-stream join, after garbage); once per episode,
+	// as the Redis and memcached decoders count it.
+	ReasonResync = "resync"
 )
 
 // Config holds the framing limits. Zero values take the defaults.
@@ -117,6 +121,7 @@ type Parser struct {
 	// pcode is known and, where the layout is known, the body decodes to
 	// exactly body_len bytes (spec §1.5).
 	synced   bool
+	counted  bool // ReasonResync reported for this episode
 	requests bool
 	req      decode.Request
 }
@@ -124,7 +129,11 @@ type Parser struct {
 var magic = []byte{0x6D, 0x42, 0x64, 0x54}
 
 // Gap makes the parser resynchronise at the next frame it can validate.
-func (p *Parser) Gap() { p.synced = false }
+func (p *Parser) Gap() {
+	if p.synced {
+		p.synced, p.counted = false, false
+	}
+}
 
 // Parse implements decode.Parser.
 func (p *Parser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
@@ -134,7 +143,14 @@ func (p *Parser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 			i := bytes.Index(b[off:], magic)
 			if i < 0 {
 				// Keep up to 3 bytes: they may be the start of a magic.
-				return max(off, len(b)-(len(magic)-1))
+				keep := max(off, len(b)-(len(magic)-1))
+				if keep > off {
+					p.dropped(f, s)
+				}
+				return keep
+			}
+			if i > 0 {
+				p.dropped(f, s)
 			}
 			off += i
 		}
@@ -144,19 +160,19 @@ func (p *Parser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 		h := b[off : off+16]
 		if binary.BigEndian.Uint32(h) != 0x6D426454 {
 			p.lose(f, s, ReasonBadMagic)
-			off++
+			off = p.skipByte(off, f, s)
 			continue
 		}
 		pcode := int32(binary.BigEndian.Uint32(h[8:]))
 		bodyLen := int32(binary.BigEndian.Uint32(h[12:]))
 		if bodyLen < 0 || int(bodyLen) > p.maxBody {
 			p.lose(f, s, ReasonBadLength)
-			off++
+			off = p.skipByte(off, f, s)
 			continue
 		}
 		if pcode < 0 || pcode > 0xFFFF {
 			p.lose(f, s, ReasonBadPcode)
-			off++
+			off = p.skipByte(off, f, s)
 			continue
 		}
 		end := off + 16 + int(bodyLen)
@@ -165,7 +181,7 @@ func (p *Parser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 		case kindUnknown:
 			if !p.synced {
 				// An unknown pcode is no evidence of a frame boundary.
-				off++
+				off = p.skipByte(off, f, s)
 				continue
 			}
 			p.request(f, s, opUnknown, decode.NoNS, false)
@@ -180,11 +196,11 @@ func (p *Parser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 				case needMore:
 					return off
 				case bad:
-					off++
+					off = p.skipByte(off, f, s)
 					continue
 				}
 			}
-			p.synced = true
+			p.synced, p.counted = true, false
 			p.request(f, s, in.op, decode.NoNS, in.write)
 			if end > len(b) {
 				return end
@@ -210,17 +226,17 @@ func (p *Parser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 				return off
 			case bad:
 				p.lose(f, s, ReasonBadBody)
-				off++
+				off = p.skipByte(off, f, s)
 				continue
 			case tooLarge:
 				// No legitimate read is this large (with the default
 				// MaxFrame), so the length is more likely a lie than not:
 				// scanning on for the next frame loses less than trusting it.
 				p.lose(f, s, ReasonTooLarge)
-				off++
+				off = p.skipByte(off, f, s)
 				continue
 			}
-			p.synced = true
+			p.synced, p.counted = true, false
 			return end
 		}
 		body := b[off+16 : end]
@@ -230,21 +246,21 @@ func (p *Parser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 			// usually end a segment), so a frame-shaped byte run inside a
 			// key or value is not taken for a real frame.
 			if !p.frame(in, pcode, body, f, discard{}) {
-				off++
+				off = p.skipByte(off, f, s)
 				continue
 			}
 			switch confirm(b, end) {
 			case needMore:
 				return off
 			case bad:
-				off++
+				off = p.skipByte(off, f, s)
 				continue
 			}
-			p.synced = true
+			p.synced, p.counted = true, false
 		}
 		if !p.frame(in, pcode, body, f, s) {
 			p.lose(f, s, ReasonBadBody)
-			off++
+			off = p.skipByte(off, f, s)
 			continue
 		}
 		off = end
@@ -258,6 +274,21 @@ func (p *Parser) lose(f *decode.Flow, s decode.Sink, reason string) {
 	if p.synced {
 		s.Error(f, reason)
 		p.synced = false
+		p.counted = false
+	}
+}
+
+// skipByte drops the byte at off while resynchronising.
+func (p *Parser) skipByte(off int, f *decode.Flow, s decode.Sink) int {
+	p.dropped(f, s)
+	return off + 1
+}
+
+// dropped counts ReasonResync once per episode of lost synchronisation.
+func (p *Parser) dropped(f *decode.Flow, s decode.Sink) {
+	if !p.counted {
+		s.Error(f, ReasonResync)
+		p.counted = true
 	}
 }
 
