@@ -33,7 +33,6 @@ type Poller struct {
 	epfd   int
 	f      *os.File // owns epfd
 	rc     syscall.RawConn
-	events [8]unix.EpollEvent
 	closed atomic.Bool // a raw read on a closed file says "use of closed file", not os.ErrClosed
 }
 
@@ -82,26 +81,11 @@ func (p *Poller) Wait(deadline time.Time, ready func() bool) error {
 	if err := p.f.SetReadDeadline(deadline); err != nil {
 		return p.wrap(err)
 	}
-	var ok bool
-	err := p.rc.Read(func(fd uintptr) bool {
-		if ok = ready(); ok {
-			return true
-		}
-		// Consume the inner instance's events so that its next one is a
-		// new edge for the netpoller; a level-triggered entry whose
-		// descriptor is still readable stays, which is what we want.
-		for {
-			n, err := unix.EpollWait(int(fd), p.events[:], 0)
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil || n < len(p.events) {
-				break
-			}
-		}
-		ok = ready()
-		return ok
-	})
+	// No epoll_wait on the inner instance here: its entries are level
+	// triggered and stay on its ready list, but every new wakeup of one of
+	// its descriptors still propagates to the netpoller's edge-triggered
+	// registration of it, and a syscall on every wait would wake sysmon.
+	err := p.rc.Read(func(uintptr) bool { return ready() })
 	if err != nil {
 		return p.wrap(err)
 	}

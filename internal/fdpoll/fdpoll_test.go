@@ -115,3 +115,36 @@ func TestNewRejectsBadDescriptor(t *testing.T) {
 		t.Fatal("New(-1) succeeded")
 	}
 }
+
+// A descriptor that stays readable (its entry never leaves the inner ready
+// list, since Wait does not drain it) must still wake Wait on its next
+// event.
+func TestWaitWakesOnNewEventOfReadableDescriptor(t *testing.T) {
+	fd := eventfd(t)
+	signal(t, fd)
+	p, err := New(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// Let a first Wait see the stale readiness and time out.
+	if err := p.Wait(time.Now().Add(20*time.Millisecond), func() bool { return false }); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("first Wait = %v", err)
+	}
+	for round := range 3 {
+		var flag atomic.Bool
+		go func() {
+			time.Sleep(20 * time.Millisecond)
+			flag.Store(true)
+			one := [8]byte{1}
+			_, _ = unix.Write(fd, one[:])
+		}()
+		start := time.Now()
+		if err := p.Wait(time.Now().Add(10*time.Second), flag.Load); err != nil {
+			t.Fatalf("round %d: Wait = %v", round, err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("round %d: woken after %v: the event was lost", round, d)
+		}
+	}
+}
