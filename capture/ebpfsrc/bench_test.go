@@ -26,27 +26,36 @@ func getPacket() []byte {
 	return append(append(append(b, ip...), tcp...), payload...)
 }
 
-// BenchmarkNext measures reading one record from the ring into a Segment:
-// the Go side cost per captured packet. Records are produced outside the
-// timer with BPF_PROG_TEST_RUN of the XDP program.
-func BenchmarkNext(b *testing.B) {
-	netnstest.RequireRoot(b)
-	c, err := bpf.Open(bpf.Config{Ports: []uint16{6379}, RingSize: 16 << 20})
+// loadDetached loads the programs on port 6379 without attaching them (for
+// BPF_PROG_TEST_RUN) with a ring of ringSize bytes, and a Source over it.
+// Cleanup closes both.
+func loadDetached(tb testing.TB, ringSize int) (*Source, *bpf.Attachment) {
+	tb.Helper()
+	netnstest.RequireRoot(tb)
+	c, err := bpf.Open(bpf.Config{Ports: []uint16{6379}, RingSize: ringSize})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	a, err := c.LoadDetached()
 	if err != nil {
 		c.Close()
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer a.Detach()
+	tb.Cleanup(func() { a.Detach() })
 	src, err := New(c)
 	if err != nil {
 		c.Close()
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer src.Close()
+	tb.Cleanup(func() { src.Close() })
+	return src, a
+}
+
+// BenchmarkNext measures reading one record from the ring into a Segment:
+// the Go side cost per captured packet. Records are produced outside the
+// timer with BPF_PROG_TEST_RUN of the XDP program.
+func BenchmarkNext(b *testing.B) {
+	src, a := loadDetached(b, 16<<20)
 	pkt := getPacket()
 	var seg capture.Segment
 	const batch = 10000

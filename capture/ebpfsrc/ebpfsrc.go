@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,10 +64,6 @@ func (s *Source) Capture() *bpf.Capture { return s.c }
 // offset only moves with NTP slewing or clock steps.
 const clockEvery = 1 << 16
 
-// busyWait is how long Next waits for a record another CPU is still
-// writing before it looks again; the programs submit within microseconds.
-const busyWait = 50 * time.Microsecond
-
 // Next implements capture.Source. seg.Payload aliases a buffer reused by the
 // next call. It returns io.EOF after Close and os.ErrDeadlineExceeded when
 // a deadline set with SetDeadline passes with nothing to read.
@@ -78,14 +75,8 @@ func (s *Source) Next(seg *capture.Segment) error {
 		case errors.Is(err, io.EOF):
 			return io.EOF
 		case errors.Is(err, errEmpty), errors.Is(err, errBusy):
-			// The programs wake us only when the ring fills up to
-			// their threshold; the PollInterval timer picks up what a
-			// light load leaves behind.
 			now := time.Now()
 			wake := now.Add(bpf.PollInterval)
-			if errors.Is(err, errBusy) {
-				wake = now.Add(busyWait)
-			}
 			if d := s.deadline.Load(); d != 0 {
 				if now.UnixNano() >= d {
 					return os.ErrDeadlineExceeded
@@ -94,6 +85,18 @@ func (s *Source) Next(seg *capture.Segment) error {
 					wake = time.Unix(0, d)
 				}
 			}
+			if errors.Is(err, errBusy) {
+				// Another CPU is between reserve and submit, which
+				// takes microseconds: a readiness wait would return at
+				// once (the producer position has moved), so yield
+				// and look again.
+				runtime.Gosched()
+				continue
+			}
+			// The programs wake us for the first record after
+			// bpf.WakeupInterval and when the ring fills to their
+			// threshold; the PollInterval timer picks up the records a
+			// burst leaves behind after its last wakeup.
 			werr := s.poll.Wait(wake, s.ready)
 			if errors.Is(werr, fdpoll.ErrClosed) || s.closed.Load() {
 				return io.EOF
@@ -139,7 +142,7 @@ func (s *Source) read() ([]byte, error) {
 func (s *Source) ready() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.closed.Load() && s.ring.ready()
+	return !s.closed.Load() && s.ring.available() != 0
 }
 
 // Pending is the number of bytes in the ring not yet read.
@@ -153,8 +156,7 @@ func (s *Source) Pending() uint64 {
 }
 
 // SetDeadline makes a blocked or later Next return os.ErrDeadlineExceeded
-// once t passes and the ring is empty (checked every bpf.PollInterval). The
-// zero time removes the deadline.
+// once t passes and the ring is empty. The zero time removes the deadline.
 func (s *Source) SetDeadline(t time.Time) {
 	if t.IsZero() {
 		s.deadline.Store(0)

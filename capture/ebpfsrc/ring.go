@@ -15,8 +15,8 @@ import (
 // cilium/ebpf's ringbuf.Reader does the same, but it stores the consumer
 // position after every record. The programs read that position on every
 // reserve, so under load each record cost them a cache line pulled from the
-// reader's CPU; this reader publishes it every publishEvery bytes and
-// whenever the ring runs empty. (Its blocking epoll wait was the other
+// reader's CPU; this reader publishes it every batch bytes and whenever the
+// ring runs empty. (Its blocking epoll wait was the other
 // reason: see internal/fdpoll.)
 //
 // Layout (kernel/bpf/ringbuf.c): page 0 holds the consumer position and is
@@ -116,11 +116,6 @@ func (r *ring) next(buf []byte) ([]byte, error) {
 		buf = append(buf[:0], r.data[start:start+n]...)
 		return buf, nil
 	}
-}
-
-// ready reports whether a record may be waiting (for fdpoll.Wait).
-func (r *ring) ready() bool {
-	return atomic.LoadUintptr(r.prod) != r.pos
 }
 
 // available is the number of bytes written and not yet read.

@@ -12,31 +12,12 @@ import (
 
 	"github.com/hotsniff/hotsniff/bpf"
 	"github.com/hotsniff/hotsniff/capture"
-	"github.com/hotsniff/hotsniff/internal/netnstest"
 )
 
 // smallRing loads the programs detached with a ring of one page, so a few
 // dozen records fill it and every test run wraps it many times.
 func smallRing(t *testing.T) (*Source, *bpf.Attachment) {
-	t.Helper()
-	netnstest.RequireRoot(t)
-	c, err := bpf.Open(bpf.Config{Ports: []uint16{6379}, RingSize: os.Getpagesize()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := c.LoadDetached()
-	if err != nil {
-		c.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Detach() })
-	src, err := New(c)
-	if err != nil {
-		c.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { src.Close() })
-	return src, a
+	return loadDetached(t, os.Getpagesize())
 }
 
 // Records written in bursts that fill the ring, read in between, come out

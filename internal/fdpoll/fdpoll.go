@@ -30,8 +30,7 @@ import (
 // Poller waits until one of its descriptors is readable. Wait is meant for
 // one goroutine; Close may be called from another and ends a Wait.
 type Poller struct {
-	epfd   int
-	f      *os.File // owns epfd
+	f      *os.File // the epoll instance
 	rc     syscall.RawConn
 	closed atomic.Bool // a raw read on a closed file says "use of closed file", not os.ErrClosed
 }
@@ -59,7 +58,7 @@ func New(fds ...int) (*Poller, error) {
 		unix.Close(epfd)
 		return nil, fmt.Errorf("set epoll descriptor non-blocking: %w", err)
 	}
-	p := &Poller{epfd: epfd, f: os.NewFile(uintptr(epfd), "epoll")}
+	p := &Poller{f: os.NewFile(uintptr(epfd), "epoll")}
 	// SetReadDeadline fails on a descriptor the netpoller did not take.
 	if err := p.f.SetReadDeadline(time.Time{}); err != nil {
 		p.f.Close()

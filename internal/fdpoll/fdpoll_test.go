@@ -2,6 +2,7 @@ package fdpoll
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -28,6 +29,27 @@ func signal(t *testing.T, fd int) {
 	}
 }
 
+// waitForLateEvent starts a Wait whose ready turns true 20 ms later, when
+// fd gets an event, and fails unless the Wait returns nil well before its
+// 10 s deadline.
+func waitForLateEvent(t *testing.T, p *Poller, fd int, what string) {
+	t.Helper()
+	var flag atomic.Bool
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		flag.Store(true)
+		one := [8]byte{1}
+		_, _ = unix.Write(fd, one[:])
+	}()
+	start := time.Now()
+	if err := p.Wait(time.Now().Add(10*time.Second), flag.Load); err != nil {
+		t.Fatalf("%s: Wait = %v", what, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("%s: woken after %v: the event was lost", what, d)
+	}
+}
+
 func TestWaitWakesOnReadable(t *testing.T) {
 	a, b := eventfd(t), eventfd(t)
 	p, err := New(a, b)
@@ -35,20 +57,7 @@ func TestWaitWakesOnReadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	var flag atomic.Bool
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		flag.Store(true)
-		one := [8]byte{1}
-		_, _ = unix.Write(b, one[:])
-	}()
-	start := time.Now()
-	if err := p.Wait(time.Now().Add(10*time.Second), flag.Load); err != nil {
-		t.Fatalf("Wait: %v", err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("Wait returned after %v: the wakeup was missed", d)
-	}
+	waitForLateEvent(t, p, b, "second descriptor")
 }
 
 func TestWaitReturnsAtOnceWhenReady(t *testing.T) {
@@ -132,19 +141,6 @@ func TestWaitWakesOnNewEventOfReadableDescriptor(t *testing.T) {
 		t.Fatalf("first Wait = %v", err)
 	}
 	for round := range 3 {
-		var flag atomic.Bool
-		go func() {
-			time.Sleep(20 * time.Millisecond)
-			flag.Store(true)
-			one := [8]byte{1}
-			_, _ = unix.Write(fd, one[:])
-		}()
-		start := time.Now()
-		if err := p.Wait(time.Now().Add(10*time.Second), flag.Load); err != nil {
-			t.Fatalf("round %d: Wait = %v", round, err)
-		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Fatalf("round %d: woken after %v: the event was lost", round, d)
-		}
+		waitForLateEvent(t, p, fd, fmt.Sprintf("round %d", round))
 	}
 }
