@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,7 +35,10 @@ import (
 // truncated bytes are failures.
 //
 // Part 2: redis-benchmark throughput without and with the real `hotsniff run`
-// binary, alternating, and hotsniff's CPU per million requests.
+// binary, alternating, and hotsniff's CPU per million requests. At --nice 10
+// two more arms split the cost: hotsniff attached with its process stopped
+// (the kernel side alone) and an empty program on the same hook (the hook
+// alone).
 func TestFigures(t *testing.T) {
 	if os.Getenv("HOTSNIFF_FIGURES") != "1" {
 		t.Skip("set HOTSNIFF_FIGURES=1 to run the performance measurements (minutes)")
@@ -192,9 +196,12 @@ func throughput(t *testing.T, p *netnstest.Pair, srv netstestAddr, rounds int) {
 		// and client on equal terms.
 		for _, nice := range []string{"10", "0"} {
 			for _, w := range workloads[:2] {
-				var without, with, ratio, cpuPerM, reqPerCPU []float64
+				var without, with, ratio, cpuPerM, reqPerCPU, stopped, empty []float64
 				for range rounds {
-					without = append(without, benchmark(t, srv, w.n, w.pipe))
+					// Each round brackets its arms between two runs
+					// without hotsniff; their mean is the round's
+					// baseline, so drift within a round cancels.
+					w0 := benchmark(t, srv, w.n, w.pipe)
 					resetStats(t, srv)
 					s := startSniffer(t, bin, p, srv, mode, "--nice", nice)
 					cpu0 := s.cpuSeconds(t)
@@ -206,22 +213,76 @@ func throughput(t *testing.T, p *netnstest.Pair, srv netstestAddr, rounds int) {
 					req := sum(m, "hotsniff_requests_total") - r0
 					checkRun(t, m, sent)
 					s.stop(t)
+					var stop, emp float64
+					if nice == "10" {
+						stop = readerStopped(t, bin, p, srv, mode, w)
+						emp = emptyAttached(t, p, srv, mode, w)
+					}
+					base := (w0 + benchmark(t, srv, w.n, w.pipe)) / 2
+					without = append(without, base)
 					with = append(with, rps)
-					ratio = append(ratio, rps/without[len(without)-1])
+					ratio = append(ratio, rps/base)
 					cpuPerM = append(cpuPerM, cpu/float64(sent)*1e6)
 					if cpu > 0 {
 						reqPerCPU = append(reqPerCPU, req/cpu)
 					}
+					if nice == "10" {
+						stopped = append(stopped, stop/base)
+						empty = append(empty, emp/base)
+					}
 				}
-				rows = append(rows, fmt.Sprintf("| %-3s | %-2s | %-9s | %-26s | %-26s | %-20s | %-20s | %-26s | %s |",
-					mode, nice, w.name, span(without, "%.0f"), span(with, "%.0f"), span(ratio, "%.3f"),
+				stoppedCol, emptyCol := "–", "–"
+				if len(stopped) > 0 {
+					stoppedCol, emptyCol = span(stopped, "%.3f"), span(empty, "%.3f")
+				}
+				rows = append(rows, fmt.Sprintf("| %-3s | %-2s | %-9s | %-26s | %-26s | %-20s | %-20s | %-20s | %-20s | %-26s | %s |",
+					mode, nice, w.name, span(without, "%.0f"), span(with, "%.0f"), span(ratio, "%.3f"), stoppedCol, emptyCol,
 					span(cpuPerM, "%.2f"), span(reqPerCPU, "%.0f"), loadavg()))
 			}
 		}
 	}
-	t.Log("\nredis-benchmark rps without / with hotsniff (median [min–max]), with/without per pair, hotsniff CPU-s per 1M requests, requests decoded per CPU-s, load average\n" +
-		"| mode | nice | workload | without | with | with/without | CPU-s/M | req/CPU-s | load |\n" +
+	t.Log("\nredis-benchmark rps without (mean of the runs before and after each round's arms) / with hotsniff (median [min–max]), with/without per round, reader stopped/without and empty program/without per round, hotsniff CPU-s per 1M requests, requests decoded per CPU-s, load average\n" +
+		"| mode | nice | workload | without | with | with/without | reader stopped/without | empty program/without | CPU-s/M | req/CPU-s | load |\n" +
 		strings.Join(rows, "\n"))
+}
+
+// readerStopped measures the kernel side alone: hotsniff attached with a
+// ring that holds the whole run (256 MiB), its process stopped (SIGSTOP) for
+// the benchmark, so the programs parse and copy every segment while nothing
+// in user space runs. After SIGCONT the daemon must still decode every
+// request: the ring lost nothing. A large ring costs the programs more cache
+// misses than the default 4 MiB, so this is an upper bound of the kernel
+// side's share of the with/without ratio.
+func readerStopped(t *testing.T, bin string, p *netnstest.Pair, srv netstestAddr, mode string, w workload) float64 {
+	t.Helper()
+	resetStats(t, srv)
+	s := startSniffer(t, bin, p, srv, mode, "--nice", "10", "--ring-size", strconv.Itoa(256<<20))
+	defer s.stop(t)
+	r0 := sum(s.scrape(t), "hotsniff_requests_total")
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("stop hotsniff: %v", err)
+	}
+	rps := benchmark(t, srv, w.n, w.pipe)
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("continue hotsniff: %v", err)
+	}
+	sent := serverGets(t, srv)
+	m := s.waitRequests(t, float64(sent)+r0)
+	checkRun(t, m, sent)
+	return rps
+}
+
+// emptyAttached measures the hook alone: an empty program (floor_test.go)
+// attached where mode attaches ours, under the same benchmark. On veth, an
+// XDP program of any kind also moves the device's receive path to NAPI.
+func emptyAttached(t *testing.T, p *netnstest.Pair, srv netstestAddr, mode string, w workload) float64 {
+	t.Helper()
+	e, err := attachEmptyMode(p, mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	return benchmark(t, srv, w.n, w.pipe)
 }
 
 // drainer reads a Source as fast as it can and counts records.

@@ -22,11 +22,22 @@ type emptyProgram struct {
 }
 
 func attachEmpty(p *netnstest.Pair) (*emptyProgram, error) {
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+	return attachEmptyMode(p, "tc")
+}
+
+// attachEmptyMode attaches the empty program at mode's hook: TCX ingress
+// for "tc", XDP (returning XDP_PASS) for "xdp".
+func attachEmptyMode(p *netnstest.Pair, mode string) (*emptyProgram, error) {
+	spec := &ebpf.ProgramSpec{
 		Type:         ebpf.SchedCLS,
 		License:      "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()},
-	})
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()}, // TCX_NEXT
+	}
+	if mode == "xdp" {
+		spec.Type = ebpf.XDP
+		spec.Instructions = asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()} // XDP_PASS
+	}
+	prog, err := ebpf.NewProgram(spec)
 	if err != nil {
 		return nil, fmt.Errorf("load empty program: %w", err)
 	}
@@ -34,6 +45,10 @@ func attachEmpty(p *netnstest.Pair) (*emptyProgram, error) {
 	err = p.Do(func() error {
 		ifi, err := net.InterfaceByName(p.NSIface)
 		if err != nil {
+			return err
+		}
+		if mode == "xdp" {
+			e.link, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifi.Index})
 			return err
 		}
 		e.link, err = link.AttachTCX(link.TCXOptions{Interface: ifi.Index, Program: prog, Attach: ebpf.AttachTCXIngress})
