@@ -515,6 +515,37 @@ func parseLen(t []byte) (int, bool) {
 	return n, true
 }
 
+// plausibleGet judges the rest of a get or gat line from offset i (after
+// the command name): gat's exptime must be a number, and there must be at
+// least one key, none longer than maxKeyLen. With partial set, the line's
+// end is not in view, so its last token may be cut short and is not judged.
+func plausibleGet(line []byte, i int, c *command, partial bool) verdict {
+	if c.kind == kindGat {
+		ts, te := nextToken(line, i)
+		if (partial && te == len(line)) || !isInt(line[ts:te]) {
+			return reject
+		}
+		i = te
+	}
+	nk := 0
+	for {
+		// ks == ke only at the end of the line.
+		ks, ke := nextToken(line, i)
+		if ks == ke || (partial && ke == len(line)) {
+			break
+		}
+		if ke-ks > maxKeyLen {
+			return reject
+		}
+		nk++
+		i = ke
+	}
+	if nk == 0 {
+		return reject
+	}
+	return accept
+}
+
 // textCandidate decides whether b starts at a believable text or meta
 // request while resynchronising.
 func (p *Parser) textCandidate(b []byte) verdict {
@@ -536,30 +567,7 @@ func (p *Parser) textCandidate(b []byte) verdict {
 		if c == nil || (c.kind != kindGet && c.kind != kindGat) {
 			return reject
 		}
-		i := ce
-		if c.kind == kindGat {
-			ts, te := nextToken(b, i)
-			if te == len(b) || !isInt(b[ts:te]) {
-				return reject
-			}
-			i = te
-		}
-		nk := 0
-		for {
-			ks, ke := nextToken(b, i)
-			if ke == len(b) {
-				break
-			}
-			if ke-ks > maxKeyLen {
-				return reject
-			}
-			nk++
-			i = ke
-		}
-		if nk == 0 {
-			return reject
-		}
-		return accept
+		return plausibleGet(b, ce, c, true)
 	}
 	line := trimCR(b[:nl])
 	cs, ce := nextToken(line, 0)
@@ -568,30 +576,7 @@ func (p *Parser) textCandidate(b []byte) verdict {
 		return reject
 	}
 	if c.kind == kindGet || c.kind == kindGat {
-		i := ce
-		if c.kind == kindGat {
-			ts, te := nextToken(line, i)
-			if !isInt(line[ts:te]) {
-				return reject
-			}
-			i = te
-		}
-		nk := 0
-		for {
-			ks, ke := nextToken(line, i)
-			if ks == ke {
-				break
-			}
-			if ke-ks > maxKeyLen {
-				return reject
-			}
-			nk++
-			i = ke
-		}
-		if nk == 0 {
-			return reject
-		}
-		return accept
+		return plausibleGet(line, ce, c, false)
 	}
 	_, data, reason := p.scan(line, c)
 	if reason != "" {
