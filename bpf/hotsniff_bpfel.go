@@ -55,8 +55,8 @@ type hotsniffRecHdr struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	hotsniffMapEvents             = "events"
 	hotsniffMapPorts              = "ports"
+	hotsniffMapRings              = "rings"
 	hotsniffMapStats              = "stats"
 	hotsniffMapWake               = "wake"
 	hotsniffProgHotsniffTcEgress  = "hotsniff_tc_egress"
@@ -123,10 +123,10 @@ type hotsniffProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hotsniffMapSpecs struct {
-	Events *ebpf.MapSpec `ebpf:"events"`
-	Ports  *ebpf.MapSpec `ebpf:"ports"`
-	Stats  *ebpf.MapSpec `ebpf:"stats"`
-	Wake   *ebpf.MapSpec `ebpf:"wake"`
+	Ports *ebpf.MapSpec `ebpf:"ports"`
+	Rings *ebpf.MapSpec `ebpf:"rings"`
+	Stats *ebpf.MapSpec `ebpf:"stats"`
+	Wake  *ebpf.MapSpec `ebpf:"wake"`
 }
 
 // hotsniffVariableSpecs contains global variables before they are loaded into the kernel.
@@ -163,16 +163,16 @@ func (o *hotsniffObjects) Close() error {
 //
 // It can be passed to loadHotsniffObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hotsniffMaps struct {
-	Events *ebpf.Map `ebpf:"events"`
-	Ports  *ebpf.Map `ebpf:"ports"`
-	Stats  *ebpf.Map `ebpf:"stats"`
-	Wake   *ebpf.Map `ebpf:"wake"`
+	Ports *ebpf.Map `ebpf:"ports"`
+	Rings *ebpf.Map `ebpf:"rings"`
+	Stats *ebpf.Map `ebpf:"stats"`
+	Wake  *ebpf.Map `ebpf:"wake"`
 }
 
 func (m *hotsniffMaps) Close() error {
 	return _HotsniffClose(
-		m.Events,
 		m.Ports,
+		m.Rings,
 		m.Stats,
 		m.Wake,
 	)

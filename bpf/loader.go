@@ -2,7 +2,7 @@
 // with bpf2go into hotsniff_bpfel.go and hotsniff_bpfel.o) and the loader that
 // attaches them to interfaces.
 //
-// One Capture owns one ring buffer and one port map shared by every
+// One Capture owns a ring buffer per CPU and one port map, shared by every
 // interface; each attached interface gets its own copy of the programs and of
 // the per-CPU counters, so packets and drops are reported per interface.
 package bpf
@@ -87,9 +87,11 @@ const PollInterval = 100 * time.Millisecond
 type Config struct {
 	// Ports are the TCP server ports to capture (either direction).
 	Ports []uint16
-	// RingSize is the ring buffer size in bytes, rounded up to a power of
-	// two; default 4 MiB. It bounds the kernel memory used and how long
-	// a burst user space can fall behind before records are dropped.
+	// RingSize is the size in bytes of each CPU's ring buffer, rounded up
+	// to a power of two; by default 2 MiB, lowered on hosts with many
+	// CPUs so that all rings together stay within 64 MiB (at least
+	// 512 KiB each). It bounds the kernel memory used and how long a burst
+	// on one CPU user space can fall behind before records are dropped.
 	RingSize int
 	// MaxCopy is the most payload bytes copied from one packet (a GRO/GSO
 	// super-packet may be 64 KiB or more); the rest is reported as
@@ -105,23 +107,38 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// defaultRingSize is small on purpose. The programs' cost is mostly the
-// record write, and a record's cache lines cost what the CPU pays to own
-// them: in a 32 MiB ring they were last touched a lap (seconds) earlier and
-// come from DRAM; in a 4 MiB ring, from the shared cache where the reader
-// left them. On the development VM (AMD EPYC guest) a 16-GET segment cost
-// 1341–1754 ns per run with 32 MiB, 946 with 8, 672–745 with 1–4 MiB. 4 MiB
-// still holds ~160 ms of requests at 600k GETs/s pipelined.
-const defaultRingSize = 4 << 20
+// Ring sizes are small on purpose. The programs' cost is mostly the record
+// write, and a record's cache lines cost what the CPU pays to own them: in a
+// 32 MiB ring they were last touched a lap (seconds) earlier and come from
+// DRAM; in a small ring, from the cache where the reader left them. On the
+// development VM (AMD EPYC guest) a 16-GET segment cost 1341–1754 ns per
+// run with one shared 32 MiB ring, 946 with 8, 672–745 with 1–4 MiB. 2 MiB
+// holds ~60 ms of one CPU's requests at 600k GETs/s pipelined; the programs
+// wake the reader at a sixteenth of that.
+const (
+	defaultRingSize = 2 << 20
+	minRingSize     = 512 << 10
+	maxRingsTotal   = 64 << 20
+)
+
+// perCPURingSize is the default ring size for a host with cpus CPUs.
+func perCPURingSize(cpus int) int {
+	size := defaultRingSize
+	for size > minRingSize && size*cpus > maxRingsTotal {
+		size /= 2
+	}
+	return size
+}
 
 // Capture is a loaded set of capture programs with its attachments.
 type Capture struct {
-	cfg    Config
-	log    *slog.Logger
-	spec   *ebpf.CollectionSpec
-	events *ebpf.Map
-	ports  *ebpf.Map
-	wake   *ebpf.Map // shared wakeup state, so attachments do not each wake the reader
+	cfg   Config
+	log   *slog.Logger
+	spec  *ebpf.CollectionSpec
+	rings *ebpf.Map   // per CPU: the ring buffer of that CPU
+	ring  []*ebpf.Map // rings' values, by CPU
+	ports *ebpf.Map
+	wake  *ebpf.Map // shared wakeup state, so attachments do not each wake the reader
 
 	mu     sync.Mutex
 	ifaces []*Attachment
@@ -146,8 +163,12 @@ type Attachment struct {
 // capability or an old kernel shows here (the caller then falls back to
 // AF_PACKET) rather than at the first Attach.
 func Open(cfg Config) (*Capture, error) {
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("count possible CPUs: %w", err)
+	}
 	if cfg.RingSize <= 0 {
-		cfg.RingSize = defaultRingSize
+		cfg.RingSize = perCPURingSize(cpus)
 	}
 	cfg.RingSize = roundPow2(max(cfg.RingSize, os.Getpagesize()))
 	if cfg.MaxCopy == 0 || cfg.MaxCopy > MaxCopyLimit {
@@ -160,11 +181,12 @@ func Open(cfg Config) (*Capture, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load bpf spec: %w", err)
 	}
-	spec.Maps[hotsniffMapEvents].MaxEntries = uint32(cfg.RingSize)
+	spec.Maps[hotsniffMapRings].MaxEntries = uint32(cpus)
+	spec.Maps[hotsniffMapRings].InnerMap.MaxEntries = uint32(cfg.RingSize)
 	if err := spec.Variables[hotsniffVarMaxCopy].Set(cfg.MaxCopy); err != nil {
 		return nil, fmt.Errorf("set max_copy: %w", err)
 	}
-	// Also wake the reader when a sixteenth of the ring is used, in case
+	// Also wake the reader when a sixteenth of a ring is used, in case
 	// a burst fills it faster than WakeupInterval.
 	if err := spec.Variables[hotsniffVarWakeupBytes].Set(uint64(cfg.RingSize / 16)); err != nil {
 		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
@@ -180,17 +202,9 @@ func Open(cfg Config) (*Capture, error) {
 		return nil, fmt.Errorf("set replies: %w", err)
 	}
 	c := &Capture{cfg: cfg, log: cfg.Logger.With("component", "bpf"), spec: spec}
-	if c.events, err = ebpf.NewMap(spec.Maps[hotsniffMapEvents]); err != nil {
-		return nil, fmt.Errorf("create ring buffer: %w", err)
-	}
-	if c.ports, err = ebpf.NewMap(spec.Maps[hotsniffMapPorts]); err != nil {
-		c.events.Close()
-		return nil, fmt.Errorf("create ports map: %w", err)
-	}
-	if c.wake, err = ebpf.NewMap(spec.Maps[hotsniffMapWake]); err != nil {
-		c.events.Close()
-		c.ports.Close()
-		return nil, fmt.Errorf("create wakeup map: %w", err)
+	if err := c.createMaps(cpus); err != nil {
+		c.Close()
+		return nil, err
 	}
 	if err := c.SetPorts(cfg.Ports); err != nil {
 		c.Close()
@@ -204,6 +218,34 @@ func Open(cfg Config) (*Capture, error) {
 	}
 	probe.Close()
 	return c, nil
+}
+
+// createMaps creates the maps every attachment shares: a ring buffer per
+// CPU and the map of them, the ports and the wakeup state.
+func (c *Capture) createMaps(cpus int) error {
+	outer := c.spec.Maps[hotsniffMapRings]
+	for cpu := range cpus {
+		m, err := ebpf.NewMap(outer.InnerMap)
+		if err != nil {
+			return fmt.Errorf("create ring buffer of CPU %d: %w", cpu, err)
+		}
+		c.ring = append(c.ring, m)
+	}
+	outer = outer.Copy()
+	for cpu, m := range c.ring {
+		outer.Contents = append(outer.Contents, ebpf.MapKV{Key: uint32(cpu), Value: m})
+	}
+	var err error
+	if c.rings, err = ebpf.NewMap(outer); err != nil {
+		return fmt.Errorf("create map of ring buffers: %w", err)
+	}
+	if c.ports, err = ebpf.NewMap(c.spec.Maps[hotsniffMapPorts]); err != nil {
+		return fmt.Errorf("create ports map: %w", err)
+	}
+	if c.wake, err = ebpf.NewMap(c.spec.Maps[hotsniffMapWake]); err != nil {
+		return fmt.Errorf("create wakeup map: %w", err)
+	}
+	return nil
 }
 
 func roundPow2(n int) int {
@@ -225,9 +267,9 @@ func (c *Capture) load(objs *hotsniffObjects, rawIP bool) error {
 	}
 	err := spec.LoadAndAssign(objs, &ebpf.CollectionOptions{
 		MapReplacements: map[string]*ebpf.Map{
-			hotsniffMapEvents: c.events,
-			hotsniffMapPorts:  c.ports,
-			hotsniffMapWake:   c.wake,
+			hotsniffMapRings: c.rings,
+			hotsniffMapPorts: c.ports,
+			hotsniffMapWake:  c.wake,
 		},
 	})
 	if err != nil {
@@ -241,8 +283,13 @@ func (c *Capture) load(objs *hotsniffObjects, rawIP bool) error {
 	return nil
 }
 
-// Events is the ring buffer every attachment writes to.
-func (c *Capture) Events() *ebpf.Map { return c.events }
+// Rings are the ring buffers the attachments write to, one per possible
+// CPU, each of RingSize bytes. Records within one ring are in the order they
+// were written; across rings, their timestamps order them.
+func (c *Capture) Rings() []*ebpf.Map { return c.ring }
+
+// RingSize is the size of each ring in bytes.
+func (c *Capture) RingSize() int { return c.cfg.RingSize }
 
 // MaxCopy is the effective per-packet copy limit.
 func (c *Capture) MaxCopy() uint32 { return c.cfg.MaxCopy }
@@ -537,8 +584,11 @@ func (c *Capture) Close() error {
 	if c.wake != nil {
 		errs = append(errs, c.wake.Close())
 	}
-	if c.events != nil {
-		errs = append(errs, c.events.Close())
+	if c.rings != nil {
+		errs = append(errs, c.rings.Close())
+	}
+	for _, m := range c.ring {
+		errs = append(errs, m.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -2,15 +2,19 @@ package bpf
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"net/netip"
 	"os"
+	"runtime"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 
 	"github.com/hotsniff/hotsniff/capture"
 	"github.com/hotsniff/hotsniff/internal/netnstest"
@@ -76,12 +80,15 @@ var (
 )
 
 // openTest opens a Capture for port 6379 and a reader on its ring.
-func openTest(t *testing.T, maxCopy uint32) (*Capture, *hotsniffObjects, *ringbuf.Reader) {
+func openTest(t *testing.T, maxCopy uint32) (*Capture, *hotsniffObjects, testRings) {
 	t.Helper()
 	return openTestConfig(t, Config{Ports: []uint16{6379}, RingSize: 1 << 20, MaxCopy: maxCopy, Replies: true})
 }
 
-func openTestConfig(t *testing.T, cfg Config) (*Capture, *hotsniffObjects, *ringbuf.Reader) {
+// testRings reads every CPU's ring; [0] is CPU 0's.
+type testRings []*ringbuf.Reader
+
+func openTestConfig(t *testing.T, cfg Config) (*Capture, *hotsniffObjects, testRings) {
 	t.Helper()
 	netnstest.RequireRoot(t)
 	c, err := Open(cfg)
@@ -94,34 +101,53 @@ func openTestConfig(t *testing.T, cfg Config) (*Capture, *hotsniffObjects, *ring
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { objs.Close() })
-	rd, err := ringbuf.NewReader(c.Events())
-	if err != nil {
-		t.Fatal(err)
+	// The programs write to the ring of the CPU they run on. Tests that
+	// block on one ring (TestWakeup) run the programs from this goroutine,
+	// so keep it on CPU 0; the thread stays locked and exits with the test
+	// instead of returning to the pool pinned. Subtests run elsewhere:
+	// drain reads every ring.
+	runtime.LockOSThread()
+	var cpu0 unix.CPUSet
+	cpu0.Set(0)
+	if err := unix.SchedSetaffinity(0, &cpu0); err != nil {
+		t.Fatalf("pin to CPU 0: %v", err)
 	}
-	t.Cleanup(func() { rd.Close() })
-	return c, &objs, rd
-}
-
-// drain reads every record in the ring.
-func drain(t *testing.T, rd *ringbuf.Reader) []capture.Segment {
-	t.Helper()
-	var out []capture.Segment
-	rd.SetDeadline(time.Now())
-	for {
-		rec, err := rd.Read()
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return out
-		}
+	var rd testRings
+	for _, m := range c.Rings() {
+		r, err := ringbuf.NewReader(m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var seg capture.Segment
-		if _, err := ParseRecord(rec.RawSample, 0, &seg); err != nil {
-			t.Fatal(err)
-		}
-		seg.Payload = bytes.Clone(seg.Payload)
-		out = append(out, seg)
+		t.Cleanup(func() { r.Close() })
+		rd = append(rd, r)
 	}
+	return c, &objs, rd
+}
+
+// drain reads every record in the rings, in timestamp order.
+func drain(t *testing.T, rd testRings) []capture.Segment {
+	t.Helper()
+	var out []capture.Segment
+	for _, r := range rd {
+		r.SetDeadline(time.Now())
+		for {
+			rec, err := r.Read()
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var seg capture.Segment
+			if _, err := ParseRecord(rec.RawSample, 0, &seg); err != nil {
+				t.Fatal(err)
+			}
+			seg.Payload = bytes.Clone(seg.Payload)
+			out = append(out, seg)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b capture.Segment) int { return cmp.Compare(a.TS, b.TS) })
+	return out
 }
 
 func TestProgramsOnCraftedPackets(t *testing.T) {
@@ -323,10 +349,10 @@ func TestWakeup(t *testing.T) {
 		t.Fatalf("wake before any record = %d, %v; want 0", last, err)
 	}
 	// A blocked reader, woken only by the program: its deadline is far.
-	rd.SetDeadline(time.Now().Add(time.Minute))
+	rd[0].SetDeadline(time.Now().Add(time.Minute))
 	got := make(chan error, 1)
 	go func() {
-		_, err := rd.Read()
+		_, err := rd[0].Read()
 		got <- err
 	}()
 	time.Sleep(20 * time.Millisecond)

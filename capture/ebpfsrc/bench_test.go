@@ -2,9 +2,12 @@ package ebpfsrc
 
 import (
 	"encoding/binary"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/hotsniff/hotsniff/bpf"
 	"github.com/hotsniff/hotsniff/capture"
@@ -24,6 +27,26 @@ func getPacket() []byte {
 	binary.BigEndian.PutUint16(tcp[2:], 6379)
 	tcp[12], tcp[13] = 5<<4, 0x18
 	return append(append(append(b, ip...), tcp...), payload...)
+}
+
+// runOn runs the XDP program n times on pkt with BPF_PROG_TEST_RUN on the
+// given CPU (the program writes to that CPU's ring) and returns the time per
+// run.
+func runOn(a *bpf.Attachment, cpu int, pkt []byte, n int) (time.Duration, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var all, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		return 0, err
+	}
+	one.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		return 0, err
+	}
+	// Unpin before the thread goes back to the pool.
+	defer unix.SchedSetaffinity(0, &all)
+	_, d, err := a.Program(bpf.HookXDP).Benchmark(pkt, n, nil)
+	return d, err
 }
 
 // loadDetached loads the programs on port 6379 without attaching them (for

@@ -1,5 +1,6 @@
 // Package ebpfsrc reads the segments hotsniff's BPF programs write to their
-// ring buffer and hands them out as a capture.Source.
+// ring buffers (one per CPU) and hands them out, merged in timestamp order,
+// as a capture.Source.
 package ebpfsrc
 
 import (
@@ -17,15 +18,25 @@ import (
 	"github.com/hotsniff/hotsniff/internal/fdpoll"
 )
 
-// Source is a capture.Source over a bpf.Capture's ring buffer. It owns the
-// Capture: Close detaches the programs too. Next is meant for one goroutine;
-// Stats, SetDeadline and Close may be called from others.
+// Source is a capture.Source over a bpf.Capture's ring buffers, one per
+// CPU, merged back into one stream in timestamp order. It owns the Capture:
+// Close detaches the programs too. Next is meant for one goroutine; Stats,
+// SetDeadline and Close may be called from others.
+//
+// The merge works in rounds. A round starts by loading every ring's
+// producer position; within the round, Next hands out the oldest of the
+// rings' next records until every ring's window is used up. Loading a
+// producer position pulls a cache line from the CPU that writes it, so it
+// is done once per ring per round, not once per record; and what a ring
+// receives during a round was written after everything in the other rings'
+// windows, so leaving it for the next round keeps the order.
 type Source struct {
-	c    *bpf.Capture
-	mu   sync.Mutex // held while Next touches the mapping; Close unmaps under it
-	ring *ring
-	poll *fdpoll.Poller
-	buf  []byte // the current record, copied out of the ring
+	c      *bpf.Capture
+	mu     sync.Mutex // held while Next touches the mappings; Close unmaps under it
+	rings  []*ring
+	active []int // rings with records left in this round
+	poll   *fdpoll.Poller
+	buf    []byte // the current record, copied out of its ring
 
 	monoOffset int64
 	sinceClock uint32
@@ -36,25 +47,38 @@ type Source struct {
 	packets, segments, malformed, bytes atomic.Uint64
 }
 
-// New starts reading c's ring buffer.
+// New starts reading c's ring buffers.
 func New(c *bpf.Capture) (*Source, error) {
-	m := c.Events()
-	r, err := openRing(m.FD(), int(m.MaxEntries()))
-	if err != nil {
-		return nil, err
-	}
-	p, err := fdpoll.New(m.FD())
-	if err != nil {
-		_ = r.close()
-		return nil, fmt.Errorf("watch ring buffer: %w", err)
-	}
-	return &Source{
+	s := &Source{
 		c:          c,
-		ring:       r,
-		poll:       p,
 		buf:        make([]byte, 0, bpf.RecHdrSize+bpf.Chunk),
 		monoOffset: bpf.MonotonicOffset(),
-	}, nil
+	}
+	var fds []int
+	for cpu, m := range c.Rings() {
+		r, err := openRing(m.FD(), int(m.MaxEntries()))
+		if err != nil {
+			s.closeRings()
+			return nil, fmt.Errorf("ring of CPU %d: %w", cpu, err)
+		}
+		s.rings = append(s.rings, r)
+		fds = append(fds, m.FD())
+	}
+	p, err := fdpoll.New(fds...)
+	if err != nil {
+		s.closeRings()
+		return nil, fmt.Errorf("watch ring buffers: %w", err)
+	}
+	s.poll = p
+	return s, nil
+}
+
+func (s *Source) closeRings() error {
+	var errs []error
+	for _, r := range s.rings {
+		errs = append(errs, r.close())
+	}
+	return errors.Join(errs...)
 }
 
 // Capture returns the loaded programs, for counters and port updates.
@@ -123,40 +147,116 @@ func (s *Source) Next(seg *capture.Segment) error {
 	}
 }
 
-// read copies the next record out of the ring.
+// read copies the next record out of the rings.
 func (s *Source) read() ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Load() {
 		return nil, io.EOF
 	}
-	raw, err := s.ring.next(s.buf)
-	if err == nil {
-		s.buf = raw
+	if len(s.rings) == 1 {
+		raw, err := s.rings[0].next(s.buf, false)
+		if err == nil {
+			s.buf = raw
+		}
+		return raw, err
 	}
-	return raw, err
+	for {
+		r, err := s.oldest()
+		if err != nil {
+			return nil, err
+		}
+		raw, err := r.next(s.buf, true)
+		if errors.Is(err, errEmpty) {
+			continue // the rest of its window was discarded records
+		}
+		if err == nil {
+			s.buf = raw
+		}
+		return raw, err
+	}
 }
 
-// ready is Poller.Wait's check. It takes mu: Close may unmap the ring
+// oldest returns the ring whose next record is the oldest in this round,
+// starting a new round when the last one is used up. It returns errBusy
+// when a ring's next record is still being written (its timestamp is not
+// there yet) and errEmpty when no ring has anything.
+func (s *Source) oldest() (*ring, error) {
+	for round := 0; ; round++ {
+		if len(s.active) == 1 {
+			// Nothing to compare with: the common case when one CPU
+			// handles the traffic of the moment.
+			if r := s.rings[s.active[0]]; r.pos != r.prodSeen {
+				return r, nil
+			}
+		}
+		best, bestTS, busy := -1, uint64(0), false
+		for i := 0; i < len(s.active); {
+			ts, err := s.rings[s.active[i]].peek()
+			switch {
+			case err == nil:
+				if best < 0 || ts < bestTS {
+					best, bestTS = s.active[i], ts
+				}
+			case errors.Is(err, errEmpty):
+				s.active[i] = s.active[len(s.active)-1]
+				s.active = s.active[:len(s.active)-1]
+				continue
+			case errors.Is(err, errBusy):
+				busy = true
+			default:
+				return nil, err
+			}
+			i++
+		}
+		switch {
+		case busy:
+			return nil, errBusy
+		case best >= 0:
+			return s.rings[best], nil
+		case round > 0:
+			return nil, errEmpty
+		}
+		for i, r := range s.rings {
+			if r.refresh() {
+				s.active = append(s.active, i)
+			}
+		}
+	}
+}
+
+// ready is Poller.Wait's check. It takes mu: Close may unmap the rings
 // while Next waits.
 func (s *Source) ready() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.closed.Load() && s.ring.available() != 0
+	if s.closed.Load() {
+		return false
+	}
+	for _, r := range s.rings {
+		if r.available() != 0 {
+			return true
+		}
+	}
+	return false
 }
 
-// Pending is the number of bytes in the ring not yet read.
+// Pending is the number of bytes in the rings not yet read.
 func (s *Source) Pending() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Load() {
 		return 0
 	}
-	return s.ring.available()
+	var n uint64
+	for _, r := range s.rings {
+		n += r.available()
+	}
+	return n
 }
 
 // SetDeadline makes a blocked or later Next return os.ErrDeadlineExceeded
-// once t passes and the ring is empty. The zero time removes the deadline.
+// once t passes and the rings are empty. The zero time removes the deadline.
 func (s *Source) SetDeadline(t time.Time) {
 	if t.IsZero() {
 		s.deadline.Store(0)
@@ -183,7 +283,7 @@ func (s *Source) Close() error {
 	}
 	perr := s.poll.Close()
 	s.mu.Lock()
-	rerr := s.ring.close()
+	rerr := s.closeRings()
 	s.mu.Unlock()
 	return errors.Join(perr, rerr, s.c.Close())
 }

@@ -10,7 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ring reads a BPF_MAP_TYPE_RINGBUF map through its memory mapping.
+// ring reads one BPF_MAP_TYPE_RINGBUF map (one CPU's) through its memory
+// mapping.
 //
 // cilium/ebpf's ringbuf.Reader does the same, but it stores the consumer
 // position after every record. The programs read that position on every
@@ -83,13 +84,17 @@ func openRing(fd, size int) (*ring, error) {
 // next copies the next record's data into buf (grown as needed) and returns
 // it. It returns errEmpty when nothing is left to read and errBusy when the
 // next record is still being written; both publish the position first.
-func (r *ring) next(buf []byte) ([]byte, error) {
+// With inWindow set it reads only up to the producer position loaded last
+// (see refresh) and returns errEmpty there.
+func (r *ring) next(buf []byte, inWindow bool) ([]byte, error) {
 	for {
 		if r.pos-r.published >= r.batch {
 			r.publish()
 		}
 		if r.pos == r.prodSeen {
-			r.prodSeen = atomic.LoadUintptr(r.prod)
+			if !inWindow {
+				r.prodSeen = atomic.LoadUintptr(r.prod)
+			}
 			if r.pos == r.prodSeen {
 				r.publish()
 				return nil, errEmpty
@@ -116,6 +121,50 @@ func (r *ring) next(buf []byte) ([]byte, error) {
 		buf = append(buf[:0], r.data[start:start+n]...)
 		return buf, nil
 	}
+}
+
+// peek returns the timestamp of the next record in the window the reader
+// last saw (up to the producer position loaded by next or refresh; peek
+// does not load it again), stepping over discarded records. It returns
+// errEmpty when the window is used up and errBusy when its next record is
+// not committed yet.
+func (r *ring) peek() (uint64, error) {
+	for {
+		if r.pos-r.published >= r.batch {
+			r.publish()
+		}
+		if r.pos == r.prodSeen {
+			r.publish()
+			return 0, errEmpty
+		}
+		off := r.pos & r.mask
+		hdr := atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.data[off])))
+		if hdr&rbBusyBit != 0 {
+			return 0, errBusy
+		}
+		n := uintptr(hdr &^ (rbBusyBit | rbDiscardBit))
+		total := (rbHdrSize + n + 7) &^ 7
+		if total > r.prodSeen-r.pos {
+			return 0, fmt.Errorf("read ring buffer: record of %d bytes at %d runs past the producer at %d", n, r.pos, r.prodSeen)
+		}
+		if hdr&rbDiscardBit != 0 {
+			r.pos += total
+			continue
+		}
+		if n < 8 {
+			return 0, nil // too short to be a record: next hands it on to be counted as malformed
+		}
+		// Records start 8-byte aligned, and the timestamp leads the record.
+		return *(*uint64)(unsafe.Pointer(&r.data[off+rbHdrSize])), nil
+	}
+}
+
+// refresh loads the producer position, so the window peek sees grows to
+// what the programs have committed by now, and reports whether it holds
+// anything.
+func (r *ring) refresh() bool {
+	r.prodSeen = atomic.LoadUintptr(r.prod)
+	return r.pos != r.prodSeen
 }
 
 // available is the number of bytes written and not yet read.

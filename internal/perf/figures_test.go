@@ -246,17 +246,17 @@ func throughput(t *testing.T, p *netnstest.Pair, srv netstestAddr, rounds int) {
 		strings.Join(rows, "\n"))
 }
 
-// readerStopped measures the kernel side alone: hotsniff attached with a
-// ring that holds the whole run (256 MiB), its process stopped (SIGSTOP) for
+// readerStopped measures the kernel side alone: hotsniff attached with
+// rings that hold the whole run (128 MiB per CPU), its process stopped (SIGSTOP) for
 // the benchmark, so the programs parse and copy every segment while nothing
 // in user space runs. After SIGCONT the daemon must still decode every
 // request: the ring lost nothing. A large ring costs the programs more cache
-// misses than the default 4 MiB, so this is an upper bound of the kernel
+// misses than the default 2 MiB, so this is an upper bound of the kernel
 // side's share of the with/without ratio.
 func readerStopped(t *testing.T, bin string, p *netnstest.Pair, srv netstestAddr, mode string, w workload) float64 {
 	t.Helper()
 	resetStats(t, srv)
-	s := startSniffer(t, bin, p, srv, mode, "--nice", "10", "--ring-size", strconv.Itoa(256<<20))
+	s := startSniffer(t, bin, p, srv, mode, "--nice", "10", "--ring-size", strconv.Itoa(128<<20))
 	defer s.stop(t)
 	r0 := sum(s.scrape(t), "hotsniff_requests_total")
 	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
