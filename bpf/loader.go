@@ -349,7 +349,7 @@ func (c *Capture) Attach(iface string, mode Mode) (*Attachment, error) {
 			return fail(err)
 		}
 	}
-	c.log.Info("capture attached", "iface", iface, "mode", mode, "xdp", a.XDPMode, "tcx", a.TCX)
+	c.log.Info("capture attached", "iface", iface, "mode", mode, "xdp", a.XDPMode, "tcx", a.TCX, "rings", len(c.ring), "ring_bytes", c.cfg.RingSize)
 	c.mu.Lock()
 	c.ifaces = append(c.ifaces, a)
 	c.mu.Unlock()
