@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -87,10 +88,10 @@ const PollInterval = 100 * time.Millisecond
 type Config struct {
 	// Ports are the TCP server ports to capture (either direction).
 	Ports []uint16
-	// RingSize is the size in bytes of each CPU's ring buffer, rounded up
-	// to a power of two; by default 2 MiB, lowered on hosts with many
-	// CPUs so that all rings together stay within 64 MiB (at least
-	// 512 KiB each). It bounds the kernel memory used and how long a burst
+	// RingSize is the size in bytes of each online CPU's ring buffer,
+	// rounded up to a power of two; by default 2 MiB, lowered on hosts
+	// with many CPUs so that all rings together stay within 64 MiB (at
+	// least 512 KiB each). CPUs offline at Open get a ring of one page. It bounds the kernel memory used and how long a burst
 	// on one CPU user space can fall behind before records are dropped.
 	RingSize int
 	// MaxCopy is the most payload bytes copied from one packet (a GRO/GSO
@@ -137,8 +138,10 @@ type Capture struct {
 	spec  *ebpf.CollectionSpec
 	rings *ebpf.Map   // per CPU: the ring buffer of that CPU
 	ring  []*ebpf.Map // rings' values, by CPU
-	ports *ebpf.Map
-	wake  *ebpf.Map // shared wakeup state, so attachments do not each wake the reader
+	// fullRings counts the rings of RingSize bytes (CPUs online at Open).
+	fullRings int
+	ports     *ebpf.Map
+	wake      *ebpf.Map // shared wakeup state, so attachments do not each wake the reader
 
 	mu     sync.Mutex
 	ifaces []*Attachment
@@ -167,8 +170,15 @@ func Open(cfg Config) (*Capture, error) {
 	if err != nil {
 		return nil, fmt.Errorf("count possible CPUs: %w", err)
 	}
+	online := onlineCPUs(cpus)
 	if cfg.RingSize <= 0 {
-		cfg.RingSize = perCPURingSize(cpus)
+		n := 0
+		for _, on := range online {
+			if on {
+				n++
+			}
+		}
+		cfg.RingSize = perCPURingSize(max(n, 1))
 	}
 	cfg.RingSize = roundPow2(max(cfg.RingSize, os.Getpagesize()))
 	if cfg.MaxCopy == 0 || cfg.MaxCopy > MaxCopyLimit {
@@ -202,7 +212,7 @@ func Open(cfg Config) (*Capture, error) {
 		return nil, fmt.Errorf("set replies: %w", err)
 	}
 	c := &Capture{cfg: cfg, log: cfg.Logger.With("component", "bpf"), spec: spec}
-	if err := c.createMaps(cpus); err != nil {
+	if err := c.createMaps(online); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -221,11 +231,21 @@ func Open(cfg Config) (*Capture, error) {
 }
 
 // createMaps creates the maps every attachment shares: a ring buffer per
-// CPU and the map of them, the ports and the wakeup state.
-func (c *Capture) createMaps(cpus int) error {
+// possible CPU and the map of them, the ports and the wakeup state. CPUs
+// that are offline now get a ring of one page: many VMs declare far more
+// possible CPUs than they run (for hot-add), and full rings for all of them
+// would hold memory for nothing. A CPU brought online later still has a
+// ring to write to; what it cannot hold is counted as ringbuf_full.
+func (c *Capture) createMaps(online []bool) error {
 	outer := c.spec.Maps[hotsniffMapRings]
-	for cpu := range cpus {
-		m, err := ebpf.NewMap(outer.InnerMap)
+	for cpu, on := range online {
+		inner := outer.InnerMap.Copy()
+		if on {
+			c.fullRings++
+		} else {
+			inner.MaxEntries = uint32(os.Getpagesize())
+		}
+		m, err := ebpf.NewMap(inner)
 		if err != nil {
 			return fmt.Errorf("create ring buffer of CPU %d: %w", cpu, err)
 		}
@@ -244,6 +264,47 @@ func (c *Capture) createMaps(cpus int) error {
 	}
 	if c.wake, err = ebpf.NewMap(c.spec.Maps[hotsniffMapWake]); err != nil {
 		return fmt.Errorf("create wakeup map: %w", err)
+	}
+	return nil
+}
+
+// onlineCPUs reports which of the possible CPUs are online, from
+// /sys/devices/system/cpu/online ("0-3,8-11"). Where that cannot be read,
+// all are taken as online. A variable so tests can take CPUs offline.
+var onlineCPUs = func(possible int) []bool {
+	online := make([]bool, possible)
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err == nil {
+		err = parseCPUList(strings.TrimSpace(string(b)), online)
+	}
+	if err != nil {
+		for i := range online {
+			online[i] = true
+		}
+	}
+	return online
+}
+
+// parseCPUList marks the CPUs of a kernel CPU list ("0-3,8,10-11") in set;
+// CPUs beyond set's length are ignored.
+func parseCPUList(list string, set []bool) error {
+	for _, part := range strings.Split(list, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		first, err := strconv.Atoi(lo)
+		if err != nil {
+			return fmt.Errorf("parse CPU list %q: %w", list, err)
+		}
+		last := first
+		if isRange {
+			if last, err = strconv.Atoi(hi); err != nil {
+				return fmt.Errorf("parse CPU list %q: %w", list, err)
+			}
+		}
+		for cpu := first; cpu <= last && cpu < len(set); cpu++ {
+			if cpu >= 0 {
+				set[cpu] = true
+			}
+		}
 	}
 	return nil
 }
@@ -349,7 +410,8 @@ func (c *Capture) Attach(iface string, mode Mode) (*Attachment, error) {
 			return fail(err)
 		}
 	}
-	c.log.Info("capture attached", "iface", iface, "mode", mode, "xdp", a.XDPMode, "tcx", a.TCX, "rings", len(c.ring), "ring_bytes", c.cfg.RingSize)
+	c.log.Info("capture attached", "iface", iface, "mode", mode, "xdp", a.XDPMode, "tcx", a.TCX,
+		"rings", c.fullRings, "ring_bytes", c.cfg.RingSize, "offline_cpu_rings", len(c.ring)-c.fullRings)
 	c.mu.Lock()
 	c.ifaces = append(c.ifaces, a)
 	c.mu.Unlock()

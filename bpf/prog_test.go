@@ -384,3 +384,89 @@ func TestWakeup(t *testing.T) {
 	}
 	drain(t, rd)
 }
+
+func TestParseCPUList(t *testing.T) {
+	for _, tc := range []struct {
+		list string
+		want string // '1' per CPU set, of 8
+	}{
+		{"0", "10000000"},
+		{"0-3", "11110000"},
+		{"0-1,4,6-7", "11001011"},
+		{"2-11", "00111111"}, // beyond the possible CPUs: ignored
+	} {
+		set := make([]bool, 8)
+		if err := parseCPUList(tc.list, set); err != nil {
+			t.Fatalf("%q: %v", tc.list, err)
+		}
+		got := ""
+		for _, on := range set {
+			got += map[bool]string{true: "1", false: "0"}[on]
+		}
+		if got != tc.want {
+			t.Errorf("%q: %s, want %s", tc.list, got, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "a", "1-b", "0,,1"} {
+		if err := parseCPUList(bad, make([]bool, 8)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// A CPU offline at Open gets a one-page ring: the programs still run and
+// write there when it comes online, and what the page cannot hold is
+// counted as ringbuf_full, while online CPUs keep their full rings.
+func TestOfflineCPUGetsOnePageRing(t *testing.T) {
+	netnstest.RequireRoot(t)
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	orig := onlineCPUs
+	onlineCPUs = func(possible int) []bool {
+		on := orig(possible)
+		on[1] = false // pretend CPU 1 was offline at Open
+		return on
+	}
+	defer func() { onlineCPUs = orig }()
+	c, err := Open(Config{Ports: []uint16{6379}, RingSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rings := c.Rings()
+	if got := rings[0].MaxEntries(); got != 1<<20 {
+		t.Errorf("CPU 0 ring: %d bytes, want %d", got, 1<<20)
+	}
+	if got := int(rings[1].MaxEntries()); got != os.Getpagesize() {
+		t.Errorf("CPU 1 ring: %d bytes, want one page (%d)", got, os.Getpagesize())
+	}
+	a, err := c.LoadDetached()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Detach()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var all, cpu1 unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.SchedSetaffinity(0, &all)
+	cpu1.Set(1)
+	if err := unix.SchedSetaffinity(0, &cpu1); err != nil {
+		t.Fatal(err)
+	}
+	get := pkt{src: cli4, dst: srv4, flags: 0x18, seq: 1, payload: []byte("*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n")}
+	const n = 200 // far more than a page holds
+	if _, err := a.Program(HookXDP).Run(&ebpf.RunOptions{Data: get.bytes(), Repeat: n}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Records == 0 || st.RingbufFull == 0 || st.Records+st.RingbufFull < n {
+		t.Errorf("on the offline CPU's ring: %d records, %d ringbuf_full; want some of each, %d in all", st.Records, st.RingbufFull, n)
+	}
+}

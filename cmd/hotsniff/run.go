@@ -115,7 +115,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	f := cmd.Flags()
 	f.StringArrayVar(&cf.ifaces, "iface", nil, "interface to capture on (repeatable; default: every physical interface that is up, else every non-loopback one)")
 	f.StringVar(&cf.mode, "capture", "auto", "capture mode: auto (XDP on physical NICs, TC on veth and loopback, AF_PACKET when eBPF is unavailable), xdp, tc, afpacket")
-	f.IntVar(&cf.ringSize, "ring-size", 0, "eBPF ring buffer size per CPU (or AF_PACKET ring per interface) in bytes; 0: 2 MiB per CPU for eBPF (at most 64 MiB for all CPUs, at least 512 KiB each; small rings stay in the CPU cache), 32 MiB for AF_PACKET")
+	f.IntVar(&cf.ringSize, "ring-size", 0, "eBPF ring buffer size per CPU (or AF_PACKET ring per interface) in bytes; 0: 2 MiB per online CPU for eBPF (at most 64 MiB in all, at least 512 KiB each; small rings stay in the CPU cache; offline CPUs get one page), 32 MiB for AF_PACKET")
 	f.IntVar(&cf.maxCopy, "max-copy", 256<<10, "most payload bytes copied from one packet by eBPF (GRO/GSO super-packets); the rest is counted as truncated")
 	f.StringVar(&cf.listen, "listen", ":9464", "address for /metrics, /hotkeys, /healthz, /readyz (empty: none)")
 	f.BoolVar(&cf.check, "config-check", false, "load and validate the configuration, print a summary and exit")
