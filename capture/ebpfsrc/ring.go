@@ -87,75 +87,63 @@ func openRing(fd, size int) (*ring, error) {
 // With inWindow set it reads only up to the producer position loaded last
 // (see refresh) and returns errEmpty there.
 func (r *ring) next(buf []byte, inWindow bool) ([]byte, error) {
+	off, n, err := r.head(!inWindow)
+	if err != nil {
+		return nil, err
+	}
+	r.pos += (rbHdrSize + n + 7) &^ 7
+	start := off + rbHdrSize
+	return append(buf[:0], r.data[start:start+n]...), nil
+}
+
+// peek returns the timestamp of the next record in the window the reader
+// last saw, without consuming it, and the errors of next with inWindow set.
+func (r *ring) peek() (uint64, error) {
+	off, n, err := r.head(false)
+	if err != nil {
+		return 0, err
+	}
+	if n < 8 {
+		return 0, nil // too short to be a record: next hands it on to be counted as malformed
+	}
+	// Records start 8-byte aligned, and the timestamp leads the record.
+	return *(*uint64)(unsafe.Pointer(&r.data[off+rbHdrSize])), nil
+}
+
+// head finds the next committed record, stepping over discarded ones, and
+// returns the offset of its header in data and its length. At the end of
+// the window it loads the producer position again if reload is set.
+func (r *ring) head(reload bool) (off, n uintptr, err error) {
 	for {
 		if r.pos-r.published >= r.batch {
 			r.publish()
 		}
 		if r.pos == r.prodSeen {
-			if !inWindow {
+			if reload {
 				r.prodSeen = atomic.LoadUintptr(r.prod)
 			}
 			if r.pos == r.prodSeen {
 				r.publish()
-				return nil, errEmpty
+				return 0, 0, errEmpty
 			}
 		}
-		off := r.pos & r.mask
+		off = r.pos & r.mask
 		// The atomic load orders the data reads after the kernel's xchg
 		// that clears the busy bit.
 		hdr := atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.data[off])))
 		if hdr&rbBusyBit != 0 {
 			r.publish()
-			return nil, errBusy
+			return 0, 0, errBusy
 		}
-		n := uintptr(hdr &^ (rbBusyBit | rbDiscardBit))
+		n = uintptr(hdr &^ (rbBusyBit | rbDiscardBit))
 		total := (rbHdrSize + n + 7) &^ 7
 		if total > r.prodSeen-r.pos {
-			return nil, fmt.Errorf("read ring buffer: record of %d bytes at %d runs past the producer at %d", n, r.pos, r.prodSeen)
+			return 0, 0, fmt.Errorf("read ring buffer: record of %d bytes at %d runs past the producer at %d", n, r.pos, r.prodSeen)
 		}
-		start := off + rbHdrSize
+		if hdr&rbDiscardBit == 0 {
+			return off, n, nil
+		}
 		r.pos += total
-		if hdr&rbDiscardBit != 0 {
-			continue
-		}
-		buf = append(buf[:0], r.data[start:start+n]...)
-		return buf, nil
-	}
-}
-
-// peek returns the timestamp of the next record in the window the reader
-// last saw (up to the producer position loaded by next or refresh; peek
-// does not load it again), stepping over discarded records. It returns
-// errEmpty when the window is used up and errBusy when its next record is
-// not committed yet.
-func (r *ring) peek() (uint64, error) {
-	for {
-		if r.pos-r.published >= r.batch {
-			r.publish()
-		}
-		if r.pos == r.prodSeen {
-			r.publish()
-			return 0, errEmpty
-		}
-		off := r.pos & r.mask
-		hdr := atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.data[off])))
-		if hdr&rbBusyBit != 0 {
-			return 0, errBusy
-		}
-		n := uintptr(hdr &^ (rbBusyBit | rbDiscardBit))
-		total := (rbHdrSize + n + 7) &^ 7
-		if total > r.prodSeen-r.pos {
-			return 0, fmt.Errorf("read ring buffer: record of %d bytes at %d runs past the producer at %d", n, r.pos, r.prodSeen)
-		}
-		if hdr&rbDiscardBit != 0 {
-			r.pos += total
-			continue
-		}
-		if n < 8 {
-			return 0, nil // too short to be a record: next hands it on to be counted as malformed
-		}
-		// Records start 8-byte aligned, and the timestamp leads the record.
-		return *(*uint64)(unsafe.Pointer(&r.data[off+rbHdrSize])), nil
 	}
 }
 
