@@ -91,8 +91,9 @@ type Config struct {
 	// RingSize is the size in bytes of each online CPU's ring buffer,
 	// rounded up to a power of two; by default 2 MiB, lowered on hosts
 	// with many CPUs so that all rings together stay within 64 MiB (at
-	// least 512 KiB each). CPUs offline at Open get a ring of one page. It bounds the kernel memory used and how long a burst
-	// on one CPU user space can fall behind before records are dropped.
+	// least 512 KiB each). CPUs offline at Open get a ring of one page.
+	// It bounds the kernel memory used and how long a burst on one CPU
+	// user space can fall behind before records are dropped.
 	RingSize int
 	// MaxCopy is the most payload bytes copied from one packet (a GRO/GSO
 	// super-packet may be 64 KiB or more); the rest is reported as
@@ -171,14 +172,14 @@ func Open(cfg Config) (*Capture, error) {
 		return nil, fmt.Errorf("count possible CPUs: %w", err)
 	}
 	online := onlineCPUs(cpus)
-	if cfg.RingSize <= 0 {
-		n := 0
-		for _, on := range online {
-			if on {
-				n++
-			}
+	nOnline := 0
+	for _, on := range online {
+		if on {
+			nOnline++
 		}
-		cfg.RingSize = perCPURingSize(max(n, 1))
+	}
+	if cfg.RingSize <= 0 {
+		cfg.RingSize = perCPURingSize(max(nOnline, 1))
 	}
 	cfg.RingSize = roundPow2(max(cfg.RingSize, os.Getpagesize()))
 	if cfg.MaxCopy == 0 || cfg.MaxCopy > MaxCopyLimit {
@@ -211,7 +212,7 @@ func Open(cfg Config) (*Capture, error) {
 	if err := spec.Variables[hotsniffVarReplies].Set(replies); err != nil {
 		return nil, fmt.Errorf("set replies: %w", err)
 	}
-	c := &Capture{cfg: cfg, log: cfg.Logger.With("component", "bpf"), spec: spec}
+	c := &Capture{cfg: cfg, log: cfg.Logger.With("component", "bpf"), spec: spec, fullRings: nOnline}
 	if err := c.createMaps(online); err != nil {
 		c.Close()
 		return nil, err
@@ -240,9 +241,7 @@ func (c *Capture) createMaps(online []bool) error {
 	outer := c.spec.Maps[hotsniffMapRings]
 	for cpu, on := range online {
 		inner := outer.InnerMap.Copy()
-		if on {
-			c.fullRings++
-		} else {
+		if !on {
 			inner.MaxEntries = uint32(os.Getpagesize())
 		}
 		m, err := ebpf.NewMap(inner)
@@ -345,12 +344,10 @@ func (c *Capture) load(objs *hotsniffObjects, rawIP bool) error {
 }
 
 // Rings are the ring buffers the attachments write to, one per possible
-// CPU, each of RingSize bytes. Records within one ring are in the order they
-// were written; across rings, their timestamps order them.
+// CPU: RingSize bytes for the CPUs online at Open, a page for the others.
+// Records within one ring are in the order they were written; across
+// rings, their timestamps order them.
 func (c *Capture) Rings() []*ebpf.Map { return c.ring }
-
-// RingSize is the size of each ring in bytes.
-func (c *Capture) RingSize() int { return c.cfg.RingSize }
 
 // MaxCopy is the effective per-packet copy limit.
 func (c *Capture) MaxCopy() uint32 { return c.cfg.MaxCopy }

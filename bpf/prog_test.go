@@ -419,9 +419,7 @@ func TestParseCPUList(t *testing.T) {
 // counted as ringbuf_full, while online CPUs keep their full rings.
 func TestOfflineCPUGetsOnePageRing(t *testing.T) {
 	netnstest.RequireRoot(t)
-	if runtime.NumCPU() < 2 {
-		t.Skip("needs 2 CPUs")
-	}
+	netnstest.RequireCPUs(t, 2)
 	orig := onlineCPUs
 	onlineCPUs = func(possible int) []bool {
 		on := orig(possible)

@@ -385,11 +385,10 @@ func (s *Source) Close() error {
 	return nil
 }
 
+// closeAll unmaps and closes the rings; the poller, created last in Open,
+// is closed by Close.
 func (s *Source) closeAll() {
 	for _, r := range s.rings {
 		r.close()
-	}
-	if s.poll != nil {
-		_ = s.poll.Close()
 	}
 }

@@ -36,7 +36,10 @@ type Source struct {
 	rings  []*ring
 	active []int // rings with records left in this round
 	poll   *fdpoll.Poller
-	buf    []byte // the current record, copied out of its ring
+	// buf holds the current record, copied out of its ring: the Segment
+	// Next fills points into it, and Close may unmap the rings while the
+	// pipeline still reads that Segment.
+	buf []byte
 
 	monoOffset int64
 	sinceClock uint32
@@ -154,19 +157,12 @@ func (s *Source) read() ([]byte, error) {
 	if s.closed.Load() {
 		return nil, io.EOF
 	}
-	if len(s.rings) == 1 {
-		raw, err := s.rings[0].next(s.buf, false)
-		if err == nil {
-			s.buf = raw
-		}
-		return raw, err
-	}
 	for {
 		r, err := s.oldest()
 		if err != nil {
 			return nil, err
 		}
-		raw, err := r.next(s.buf, true)
+		raw, err := r.next(s.buf)
 		if errors.Is(err, errEmpty) {
 			continue // the rest of its window was discarded records
 		}

@@ -82,12 +82,11 @@ func openRing(fd, size int) (*ring, error) {
 }
 
 // next copies the next record's data into buf (grown as needed) and returns
-// it. It returns errEmpty when nothing is left to read and errBusy when the
-// next record is still being written; both publish the position first.
-// With inWindow set it reads only up to the producer position loaded last
-// (see refresh) and returns errEmpty there.
-func (r *ring) next(buf []byte, inWindow bool) ([]byte, error) {
-	off, n, err := r.head(!inWindow)
+// it. It reads only up to the producer position loaded last (see refresh):
+// it returns errEmpty there, and errBusy when the next record is still
+// being written; both publish the consumer position first.
+func (r *ring) next(buf []byte) ([]byte, error) {
+	off, n, err := r.head()
 	if err != nil {
 		return nil, err
 	}
@@ -96,10 +95,10 @@ func (r *ring) next(buf []byte, inWindow bool) ([]byte, error) {
 	return append(buf[:0], r.data[start:start+n]...), nil
 }
 
-// peek returns the timestamp of the next record in the window the reader
-// last saw, without consuming it, and the errors of next with inWindow set.
+// peek returns the timestamp of the next record without consuming it, or
+// the errors of next.
 func (r *ring) peek() (uint64, error) {
-	off, n, err := r.head(false)
+	off, n, err := r.head()
 	if err != nil {
 		return 0, err
 	}
@@ -110,22 +109,17 @@ func (r *ring) peek() (uint64, error) {
 	return *(*uint64)(unsafe.Pointer(&r.data[off+rbHdrSize])), nil
 }
 
-// head finds the next committed record, stepping over discarded ones, and
-// returns the offset of its header in data and its length. At the end of
-// the window it loads the producer position again if reload is set.
-func (r *ring) head(reload bool) (off, n uintptr, err error) {
+// head finds the next committed record before prodSeen, stepping over
+// discarded ones, and returns the offset of its header in data and its
+// length.
+func (r *ring) head() (off, n uintptr, err error) {
 	for {
 		if r.pos-r.published >= r.batch {
 			r.publish()
 		}
 		if r.pos == r.prodSeen {
-			if reload {
-				r.prodSeen = atomic.LoadUintptr(r.prod)
-			}
-			if r.pos == r.prodSeen {
-				r.publish()
-				return 0, 0, errEmpty
-			}
+			r.publish()
+			return 0, 0, errEmpty
 		}
 		off = r.pos & r.mask
 		// The atomic load orders the data reads after the kernel's xchg

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/hotsniff/hotsniff/bpf"
 	"github.com/hotsniff/hotsniff/capture"
+	"github.com/hotsniff/hotsniff/internal/netnstest"
 )
 
 // smallRing loads the programs detached with a ring of one page, so a few
@@ -27,9 +27,7 @@ func smallRing(t *testing.T) (*Source, *bpf.Attachment) {
 // the order they were written. Every batch is written before anything is
 // read, so the first round's windows hold all three.
 func TestRingsMergeInOrder(t *testing.T) {
-	if runtime.NumCPU() < 2 {
-		t.Skip("needs 2 CPUs")
-	}
+	netnstest.RequireCPUs(t, 2)
 	src, a := loadDetached(t, 1<<20)
 	const n = 100
 	cpus := []int{1, 0, 1, 0}

@@ -121,7 +121,7 @@ type Parser struct {
 	// pcode is known and, where the layout is known, the body decodes to
 	// exactly body_len bytes (spec §1.5).
 	synced   bool
-	counted  bool // ReasonResync reported for this episode
+	counted  bool // ReasonResync reported since synced last went false
 	requests bool
 	req      decode.Request
 }
@@ -200,7 +200,7 @@ func (p *Parser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 					continue
 				}
 			}
-			p.synced, p.counted = true, false
+			p.synced = true
 			p.request(f, s, in.op, decode.NoNS, in.write)
 			if end > len(b) {
 				return end
@@ -236,7 +236,7 @@ func (p *Parser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 				off = p.skipByte(off, f, s)
 				continue
 			}
-			p.synced, p.counted = true, false
+			p.synced = true
 			return end
 		}
 		body := b[off+16 : end]
@@ -256,7 +256,7 @@ func (p *Parser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 				off = p.skipByte(off, f, s)
 				continue
 			}
-			p.synced, p.counted = true, false
+			p.synced = true
 		}
 		if !p.frame(in, pcode, body, f, s) {
 			p.lose(f, s, ReasonBadBody)

@@ -39,6 +39,15 @@ func RequireRoot(t testing.TB) {
 	}
 }
 
+// RequireCPUs skips (or fails under CI) a test that needs n CPUs to run on,
+// such as one that writes to several per-CPU rings from pinned threads.
+func RequireCPUs(t testing.TB, n int) {
+	t.Helper()
+	if c := runtime.NumCPU(); c < n {
+		Skip(t, "test needs %d CPUs, has %d", n, c)
+	}
+}
+
 // Need returns the path of bin, skipping (or failing under CI) if missing.
 func Need(t testing.TB, bin string) string {
 	t.Helper()

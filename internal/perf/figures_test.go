@@ -107,7 +107,7 @@ func bpfCost(t *testing.T, p *netnstest.Pair, srv netstestAddr, rounds int) {
 		var ns []float64
 		var runs uint64
 		for range rounds {
-			e, err := attachEmpty(p)
+			e, err := attachEmpty(p, "tc")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -277,7 +277,7 @@ func readerStopped(t *testing.T, bin string, p *netnstest.Pair, srv netstestAddr
 // XDP program of any kind also moves the device's receive path to NAPI.
 func emptyAttached(t *testing.T, p *netnstest.Pair, srv netstestAddr, mode string, w workload) float64 {
 	t.Helper()
-	e, err := attachEmptyMode(p, mode)
+	e, err := attachEmpty(p, mode)
 	if err != nil {
 		t.Fatal(err)
 	}

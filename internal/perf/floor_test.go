@@ -21,13 +21,9 @@ type emptyProgram struct {
 	link link.Link
 }
 
-func attachEmpty(p *netnstest.Pair) (*emptyProgram, error) {
-	return attachEmptyMode(p, "tc")
-}
-
-// attachEmptyMode attaches the empty program at mode's hook: TCX ingress
-// for "tc", XDP (returning XDP_PASS) for "xdp".
-func attachEmptyMode(p *netnstest.Pair, mode string) (*emptyProgram, error) {
+// attachEmpty attaches the empty program at mode's hook: TCX ingress for
+// "tc", XDP (returning XDP_PASS) for "xdp".
+func attachEmpty(p *netnstest.Pair, mode string) (*emptyProgram, error) {
 	spec := &ebpf.ProgramSpec{
 		Type:         ebpf.SchedCLS,
 		License:      "GPL",
