@@ -49,7 +49,35 @@ type Event struct {
 	// Source is "detected" or "manual".
 	Source string `json:"source"`
 	Node   string `json:"node"`
+
+	// Optional fields: zero means absent on the wire, and absent means the
+	// default, so subscribers that predate them keep working.
+
+	// AbsorbedQPS is the part of QPS that client shims served locally and
+	// reported; QPS is total demand (what reached the server plus this).
+	AbsorbedQPS float64 `json:"-"`
+	// WriteQPS is the measured write rate to the key at that server.
+	WriteQPS float64 `json:"-"`
+	// Uncacheable is sent as "cacheable":false: writes make local caching
+	// useless, shims must not cache the key.
+	Uncacheable bool `json:"-"`
+	// BytesPS is the reply bytes per second attributed to the key.
+	BytesPS float64 `json:"-"`
+	// ValueBytes is the mean reply size for the key, in bytes.
+	ValueBytes float64 `json:"-"`
+	// Reason says why the key is hot: "qps", "bytes" or "qps,bytes".
+	Reason string `json:"-"`
+	// Sample is the capture's sampling rate when the event was made (0.25:
+	// one in four); 0 or 1 means everything was seen and is not sent.
+	Sample float64 `json:"-"`
 }
+
+// Reasons a key is hot.
+const (
+	ReasonQPS      = "qps"
+	ReasonBytes    = "bytes"
+	ReasonQPSBytes = "qps,bytes"
+)
 
 // wire is Event as it travels, with the key split into its two forms.
 type wire struct {
@@ -68,6 +96,14 @@ type wire struct {
 	TS      string   `json:"ts"`
 	Source  string   `json:"source"`
 	Node    string   `json:"node"`
+
+	AbsorbedQPS float64 `json:"absorbed_qps,omitempty"`
+	WriteQPS    float64 `json:"write_qps,omitempty"`
+	Cacheable   *bool   `json:"cacheable,omitempty"`
+	BytesPS     float64 `json:"bytes_ps,omitempty"`
+	ValueBytes  float64 `json:"value_bytes,omitempty"`
+	Reason      string  `json:"reason,omitempty"`
+	Sample      float64 `json:"sample,omitempty"`
 }
 
 // TSFormat is the event time format: RFC 3339 UTC with microseconds.
@@ -79,6 +115,15 @@ func (e *Event) MarshalJSON() ([]byte, error) {
 		V: e.V, Seq: e.Seq, Type: e.Type, Proto: e.Proto, Server: e.Server, NS: e.NS,
 		Display: e.Display, Prefix: e.Prefix, TTLms: e.TTLms,
 		TS: e.TS.UTC().Format(TSFormat), Source: e.Source, Node: e.Node,
+		AbsorbedQPS: e.AbsorbedQPS, WriteQPS: e.WriteQPS, BytesPS: e.BytesPS,
+		ValueBytes: e.ValueBytes, Reason: e.Reason,
+	}
+	if e.Uncacheable {
+		f := false
+		w.Cacheable = &f
+	}
+	if e.Sample > 0 && e.Sample < 1 {
+		w.Sample = e.Sample
 	}
 	if w.V == 0 {
 		w.V = Version
@@ -104,7 +149,12 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*e = Event{V: w.V, Seq: w.Seq, Type: w.Type, Proto: w.Proto, Server: w.Server, NS: w.NS,
-		Display: w.Display, Prefix: w.Prefix, TTLms: w.TTLms, Source: w.Source, Node: w.Node}
+		Display: w.Display, Prefix: w.Prefix, TTLms: w.TTLms, Source: w.Source, Node: w.Node,
+		AbsorbedQPS: w.AbsorbedQPS, WriteQPS: w.WriteQPS, BytesPS: w.BytesPS,
+		ValueBytes: w.ValueBytes, Reason: w.Reason, Sample: w.Sample}
+	if w.Cacheable != nil && !*w.Cacheable {
+		e.Uncacheable = true
+	}
 	switch {
 	case w.Key != nil:
 		e.Key = []byte(*w.Key)
