@@ -130,6 +130,27 @@ func BenchmarkHitPath(b *testing.B) {
 			}
 		}
 	})
+	b.Run("client/go-redis-csc-hit", func(b *testing.B) {
+		// go-redis's own client-side cache (RESP3) answering the same GET.
+		srv := testutil.StartRedis(b)
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 3, ClientSideCacheConfig: &redis.ClientSideCacheConfig{MaxEntries: 1000}})
+		defer rdb.Close()
+		rdb.Set(ctx, "item:hot", "v", 0)
+		for range 3 {
+			rdb.Get(ctx, "item:hot")
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			if rdb.Get(ctx, "item:hot").Val() != "v" {
+				b.Fatal("miss")
+			}
+		}
+		b.StopTimer()
+		if st := rdb.CSCStats(); st.Hits < uint64(b.N) {
+			b.Fatalf("csc stats %+v", st)
+		}
+	})
 	b.Run("client/go-redis-no-network", func(b *testing.B) {
 		rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 		defer rdb.Close()

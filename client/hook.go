@@ -34,7 +34,7 @@ type chain struct {
 
 // servable reports whether this chain may be answered from memory.
 func (s *Shim) servable(ch *chain) bool {
-	if s.poisoned.Load() {
+	if s.deferred || s.poisoned.Load() {
 		return false
 	}
 	if ch.main {
@@ -239,7 +239,7 @@ func (s *Shim) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 		if !s.active.Load() {
 			return s.writePipeline(ctx, cmds, next)
 		}
-		if main && !isTx(cmds) && !s.poisoned.Load() {
+		if main && !isTx(cmds) && !s.deferred && !s.poisoned.Load() {
 			return s.pipeline(ctx, cmds, next)
 		}
 		return s.writePipeline(ctx, cmds, next)

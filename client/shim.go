@@ -112,6 +112,9 @@ type Shim struct {
 	// is served any more. connsPoisoned: a Conn's pipeline changed its
 	// session; no Conn or Tx is served any more.
 	poisoned, connsPoisoned atomic.Bool
+	// deferred: go-redis's own client-side cache is on for this client; it
+	// already answers every read from memory, so the shim serves nothing.
+	deferred bool
 
 	mu      sync.RWMutex
 	hot     map[string]int64 // hot keys for this client -> until (0: until cold)
@@ -166,6 +169,10 @@ func NewShim(rdb redis.UniversalClient, opt ShimOptions) (*Shim, error) {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return nil, fmt.Errorf("parse server %q: %w", a, err)
 		}
+	}
+	if topo.kind == topoClient && cscOn(topo.client.Options()) {
+		s.deferred = true
+		s.log.Info("go-redis client-side cache is on for this client: it serves reads from memory itself, the shim defers to it (set its MaxStaleness to bound staleness)")
 	}
 	empty := map[string]struct{}{}
 	s.servers.Store(&empty)
@@ -224,6 +231,14 @@ func (s *Shim) Synced() <-chan struct{} { return s.sub.Synced() }
 
 // Subscriber is the channel subscriber the shim follows.
 func (s *Shim) Subscriber() *Subscriber { return s.sub }
+
+// cscOn reports whether go-redis enables its client-side cache for a
+// client with these options: configured, RESP3, DB 0, and no credentials
+// provider (go-redis turns it off otherwise).
+func cscOn(o *redis.Options) bool {
+	return (o.ClientSideCacheConfig != nil || o.ClientSideCache != nil) && o.Protocol != 2 && o.DB == 0 &&
+		o.CredentialsProvider == nil && o.CredentialsProviderContext == nil && o.StreamingCredentialsProvider == nil
+}
 
 // normAddr writes ip:port one way (IPv4-mapped IPv6 as IPv4, zones kept).
 func normAddr(a string) string {
