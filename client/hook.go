@@ -223,6 +223,10 @@ func (s *Shim) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 	n := s.pipelineChains.Add(1)
 	main, tx := n == 1, n == 2
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if main && ctx.Value(bypassKey{}) != nil {
+			// The shim's own read-then-report pipeline (sameconn.go).
+			return next(ctx, cmds)
+		}
 		if sel, other := pipelineSession(cmds); sel || other {
 			switch {
 			case main || tx:

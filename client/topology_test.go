@@ -296,3 +296,53 @@ func TestUniversalClient(t *testing.T) {
 		t.Error("Install accepted an autopipeliner")
 	}
 }
+
+// TestReadThenSameConnection: the shim's read-then-message pipeline (what
+// the absorbed-demand report rides on) goes to the node holding the key,
+// with the message right after the read on one connection, is never served
+// from memory, and a slot that moved meanwhile costs the caller nothing.
+func TestReadThenSameConnection(t *testing.T) {
+	cl := testutil.StartCluster(t, 3)
+	ctx := context.Background()
+	newCC := func() *redis.ClusterClient { return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs[:1]}) }
+	e := newMultiEnv(t, newCC(), newCC(), cl.Addrs, client.ShimOptions{LocalTTL: time.Minute, DisableTracking: true})
+	const key = "rt{x}"
+	slot, _ := testutil.KeySlot(ctx, cl.Addrs[0], key)
+	owner, err := testutil.SlotOwner(ctx, cl.Addrs[0], slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.plain.Set(ctx, key, "v0", 0)
+	e.emit(event.TypeHot, owner, key)
+	eventually(t, "hot", func() bool { return e.shim.Stats().HotMode })
+	for range 3 {
+		e.app.Get(ctx, key)
+	}
+	e.plain.Set(ctx, key, "v1", 0) // the cache holds v0 (no tracking)
+	e.resetStats(t)
+	get, echo := redis.NewStringCmd(ctx, "get", key), redis.NewStringCmd(ctx, "echo", "after")
+	if err := e.shim.ReadThen(ctx, e.plain, key, get, echo); err != nil || get.Val() != "v1" || echo.Val() != "after" {
+		t.Fatalf("read then echo: %q %q %v", get.Val(), echo.Val(), err)
+	}
+	ownerRDB := redis.NewClient(&redis.Options{Addr: owner})
+	defer ownerRDB.Close()
+	if g, ec := calls(t, ownerRDB, "get"), calls(t, ownerRDB, "echo"); g != 1 || ec != 1 {
+		t.Errorf("at the owner: %d GET, %d ECHO; want 1 and 1", g, ec)
+	}
+	// The slot moves; the client's slot map still names the old owner.
+	var dst string
+	for _, a := range cl.Addrs {
+		if a != owner {
+			dst = a
+			break
+		}
+	}
+	if err := testutil.MoveSlot(ctx, slot, owner, dst, cl.Addrs); err != nil {
+		t.Fatal(err)
+	}
+	e.plain.Set(ctx, key, "v2", 0)
+	get, echo = redis.NewStringCmd(ctx, "get", key), redis.NewStringCmd(ctx, "echo", "after")
+	if err := e.shim.ReadThen(ctx, e.plain, key, get, echo); err != nil || get.Val() != "v2" {
+		t.Fatalf("after the move: %q %v", get.Val(), err)
+	}
+}
