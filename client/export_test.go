@@ -7,7 +7,7 @@ import (
 )
 
 // ReadThen exposes readThen to the external tests, with next sending
-// through rdb (a client without the shim, as the hook.s next is).
+// through rdb (a client without the shim, as the hook's next is).
 func (s *Shim) ReadThen(ctx context.Context, rdb redis.UniversalClient, key string, cmd, extra redis.Cmder) error {
 	return s.readThen(ctx, key, cmd, extra, func(ctx context.Context, c redis.Cmder) error { return rdb.Process(ctx, c) })
 }
