@@ -16,8 +16,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hotsniff/hotsniff/client"
+	"github.com/hotsniff/hotsniff/event"
 	"github.com/hotsniff/hotsniff/internal/netnstest"
 	"github.com/hotsniff/hotsniff/internal/testutil"
+	"github.com/hotsniff/hotsniff/publish"
 )
 
 // liveApp is an application reading through a ClusterClient with the shim
@@ -31,7 +33,7 @@ type liveApp struct {
 	maxLate                   atomic.Int64 // ns: latest read start past the write that outdated its value
 	firstErr                  atomic.Pointer[string]
 
-	writes [1 << 14]atomic.Int64 // version -> when its SET returned (ns since t0)
+	writes *[1 << 14]atomic.Int64 // version -> when its SET returned (ns since t0)
 	t0     time.Time
 }
 
@@ -146,15 +148,22 @@ func resetClusterStats(t *testing.T, addrs []string) {
 	}
 }
 
-// localShare measures, over d, the share of the application's hot-key
+// localShare measures, over d, the share of the applications' hot-key
 // reads that the cluster did not see (by the masters' own counters).
-func localShare(t *testing.T, app *liveApp, addrs []string, d time.Duration) (share float64, hot, atRedis int64) {
+func localShare(t *testing.T, apps []*liveApp, addrs []string, d time.Duration) (share float64, hot, atRedis int64) {
 	t.Helper()
+	count := func() (h, c int64) {
+		for _, a := range apps {
+			h += a.hotReads.Load()
+			c += a.coldReads.Load()
+		}
+		return h, c
+	}
 	resetClusterStats(t, addrs)
-	h0, c0 := app.hotReads.Load(), app.coldReads.Load()
+	h0, c0 := count()
 	time.Sleep(d)
 	gets := int64(clusterGets(t, addrs))
-	h1, c1 := app.hotReads.Load(), app.coldReads.Load()
+	h1, c1 := count()
 	hot = h1 - h0
 	atRedis = gets - (c1 - c0)
 	return 1 - float64(atRedis)/float64(hot), hot, atRedis
@@ -220,13 +229,33 @@ func TestClusterShimLive(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	app := &liveApp{rdb: rdb, t0: time.Now()}
-	app.writes[0].Store(1)
+	// A second application whose shim hears nothing but the hot event (its
+	// own channel, no tracking): only the local expiry bounds its staleness.
+	rdb2 := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs[:1]})
+	defer rdb2.Close()
+	shim2, err := client.Install(rdb2, client.ShimOptions{ChannelClient: chc, Channel: "expiry-only", LocalTTL: localTTL, StaleGrace: grace, DisableTracking: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shim2.Close()
+	pub, err := publish.New(chc, publish.Options{Channel: "expiry-only", Node: "manual"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close(ctx)
+	pub.Emit(&event.Event{Type: event.TypeHot, Proto: "redis", Server: owner, NS: "0", Key: []byte("hot:key"),
+		QPS: 1000, TS: time.Now(), Source: event.SourceManual})
+
+	writes := new([1 << 14]atomic.Int64)
+	writes[0].Store(1)
+	app := &liveApp{rdb: rdb, t0: time.Now(), writes: writes}
+	app2 := &liveApp{rdb: rdb2, t0: app.t0, writes: writes}
 	rctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for g := range 2 {
 		wg.Go(func() { app.read(rctx, g) })
 	}
+	wg.Go(func() { app2.read(rctx, 2) })
 	defer func() { stop(); wg.Wait() }()
 
 	// The daemon sees the key hot at its owner and the shim starts serving.
@@ -250,9 +279,10 @@ func TestClusterShimLive(t *testing.T) {
 	}
 	waitFor("hot event from the owner "+owner, func() bool { return hotAt(owner) })
 	waitFor("local serving", func() bool { st := shim.Stats(); return st.HotMode && st.Hits > 1000 })
+	waitFor("local serving (expiry-only shim)", func() bool { st := shim2.Stats(); return st.HotMode && st.Hits > 1000 })
 
-	share, hot, atRedis := localShare(t, app, addrs, 3*time.Second)
-	t.Logf("before reshard: %d hot-key reads by the application, %d reached the cluster: %.3f%% served locally", hot, atRedis, 100*share)
+	share, hot, atRedis := localShare(t, []*liveApp{app, app2}, addrs, 3*time.Second)
+	t.Logf("before reshard: %d hot-key reads by the applications, %d reached the cluster: %.3f%% served locally", hot, atRedis, 100*share)
 	if share < 0.99 {
 		t.Errorf("only %.3f%% of hot-key reads served locally, want >= 99%%", 100*share)
 	}
@@ -262,13 +292,13 @@ func TestClusterShimLive(t *testing.T) {
 	var wErr atomic.Pointer[string]
 	var wwg sync.WaitGroup
 	wwg.Go(func() {
-		for n := 1; n < len(app.writes) && wctx.Err() == nil; n++ {
+		for n := 1; n < len(writes) && wctx.Err() == nil; n++ {
 			if err := plain.Set(ctx, "hot:key", "v"+strconv.Itoa(n), 0).Err(); err != nil {
 				s := err.Error()
 				wErr.CompareAndSwap(nil, &s)
 				return
 			}
-			app.writes[n].Store(app.since())
+			writes[n].Store(app.since())
 			time.Sleep(10 * time.Millisecond)
 		}
 	})
@@ -298,18 +328,28 @@ func TestClusterShimLive(t *testing.T) {
 	if late > bound {
 		t.Errorf("a read returned a value %v past its replacement, bound LocalTTL+StaleGrace = %v", late, bound)
 	}
+	late2 := time.Duration(app2.maxLate.Load())
+	t.Logf("expiry only (no tracking, no invalidate events): stalest read started %v after the write that replaced its value (bound %v)", late2, bound)
+	if late2 > bound {
+		t.Errorf("expiry only: a read returned a value %v past its replacement, bound %v", late2, bound)
+	}
+	if app2.maxLate.Load() == 0 {
+		t.Error("the expiry-only application never read a replaced value: the check measured nothing")
+	}
 
 	// The new owner's events apply and the share holds there.
 	waitFor("hot event from the new owner "+dst, func() bool { return hotAt(dst) })
-	share, hot, atRedis = localShare(t, app, addrs, 2*time.Second)
+	share, hot, atRedis = localShare(t, []*liveApp{app, app2}, addrs, 2*time.Second)
 	t.Logf("after reshard: %d hot-key reads, %d reached the cluster: %.3f%% served locally", hot, atRedis, 100*share)
 	if share < 0.99 {
 		t.Errorf("after the reshard only %.3f%% served locally", 100*share)
 	}
 	stop()
 	wg.Wait()
-	if n := app.errs.Load(); n > 0 {
-		t.Errorf("%d errors reached the application, first: %s", n, *app.firstErr.Load())
+	for _, a := range []*liveApp{app, app2} {
+		if n := a.errs.Load(); n > 0 {
+			t.Errorf("%d errors reached the application, first: %s", n, *a.firstErr.Load())
+		}
 	}
 	st := shim.Stats()
 	t.Logf("shim: hits %d stale hits %d misses %d refreshes %d fetch errors %d invalidations %v",
