@@ -120,9 +120,25 @@ func (s *Shim) acquire(key string, kind uint8, now int64) (action, *value, ticke
 	return actPass, nil, ticket{}
 }
 
-// peek returns key's fresh cached value of kind, or nil; it never admits,
-// refreshes or waits (pipelines cannot fetch a hash on the side).
+// peek returns key's fresh cached value of kind, counted as a hit, or nil;
+// it never admits, refreshes or waits (pipelines cannot fetch a hash on
+// the side).
 func (s *Shim) peek(key string, kind uint8, now int64) *value {
+	e := s.fresh(key, kind, now)
+	if e == nil {
+		return nil
+	}
+	v := e.val.Load()
+	if v == nil {
+		return nil
+	}
+	s.m.hits.Add(1)
+	return v
+}
+
+// fresh returns key's entry if it holds a fresh value of kind (counting
+// nothing).
+func (s *Shim) fresh(key string, kind uint8, now int64) *cacheEntry {
 	s.mu.RLock()
 	e := s.entries[key]
 	s.mu.RUnlock()
@@ -133,8 +149,7 @@ func (s *Shim) peek(key string, kind uint8, now int64) *value {
 		return nil
 	}
 	if v := e.val.Load(); v != nil && now < v.expires {
-		s.m.hits.Add(1)
-		return v
+		return e
 	}
 	return nil
 }

@@ -2,16 +2,14 @@ package client
 
 import (
 	"context"
-	"errors"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // pipeSlot is the plan for one command of a pipeline.
 type pipeSlot struct {
-	local bool     // answered from memory, not sent
-	t     ticket   // GET: the refresh token this command holds
-	mt    []ticket // MGET: the members' tokens
+	local bool   // answered from memory, not sent
+	t     ticket // GET: the refresh token this command holds
 }
 
 // pipeline serves the hot reads of a plain pipeline (Pipelined) from
@@ -21,7 +19,8 @@ type pipeSlot struct {
 // go-redis does. A pipeline that writes anything is sent whole, so its
 // reads see its own writes. GET may refresh its key (its reply is stored);
 // hash reads are only served from a fresh value (a pipeline cannot fetch
-// the hash on the side); an MGET is served only when all its keys are.
+// the hash on the side); an MGET is served only when all its keys have
+// fresh values.
 func (s *Shim) pipeline(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
 	var kb [8]string
 	for _, c := range cmds {
@@ -154,35 +153,26 @@ func (s *Shim) planPipe(cmd redis.Cmder, now int64) pipeSlot {
 	return pipeSlot{}
 }
 
+// planPipeMGet serves a pipelined MGET only when every key has a fresh
+// value; otherwise it is sent whole (and nothing is counted as served).
 func (s *Shim) planPipeMGet(c *redis.SliceCmd, args []any, now int64) pipeSlot {
 	if s.topo.crossSlot(args[1:]) {
 		return pipeSlot{}
 	}
 	vals := make([]*value, len(args)-1)
-	var mt []ticket
-	all := true
 	for i, a := range args[1:] {
 		key, ok := a.(string)
 		if !ok {
-			all = false
-			continue
+			return pipeSlot{}
 		}
-		act, v, t := s.acquire(key, kindString, now)
-		switch act {
-		case actHit:
-			vals[i] = v
-		case actFetch:
-			all = false
-			if mt == nil {
-				mt = make([]ticket, len(args)-1)
-			}
-			mt[i] = t
-		default:
-			all = false
+		e := s.fresh(key, kindString, now)
+		if e == nil {
+			return pipeSlot{}
 		}
-	}
-	if !all {
-		return pipeSlot{mt: mt}
+		vals[i] = e.val.Load()
+		if vals[i] == nil {
+			return pipeSlot{}
+		}
 	}
 	out := make([]any, len(vals))
 	for i, v := range vals {
@@ -190,6 +180,7 @@ func (s *Shim) planPipeMGet(c *redis.SliceCmd, args []any, now int64) pipeSlot {
 			out[i] = v.str
 		}
 	}
+	s.m.hits.Add(uint64(len(vals)))
 	c.SetVal(out)
 	c.SetErr(nil)
 	return pipeSlot{local: true}
@@ -198,33 +189,12 @@ func (s *Shim) planPipeMGet(c *redis.SliceCmd, args []any, now int64) pipeSlot {
 // storePipe stores the replies of the commands that held refresh tokens.
 func (s *Shim) storePipe(cmds []redis.Cmder, slots []pipeSlot) {
 	for i := range slots {
-		sl := &slots[i]
-		if sl.t.e != nil {
+		if t := slots[i].t; t.e != nil {
 			if c, ok := cmds[i].(*redis.StringCmd); ok {
-				s.storeGet(sl.t, c, c.Err())
+				s.storeGet(t, c, c.Err())
 			} else {
-				s.release(sl.t)
-			}
-		}
-		if sl.mt == nil {
-			continue
-		}
-		c, _ := cmds[i].(*redis.SliceCmd)
-		var vals []any
-		var err error = errors.New("not an MGET")
-		if c != nil {
-			vals, err = c.Val(), c.Err()
-		}
-		for j, t := range sl.mt {
-			if t.e == nil {
-				continue
-			}
-			if err != nil || len(vals) != len(sl.mt) {
-				s.m.fetchErrors.Add(1)
 				s.release(t)
-				continue
 			}
-			s.storeMGet(t, vals[j])
 		}
 	}
 }
