@@ -293,3 +293,53 @@ func TestPipelinedServesHotReads(t *testing.T) {
 	}
 	_ = fmt.Sprint()
 }
+
+// TestAutoPipelineServed: go-redis's autopipeliner runs each command
+// through a hook chain of its own; hot reads there are served like the
+// client's own, and correct.
+func TestAutoPipelineServed(t *testing.T) {
+	e := newShimEnv(t, client.ShimOptions{LocalTTL: time.Minute})
+	ctx := context.Background()
+	e.plain.Set(ctx, "k", "v", 0)
+	e.makeHot(t, "k")
+	ap, err := e.app.AutoPipeline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ap.Close()
+	for range 3 {
+		ap.Get(ctx, "k")
+	}
+	resetStats(t, e.plain)
+	for range 20 {
+		if v, err := ap.Get(ctx, "k").Result(); v != "v" || err != nil {
+			t.Fatalf("autopipelined GET = %q, %v", v, err)
+		}
+	}
+	if n := calls(t, e.plain, "get"); n != 0 {
+		t.Errorf("%d of 20 autopipelined hot GETs reached Redis", n)
+	}
+}
+
+// TestPooledSelectStopsServing: SELECT sent on the installed client's pool
+// changes one pooled connection's DB; from then on no read of the client
+// can be trusted to come from its DB, so nothing is served any more.
+func TestPooledSelectStopsServing(t *testing.T) {
+	e := newShimEnv(t, client.ShimOptions{LocalTTL: time.Minute})
+	ctx := context.Background()
+	e.plain.Set(ctx, "k", "v", 0)
+	e.makeHot(t, "k")
+	for range 3 {
+		e.app.Get(ctx, "k")
+	}
+	if err := e.app.Do(ctx, "SELECT", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := e.shim.Stats().Hits
+	for range 10 {
+		e.app.Get(ctx, "k") // may read DB 1 now: go-redis's behaviour, not the shim's
+	}
+	if n := e.shim.Stats().Hits - before; n != 0 {
+		t.Errorf("%d reads served after a pooled SELECT", n)
+	}
+}
