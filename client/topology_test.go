@@ -346,3 +346,98 @@ func TestReadThenSameConnection(t *testing.T) {
 		t.Fatalf("after the move: %q %v", get.Val(), err)
 	}
 }
+
+// TestFailoverSwitch: a sentinel failover moves the master; the failover
+// client's next connections go to the new master, whose events then apply
+// (its address is learnt from those connections), reads stay correct, and
+// a write at the new master is seen within the staleness bound.
+func TestFailoverSwitch(t *testing.T) {
+	ctx := context.Background()
+	master := testutil.StartRedis(t)
+	replica := testutil.StartRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
+	rr := redis.NewClient(&redis.Options{Addr: replica.Addr})
+	defer rr.Close()
+	eventually10s(t, "replica in sync", func() bool {
+		info, _ := rr.Info(ctx, "replication").Result()
+		return strings.Contains(info, "master_link_status:up")
+	})
+	port := testutil.FreePort(t)
+	conf := filepath.Join(t.TempDir(), "sentinel.conf")
+	os.WriteFile(conf, []byte(fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor mymaster 127.0.0.1 %d 1\nsentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 5000\n", port, master.Port)), 0o644)
+	cmd := exec.Command("redis-server", conf, "--sentinel")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sentinel := "127.0.0.1:" + strconv.Itoa(port)
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel})
+	defer sc.Close()
+	eventually10s(t, "sentinel knows the replica", func() bool {
+		r, err := sc.Replicas(ctx, "mymaster").Result()
+		return err == nil && len(r) == 1
+	})
+	newFC := func() *redis.Client {
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{sentinel}})
+	}
+	const ttl, grace = 100 * time.Millisecond, 100 * time.Millisecond
+	e := newMultiEnv(t, newFC(), newFC(), []string{master.Addr, replica.Addr}, client.ShimOptions{LocalTTL: ttl, StaleGrace: grace})
+	e.plain.Set(ctx, "fk", "v0", 0)
+	e.app.Ping(ctx)
+	e.emit(event.TypeHot, master.Addr, "fk")
+	eventually(t, "hot at the first master", func() bool { return e.shim.Stats().HotKeys == 1 })
+	for range 3 {
+		e.app.Get(ctx, "fk")
+	}
+	if err := sc.Failover(ctx, "mymaster").Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually10s(t, "the replica promoted", func() bool {
+		a, err := sc.GetMasterAddrByName(ctx, "mymaster").Result()
+		return err == nil && a[1] == strconv.Itoa(replica.Port)
+	})
+	// Reads go on without an error surfacing for long (go-redis reconnects).
+	eventually10s(t, "reads from the new master", func() bool {
+		err := e.app.Set(ctx, "probe", "1", 0).Err()
+		return err == nil
+	})
+	// The old master's detector goes quiet (cold); the new one reports it.
+	e.emit(event.TypeCold, master.Addr, "fk")
+	e.emit(event.TypeHot, replica.Addr, "fk")
+	eventually(t, "the old master's cold and the new master's hot applied", func() bool {
+		hs := e.shim.Subscriber().HotSet()
+		return len(hs) == 1 && hs[0].Server == replica.Addr
+	})
+	for range 3 {
+		e.app.Get(ctx, "fk")
+	}
+	before := e.shim.Stats().Hits
+	for range 10 {
+		if v := e.app.Get(ctx, "fk").Val(); v != "v0" {
+			t.Fatalf("GET after failover = %q", v)
+		}
+	}
+	if e.shim.Stats().Hits == before {
+		t.Error("nothing served after the failover: the new master's events did not apply")
+	}
+	if err := e.plain.Set(ctx, "fk", "v1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	wrote := time.Now()
+	for e.app.Get(ctx, "fk").Val() != "v1" {
+		if time.Since(wrote) > ttl+grace {
+			t.Fatalf("old value served %v after the write at the new master", time.Since(wrote))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func eventually10s(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
