@@ -395,10 +395,15 @@ func TestFailoverSwitch(t *testing.T) {
 		a, err := sc.GetMasterAddrByName(ctx, "mymaster").Result()
 		return err == nil && a[1] == strconv.Itoa(replica.Port)
 	})
-	// Reads go on without an error surfacing for long (go-redis reconnects).
-	eventually10s(t, "reads from the new master", func() bool {
-		err := e.app.Set(ctx, "probe", "1", 0).Err()
-		return err == nil
+	// go-redis hears of the switch from the sentinel and moves its pool.
+	eventually10s(t, "the client on the new master", func() bool {
+		for range 5 {
+			info, err := e.app.Info(ctx, "server").Result()
+			if err != nil || !strings.Contains(info, "tcp_port:"+strconv.Itoa(replica.Port)+"\r\n") {
+				return false
+			}
+		}
+		return true
 	})
 	// The old master's detector goes quiet (cold); the new one reports it.
 	e.emit(event.TypeCold, master.Addr, "fk")
@@ -417,7 +422,7 @@ func TestFailoverSwitch(t *testing.T) {
 		}
 	}
 	if e.shim.Stats().Hits == before {
-		t.Error("nothing served after the failover: the new master's events did not apply")
+		t.Errorf("nothing served after the failover: the new master's events did not apply (servers %v, master %s, replica %s, stats %+v)", e.shim.Servers(), master.Addr, replica.Addr, e.shim.Stats())
 	}
 	if err := e.plain.Set(ctx, "fk", "v1", 0).Err(); err != nil {
 		t.Fatal(err)
