@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -30,6 +31,35 @@ type chain struct {
 	watching atomic.Bool
 	// queued: MULTI was sent, EXEC or DISCARD not yet.
 	queued atomic.Bool
+	// mu guards the keys written inside MULTI: they change at EXEC, not
+	// when queued, so they are dropped again after EXEC.
+	mu         sync.Mutex
+	queuedKeys []string
+	queuedAll  bool
+}
+
+// maxQueuedKeys bounds the keys remembered per transaction; past it EXEC
+// drops every cached value.
+const maxQueuedKeys = 256
+
+// queueWrite remembers the keys a command queued inside MULTI writes.
+func (ch *chain) queueWrite(args []any) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	keys, all := writtenKeys(args, ch.queuedKeys)
+	ch.queuedKeys, ch.queuedAll = keys, ch.queuedAll || all || len(keys) > maxQueuedKeys
+	if ch.queuedAll {
+		ch.queuedKeys = ch.queuedKeys[:0]
+	}
+}
+
+// takeQueued returns and forgets the keys written inside MULTI.
+func (ch *chain) takeQueued() (keys []string, all bool) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	keys, all = ch.queuedKeys, ch.queuedAll
+	ch.queuedKeys, ch.queuedAll = nil, false
+	return keys, all
 }
 
 // servable reports whether this chain may be answered from memory.
@@ -133,6 +163,9 @@ func (s *Shim) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if op := sessionOp(args); op != sessNone {
 			return s.session(ctx, ch, cmd, args, op, next)
 		}
+		if ch.queued.Load() {
+			ch.queueWrite(args)
+		}
 		if !s.active.Load() {
 			return next(ctx, cmd)
 		}
@@ -182,9 +215,12 @@ func (s *Shim) session(ctx context.Context, ch *chain, cmd redis.Cmder, args []a
 		ch.watching.Store(false)
 	case sessEnd:
 		// EXEC and DISCARD end WATCH too, whatever their reply; RESET also
-		// goes back to DB 0.
+		// goes back to DB 0. EXEC ran the queued writes just now.
 		ch.watching.Store(false)
 		ch.queued.Store(false)
+		if keys, all := ch.takeQueued(); len(keys) > 0 || all {
+			s.invalidateWritten(keys, all)
+		}
 		if isName(args[0], "reset") && err == nil {
 			s.selected(ch, 0)
 		}

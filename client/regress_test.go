@@ -343,3 +343,34 @@ func TestPooledSelectStopsServing(t *testing.T) {
 		t.Errorf("%d reads served after a pooled SELECT", n)
 	}
 }
+
+// TestMultiOnConnInvalidatesAtExec: writes queued with MULTI on a Conn
+// happen at EXEC; a refresh between queueing and EXEC must not leave the
+// old value cached after EXEC returned.
+func TestMultiOnConnInvalidatesAtExec(t *testing.T) {
+	e := newShimEnv(t, client.ShimOptions{LocalTTL: time.Minute, DisableTracking: true})
+	ctx := context.Background()
+	e.plain.Set(ctx, "k", "v0", 0)
+	e.makeHot(t, "k")
+	for range 3 {
+		e.app.Get(ctx, "k")
+	}
+	conn := e.app.Conn()
+	defer conn.Close()
+	if err := conn.Do(ctx, "MULTI").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Do(ctx, "SET", "k", "v1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Another goroutine's read refreshes the key before EXEC: v0.
+	if v := e.app.Get(ctx, "k").Val(); v != "v0" {
+		t.Fatalf("before EXEC: %q", v)
+	}
+	if err := conn.Do(ctx, "EXEC").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v := e.app.Get(ctx, "k").Val(); v != "v1" {
+		t.Errorf("after EXEC returned: GET = %q, want v1", v)
+	}
+}
