@@ -122,7 +122,7 @@ func (s *Shim) get(ctx context.Context, c *redis.StringCmd, args []any, next red
 	case actPass:
 		return next(ctx, c)
 	}
-	err := next(ctx, c)
+	err := s.fetch(ctx, t.e, c, next)
 	switch {
 	case err == nil:
 		s.store(t, &value{exists: true, str: c.Val()})
@@ -249,7 +249,7 @@ func (s *Shim) hashFor(ctx context.Context, key string, next redis.ProcessHook) 
 		return nil
 	}
 	hc := redis.NewMapStringStringCmd(ctx, "hgetall", key)
-	if err := next(ctx, hc); err != nil {
+	if err := s.fetch(ctx, t.e, hc, next); err != nil {
 		// WRONGTYPE and the like: the caller's own command gets the
 		// server's answer.
 		s.m.fetchErrors.Add(1)
