@@ -100,7 +100,7 @@ func (s *Shim) acquire(key string, kind uint8, now int64) (action, *value, ticke
 	v := e.val.Load()
 	if v != nil && now < v.expires {
 		s.m.hits.Add(1)
-		e.hit()
+		s.countHit(e)
 		return actHit, v, ticket{}
 	}
 	// Expired or invalidated: exactly one caller refreshes. A refresh that
@@ -115,7 +115,7 @@ func (s *Shim) acquire(key string, kind uint8, now int64) (action, *value, ticke
 	}
 	if v != nil && now < v.expires+int64(s.opt.StaleGrace) {
 		s.m.staleHits.Add(1)
-		e.hit()
+		s.countHit(e)
 		return actHit, v, ticket{}
 	}
 	s.m.misses.Add(1)

@@ -36,8 +36,12 @@ type absorbed struct {
 	last atomic.Int64 // shim clock of the previous report, or when caching began
 }
 
-// hit counts one read served locally.
-func (e *cacheEntry) hit() { e.rep.hits.Add(1) }
+// countHit counts one read of e served locally, for the next report.
+func (s *Shim) countHit(e *cacheEntry) {
+	if !s.opt.DisableAbsorbedReports {
+		e.rep.hits.Add(1)
+	}
+}
 
 // fetch sends the refresh read cmd for e's key, with a report of the local
 // hits when there are any.
