@@ -215,3 +215,36 @@ func BenchmarkHotKeyReadReports(b *testing.B) {
 		})
 	}
 }
+
+// An MGET whose other keys are served locally sends the one key it
+// refreshes alone: that MGET carries the report, and the daemon pairs it.
+func TestAbsorbedReportAfterMGET(t *testing.T) {
+	e := newShimEnv(t, client.ShimOptions{LocalTTL: 20 * time.Millisecond})
+	ctx := context.Background()
+	e.plain.Set(ctx, "a", "1", 0)
+	e.makeHot(t, "a")
+	stop := monitor(t, e.cache.Addr)
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if v, err := e.app.MGet(ctx, "a").Result(); err != nil || len(v) != 1 || v[0] != "1" {
+			t.Fatalf("MGET = %v, %v", v, err)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	lines := stop()
+	last := map[string]string{}
+	n := 0
+	for _, l := range lines {
+		c, cmd := monitorCmd(l)
+		if strings.HasPrefix(strings.ToLower(cmd), `"echo" "hotsniff:absorbed:1 `) {
+			if !strings.EqualFold(last[c], `"mget" "a"`) || !strings.HasSuffix(cmd, ` a"`) {
+				t.Fatalf("report %q after %q", cmd, last[c])
+			}
+			n++
+		}
+		last[c] = cmd
+	}
+	if st := e.shim.Stats(); n == 0 || uint64(n) != st.Reports {
+		t.Fatalf("%d reports on the wire, shim sent %d", n, st.Reports)
+	}
+}

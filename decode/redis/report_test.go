@@ -39,6 +39,8 @@ func TestAbsorbedReports(t *testing.T) {
 		{"other key", resp("GET", "a") + echo(5, 5, "b"), 0, []string{`unpaired:5/5@0 "b"`}},
 		{"prefix of key", resp("GET", "ab") + echo(5, 5, "a"), 0, []string{`unpaired:5/5@0 "a"`}},
 		{"mget", resp("MGET", "a", "b") + echo(5, 5, "a"), 0, []string{`unpaired:5/5@0 "a"`}},
+		{"mget of one key", resp("MGET", "a") + echo(5, 5, "a"), 0, []string{`5/5@0 "a"`}},
+		{"hmget reads its hash", resp("HMGET", "h", "f1", "f2") + echo(5, 5, "h"), 0, []string{`5/5@0 "h"`}},
 		{"write", resp("SET", "a", "v") + echo(5, 5, "a"), 0, []string{`unpaired:5/5@0 "a"`}},
 		{"not immediately", resp("GET", "a") + resp("PING") + echo(5, 5, "a"), 0, []string{`unpaired:5/5@0 "a"`}},
 		{"second report", resp("GET", "a") + echo(5, 5, "a") + echo(5, 5, "a"), 0, []string{`5/5@0 "a"`, `unpaired:5/5@0 "a"`}},
