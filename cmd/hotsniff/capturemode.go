@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/hotsniff/hotsniff/bpf"
 	"github.com/hotsniff/hotsniff/capture/ebpfsrc"
@@ -122,16 +126,33 @@ func expand(names, patterns []string) ([]string, error) {
 }
 
 // ifaceAttacher attaches a Capture to interfaces as ifwatch reports them.
+// Pods' interfaces (TC, not physical NICs) share one loaded set of
+// programs, so a new pod costs two link creations and not a program load;
+// the rest get programs of their own.
 type ifaceAttacher struct {
-	c    *bpf.Capture
-	mode bpf.Mode
-	log  *slog.Logger
+	c      *bpf.Capture
+	mode   bpf.Mode
+	log    *slog.Logger
+	shared *bpf.Shared // nil: every interface gets its own programs
 
 	mu  sync.Mutex
 	att map[int]*bpf.Attachment
+	shr map[int]string // interfaces on shared, by index
 }
 
 func (a *ifaceAttacher) Up(name string, index int) error {
+	if a.shared != nil && (a.mode == bpf.ModeTC || a.mode == bpf.ModeAuto) && !physical(name) {
+		err := a.shared.Attach(name)
+		if err == nil {
+			a.mu.Lock()
+			a.shr[index] = name
+			a.mu.Unlock()
+			return nil
+		}
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return err
+		}
+	}
 	at, err := a.c.Attach(name, a.mode)
 	if err != nil {
 		return err
@@ -145,16 +166,30 @@ func (a *ifaceAttacher) Up(name string, index int) error {
 func (a *ifaceAttacher) Down(name string, index int) {
 	a.mu.Lock()
 	at := a.att[index]
+	shr, onShared := a.shr[index]
 	delete(a.att, index)
+	delete(a.shr, index)
 	a.mu.Unlock()
-	if at == nil {
+	var err error
+	switch {
+	case onShared:
+		err = a.shared.Detach(shr)
+	case at != nil:
+		err = a.c.Remove(at)
+	default:
 		return
 	}
-	if err := a.c.Remove(at); err != nil {
+	if err != nil {
 		a.log.Warn("detach interface", "iface", name, "err", err)
 		return
 	}
 	a.log.Info("capture detached", "iface", name)
+}
+
+// physical reports whether iface is backed by a device (a NIC).
+func physical(iface string) bool {
+	_, err := os.Stat(filepath.Join("/sys/class/net", iface, "device"))
+	return err == nil
 }
 
 // openInterfaces attaches to the named interfaces and to every interface
@@ -165,7 +200,7 @@ func (d *daemon) openInterfaces(cfg bpf.Config, names, patterns []string) error 
 	if err != nil {
 		return err
 	}
-	h := &ifaceAttacher{c: c, mode: d.mode, log: d.log, att: map[int]*bpf.Attachment{}}
+	h := &ifaceAttacher{c: c, mode: d.mode, log: d.log, att: map[int]*bpf.Attachment{}, shr: map[int]string{}}
 	for _, name := range names {
 		l, err := net.InterfaceByName(name)
 		if err == nil {
@@ -178,9 +213,18 @@ func (d *daemon) openInterfaces(cfg bpf.Config, names, patterns []string) error 
 	}
 	var w *ifwatch.Watcher
 	if len(patterns) > 0 {
+		if d.mode == bpf.ModeTC || d.mode == bpf.ModeAuto {
+			if h.shared, err = c.NewShared(strings.Join(patterns, ",")); err != nil {
+				c.Close()
+				return err
+			}
+		}
 		// Exact names are attached already; the watcher only follows
 		// the patterns, and never detaches a named interface.
 		if w, err = ifwatch.Start(patterns, patternOnly{h, names}, d.base); err != nil {
+			if h.shared != nil {
+				h.shared.Close()
+			}
 			c.Close()
 			return err
 		}
@@ -191,10 +235,13 @@ func (d *daemon) openInterfaces(cfg bpf.Config, names, patterns []string) error 
 		if w != nil {
 			w.Close()
 		}
+		if h.shared != nil {
+			h.shared.Close()
+		}
 		c.Close()
 		return err
 	}
-	d.src, d.bpfCap, d.modeName = &watchedSource{Source: src, w: w}, c, string(d.mode)
+	d.src, d.bpfCap, d.modeName = &watchedSource{Source: src, w: w, shared: h.shared}, c, string(d.mode)
 	return nil
 }
 
@@ -217,12 +264,17 @@ func (p patternOnly) Down(name string, index int) { p.h.Down(name, index) }
 // nothing attaches to a closed Capture.
 type watchedSource struct {
 	*ebpfsrc.Source
-	w *ifwatch.Watcher
+	w      *ifwatch.Watcher
+	shared *bpf.Shared
 }
 
 func (s *watchedSource) Close() error {
 	if s.w != nil {
 		s.w.Close()
 	}
-	return s.Source.Close()
+	var err error
+	if s.shared != nil {
+		err = s.shared.Close()
+	}
+	return errors.Join(err, s.Source.Close())
 }

@@ -414,6 +414,7 @@ func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.E
 			}
 		}
 		s.LostBytes, s.Flows, s.Buffered, s.FlowsEvicted = st.BytesLost, st.FlowsActive, st.BufferedBytes, st.FlowsEvicted+st.MemEvictions
+		s.DuplicateBytes = st.BytesRetransmitted
 		if pub != nil {
 			ps := pub.Stats()
 			s.Published, s.PublishErrors, s.PublishDropped, s.PublishLag = ps.Published, ps.Errors, ps.Dropped, ps.LastLag.Seconds()
