@@ -134,6 +134,8 @@ func checkCounts(t *testing.T, d *daemonProc, wantGets float64) map[string]float
 	_, m := d.waitMetric(t, `hotsniff_requests_total{op="GET",proto="redis"}`, wantGets)
 	time.Sleep(1500 * time.Millisecond) // one more metrics refresh: nothing beyond
 	_, m = d.scrape(t)
+	t.Logf("GETs %v, keys %v, duplicate bytes %v, lost bytes %v, packets %v", m[`hotsniff_requests_total{op="GET",proto="redis"}`],
+		m[`hotsniff_keys_total{proto="redis"}`], m["hotsniff_stream_duplicate_bytes_total"], m["hotsniff_stream_lost_bytes_total"], packets(m))
 	if got := m[`hotsniff_requests_total{op="GET",proto="redis"}`]; got != wantGets {
 		t.Errorf("redis GETs = %v, want %v (the clients sent exactly that)\n%s", got, wantGets, d.log())
 	}
