@@ -25,7 +25,9 @@ var ErrNoCgroup2 = errors.New("no cgroup v2 hierarchy mounted")
 func CgroupRoot(path string) (string, error) {
 	try := cgroupRoots
 	if path != "" {
-		try = []string{path}
+		// A host's /sys/fs/cgroup mounted into a container: on a hybrid
+		// host the v2 hierarchy is its unified directory.
+		try = []string{path, filepath.Join(path, "unified")}
 	}
 	for _, p := range try {
 		var st unix.Statfs_t
