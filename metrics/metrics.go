@@ -38,6 +38,7 @@ type Snapshot struct {
 	DecodeErrors      map[decode.ErrKey]uint64
 	Gaps              map[decode.Proto]uint64
 	LostBytes         uint64 // stream bytes never seen (holes, snap-length cuts)
+	DuplicateBytes    uint64 // stream bytes seen again (retransmissions, one segment on two hooks), counted once
 	Flows             int
 	Buffered          int
 	FlowsEvicted      uint64
@@ -72,7 +73,7 @@ type Collector struct {
 	snap Snapshot
 	lat  prometheus.Histogram
 
-	packets, dropped, truncated, requests, keys, decodeErrs, gaps, lost,
+	packets, dropped, truncated, requests, keys, decodeErrs, gaps, lost, dup,
 	flows, buffered, evicted, hot, published, pubErrs, pubDropped, pubLag *prometheus.Desc
 	absReports, absHits, absRejected *prometheus.Desc
 }
@@ -96,6 +97,7 @@ func New() *Collector {
 		decodeErrs: d("decode_errors_total", "Bytes the decoders could not make sense of, by reason.", "proto", "reason"),
 		gaps:       d("stream_gaps_total", "Times a decoder lost bytes of a connection and resynchronised.", "proto"),
 		lost:       d("stream_lost_bytes_total", "Stream bytes never seen: holes given up on and snap-length cuts."),
+		dup:        d("stream_duplicate_bytes_total", "Stream bytes seen more than once (retransmissions, or one segment captured on two hooks such as a pod's veth and the uplink), counted once."),
 		flows:      d("stream_flows", "Connections tracked now."),
 		buffered:   d("stream_buffered_bytes", "Bytes held for reassembly now."),
 		evicted:    d("stream_flows_evicted_total", "Connections dropped to respect the flow and memory bounds."),
@@ -125,7 +127,7 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected} {
+	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected} {
 		ch <- d
 	}
 	c.lat.Describe(ch)
@@ -163,6 +165,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.decodeErrs, float64(v), k.Proto.String(), k.Reason)
 	}
 	counter(c.lost, float64(s.LostBytes))
+	counter(c.dup, float64(s.DuplicateBytes))
 	gauge(c.flows, float64(s.Flows))
 	gauge(c.buffered, float64(s.Buffered))
 	counter(c.evicted, float64(s.FlowsEvicted))
