@@ -59,6 +59,8 @@ type cacheEntry struct {
 	uncacheable atomic.Bool
 	// sized: HLEN showed the hash small enough to fetch whole.
 	sized atomic.Bool
+	// rep counts local reads for the absorbed-demand report (report.go).
+	rep absorbed
 }
 
 // action is what a read of one key does.
@@ -100,6 +102,7 @@ func (s *Shim) acquire(key string, kind uint8, now int64) (action, *value, ticke
 	v := e.val.Load()
 	if v != nil && now < v.expires {
 		s.m.hits.Add(1)
+		s.countHit(e)
 		return actHit, v, ticket{}
 	}
 	// Expired or invalidated: exactly one caller refreshes. A refresh that
@@ -114,6 +117,7 @@ func (s *Shim) acquire(key string, kind uint8, now int64) (action, *value, ticke
 	}
 	if v != nil && now < v.expires+int64(s.opt.StaleGrace) {
 		s.m.staleHits.Add(1)
+		s.countHit(e)
 		return actHit, v, ticket{}
 	}
 	s.m.misses.Add(1)
@@ -133,6 +137,7 @@ func (s *Shim) peek(key string, kind uint8, now int64) *value {
 		return nil
 	}
 	s.m.hits.Add(1)
+	s.countHit(e)
 	return v
 }
 

@@ -45,7 +45,7 @@ func (s *Shim) hashFor(ctx context.Context, key string, next redis.ProcessHook) 
 		t.e.sized.Store(true)
 	}
 	hc := redis.NewMapStringStringCmd(ctx, "hgetall", key)
-	if err := next(ctx, hc); err != nil {
+	if err := s.fetch(ctx, t.e, hc, next); err != nil {
 		s.m.fetchErrors.Add(1)
 		s.release(t)
 		return nil

@@ -383,7 +383,7 @@ func (s *Shim) get(ctx context.Context, c *redis.StringCmd, args []any, next red
 	case actPass:
 		return next(ctx, c)
 	}
-	err := next(ctx, c)
+	err := s.fetch(ctx, t.e, c, next)
 	s.storeGet(t, c, err)
 	return err
 }
@@ -441,7 +441,12 @@ func (s *Shim) mget(ctx context.Context, c *redis.SliceCmd, args []any, next red
 		slots = append(slots, mgetSlot{act: act, v: v, t: t})
 	}
 	if hits == 0 {
-		err := next(ctx, c)
+		var err error
+		if n == 1 && slots[0].act == actFetch {
+			err = s.fetch(ctx, slots[0].t.e, c, next) // a one-key MGET is a refresh read
+		} else {
+			err = next(ctx, c)
+		}
 		vals := c.Val()
 		for i := range slots {
 			if slots[i].act != actFetch {
@@ -476,7 +481,12 @@ func (s *Shim) mget(ctx context.Context, c *redis.SliceCmd, args []any, next red
 	}
 	if len(idx) > 0 {
 		rc := redis.NewSliceCmd(ctx, remote...)
-		err := next(ctx, rc)
+		var err error
+		if len(idx) == 1 && slots[idx[0]].act == actFetch {
+			err = s.fetch(ctx, slots[idx[0]].t.e, rc, next) // the one key sent is a refresh read
+		} else {
+			err = next(ctx, rc)
+		}
 		rv := rc.Val()
 		if err == nil && len(rv) != len(idx) {
 			err = errors.New("mget: reply length does not match the keys sent")

@@ -160,6 +160,7 @@ func (s *Shim) planPipeMGet(c *redis.SliceCmd, args []any, now int64) pipeSlot {
 		return pipeSlot{}
 	}
 	vals := make([]*value, len(args)-1)
+	ents := make([]*cacheEntry, len(args)-1)
 	for i, a := range args[1:] {
 		key, ok := a.(string)
 		if !ok {
@@ -169,6 +170,7 @@ func (s *Shim) planPipeMGet(c *redis.SliceCmd, args []any, now int64) pipeSlot {
 		if e == nil {
 			return pipeSlot{}
 		}
+		ents[i] = e
 		vals[i] = e.val.Load()
 		if vals[i] == nil {
 			return pipeSlot{}
@@ -181,6 +183,9 @@ func (s *Shim) planPipeMGet(c *redis.SliceCmd, args []any, now int64) pipeSlot {
 		}
 	}
 	s.m.hits.Add(uint64(len(vals)))
+	for _, e := range ents {
+		s.countHit(e)
+	}
 	c.SetVal(out)
 	c.SetErr(nil)
 	return pipeSlot{local: true}
