@@ -103,18 +103,16 @@ func (t *topology) dialed(a net.Addr) {
 	}
 	addr := normAddr(a.String())
 	t.mu.Lock()
-	_, known := t.dialedTo[addr]
-	if !known {
-		if len(t.dialedTo) >= maxDialed {
-			clear(t.dialedTo)
-		}
-		t.dialedTo[addr] = struct{}{}
-	}
-	t.mu.Unlock()
-	if known {
+	defer t.mu.Unlock()
+	if _, known := t.dialedTo[addr]; known {
 		return
 	}
-	// Copy on write: matches reads the set without a lock.
+	if len(t.dialedTo) >= maxDialed {
+		clear(t.dialedTo)
+	}
+	t.dialedTo[addr] = struct{}{}
+	// Copy on write: matches reads the set without a lock; t.mu orders
+	// this against refresh's store.
 	old := *t.s.servers.Load()
 	if _, ok := old[addr]; ok {
 		return
@@ -166,8 +164,8 @@ func (t *topology) refresh(ctx context.Context) {
 	for a := range t.dialedTo {
 		set[a] = struct{}{}
 	}
-	t.mu.Unlock()
 	t.s.servers.Store(&set)
+	t.mu.Unlock()
 }
 
 // resolve turns host:port into ip:port (events carry the IP the sniffer
