@@ -37,6 +37,11 @@ type Options struct {
 	// MaxPacket+64KiB so a whole pcapng block fits and can be decoded in
 	// place. A gzipped file uses two such buffers.
 	ReadBuffer int
+	// BeforeRead, when set, is called before every read from the file
+	// itself, which on a pipe may block: everything buffered has been
+	// consumed by then, so it is the moment to flush output for a reader
+	// downstream (decode - in a pipeline).
+	BeforeRead func()
 }
 
 func (o Options) withDefaults() Options {
@@ -106,6 +111,7 @@ func OpenReaderOptions(name string, r io.Reader, opt Options) (*File, error) {
 	opt = opt.withDefaults()
 	f := &File{name: name, size: -1, maxPacket: opt.MaxPacket}
 	f.count.r = r
+	f.count.before = opt.BeforeRead
 	br := bufio.NewReaderSize(&f.count, opt.ReadBuffer)
 	// gzip is recognised by content, whatever the file is called.
 	if m, _ := br.Peek(2); len(m) == 2 && m[0] == 0x1f && m[1] == 0x8b {
@@ -274,11 +280,15 @@ func (f *File) blockError(err error, opening bool) error {
 
 // countingReader counts the bytes read from the file for Stats().Bytes.
 type countingReader struct {
-	r io.Reader
-	n uint64
+	r      io.Reader
+	n      uint64
+	before func()
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
+	if c.before != nil {
+		c.before()
+	}
 	n, err := c.r.Read(p)
 	c.n += uint64(n)
 	return n, err

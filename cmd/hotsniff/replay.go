@@ -127,7 +127,14 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
 
-			out := bufio.NewWriter(cmd.OutOrStdout())
+			prog := newProgress(cmd.ErrOrStderr(), sf.progress)
+			var stdout io.Writer = cmd.OutOrStdout()
+			if prog != nil {
+				bw := prog.writer(stdout)
+				defer bw.Flush()
+				stdout = bw
+			}
+			out := bufio.NewWriter(stdout)
 			defer out.Flush()
 			w, err := publish.NewWriter(out, df.output, df.node)
 			if err != nil {
@@ -162,7 +169,7 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 			} else if speed > 0 {
 				pace = &pacer{speed: speed}
 			}
-			tot, rerr := readFiles(ctx, args, asm, newProgress(cmd.ErrOrStderr(), sf.progress), pace)
+			tot, rerr := readFiles(ctx, args, asm, readOpts{prog: prog, pace: pace, flush: func() { out.Flush() }})
 			out.Flush()
 			if pub != nil {
 				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -172,10 +179,11 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 				cancel()
 			}
 			det.Flush()
-			summary(cmd.ErrOrStderr(), tot, counter, asm.Stats(), time.Since(start))
-			ds := det.Stats()
-			fmt.Fprintf(cmd.ErrOrStderr(), "hotsniff: %d hot, %d refreshes, %d cold, %d invalidates; %d keys hot at the end\n",
-				ds.Hot, ds.Refreshes, ds.Cold, ds.Invalidates, ds.HotKeys)
+			if summary(cmd.ErrOrStderr(), tot, counter, asm.Stats(), time.Since(start), rerr) {
+				ds := det.Stats()
+				fmt.Fprintf(cmd.ErrOrStderr(), "hotsniff: %d hot, %d refreshes, %d cold, %d invalidates; %d keys hot at the end\n",
+					ds.Hot, ds.Refreshes, ds.Cold, ds.Invalidates, ds.HotKeys)
+			}
 			if err := w.Err(); err != nil && rerr == nil {
 				rerr = fmt.Errorf("write events: %w", err)
 			}
