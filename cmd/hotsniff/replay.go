@@ -35,6 +35,7 @@ func (d *detectFlags) register(cmd *cobra.Command) {
 	f.DurationVar(&d.cfg.TTL, "ttl", 60*time.Second, "how long a client may treat a key as hot without a refresh (ttl_ms)")
 	f.DurationVar(&d.cfg.Window, "window", 0, "rate measurement window (0: chosen from --hot-qps)")
 	f.IntVar(&d.cfg.MaxHot, "max-hot", 1024, "most keys hot at once (least recently seen is dropped)")
+	f.Float64Var(&d.cfg.AbsorbedCap, "absorbed-cap", 1000, "reads client shims report serving locally count toward a hot key's rate up to this many times its threshold")
 	f.StringVar(&d.output, "output", "jsonl", "event format on stdout: jsonl or text")
 	f.StringVar(&d.node, "node", "", "node name in events (default: the host name; env HOTSNIFF_NODE)")
 }
