@@ -391,6 +391,7 @@ func (d *daemon) tick(now time.Time, asm *stream.Assembler, counter *decode.Coun
 	d.hotMu.Unlock()
 	d.lat = det.DrainLatencies(d.lat[:0])
 	d.updateMetrics(asm.Stats(), counter, hot, pub)
+	d.col.Update(func(s *metrics.Snapshot) { s.Absorbed = absorbedMetrics(det.Stats()) })
 }
 
 func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.Event, pub *publish.Publisher) {
