@@ -206,7 +206,7 @@ func TestPodChurn(t *testing.T) {
 				cycle()
 			}
 			time.Sleep(1500 * time.Millisecond) // detaches of the warm-up done
-			d.scrape(t) // the test's HTTP connection to the daemon stays open from here on
+			d.scrape(t)                         // the test's HTTP connection to the daemon stays open from here on
 			before := figures(t, d, node)
 			start := time.Now()
 			for range cycles {
