@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
@@ -291,7 +290,6 @@ func TestPipelinedServesHotReads(t *testing.T) {
 	if err != nil || cmds[0].(*redis.StringCmd).Val() != "x" {
 		t.Errorf("MULTI GET s = %v, %v; want x from Redis", cmds, err)
 	}
-	_ = fmt.Sprint()
 }
 
 // TestAutoPipelineServed: go-redis's autopipeliner runs each command

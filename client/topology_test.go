@@ -278,7 +278,6 @@ func TestFailoverClient(t *testing.T) {
 	eventually(t, "tracking through the failover dialer", func() bool { return e.shim.Stats().Tracking })
 	e.plain.Set(ctx, "fk", "w", 0)
 	eventually(t, "foreign write seen", func() bool { return e.app.Get(ctx, "fk").Val() == "w" })
-	_ = strings.TrimSpace
 }
 
 // TestUniversalClient: NewUniversalClient's result installs whatever it
