@@ -13,7 +13,7 @@ import (
 	"github.com/hotsniff/hotsniff/event"
 )
 
-// jsonSink prints one CONTRACT §3 object per key occurrence. It appends
+// jsonSink prints one decoded-request object (docs/events.md) per key occurrence. It appends
 // into one reused buffer: printing a key allocates nothing.
 type jsonSink struct {
 	w   *bufio.Writer
