@@ -142,8 +142,14 @@ var titles = [...]string{"RATE", "TREND", "PROTO", "SERVER", "NS", "STATE", "SOU
 func (r *row) cells() [8]string {
 	rate, trend := "-", r.spark()+" "+r.trend().Arrow()
 	state := "cold"
-	if r.hot {
+	switch {
+	case r.hot:
 		rate, state = fmtRate(r.ev.QPS), "hot"
+	case r.warm:
+		rate = fmtRate(r.ev.QPS)
+		if r.coldSince.IsZero() {
+			state = "-" // below the threshold, never hot
+		}
 	}
 	src := r.ev.Source
 	if src == "" {
@@ -249,7 +255,7 @@ func (m *Model) Frame(w, h int) []Line {
 func (m *Model) rowLine(r *row, ws [8]int) Line {
 	c := r.cells()
 	base := StyleNormal
-	if !r.hot {
+	if !r.hot && !r.warm {
 		base = StyleCold
 	}
 	var l Line
@@ -348,7 +354,7 @@ func (m *Model) statusText(n int) (string, Style) {
 	}
 	cold := 0
 	for _, r := range m.view {
-		if !r.hot {
+		if !r.hot && !r.coldSince.IsZero() {
 			cold++
 		}
 	}
