@@ -71,9 +71,9 @@ type row struct {
 	keyText   string // the key as shown (quoted or b64: as needed)
 	hist      []float64
 	hot       bool
-	warm      bool // listed by the source among the hottest, below the threshold
+	warm      bool      // listed by the source among the hottest, below the threshold
 	coldSince time.Time // when it left the hot set; zero if it never was hot
-	seen      uint64 // generation of the last snapshot that listed it
+	seen      uint64    // generation of the last snapshot that listed it
 }
 
 // rate is the sort rate: cold rows sink below every listed one.
