@@ -34,6 +34,7 @@ func registerTuning(fs *pflag.FlagSet, c *detect.Config) {
 	fs.IntVar(&c.Buckets, "buckets", 4096, "hash buckets of the default detector, a power of two in [16, 2^20]; raise it above total reads/s ÷ (8 × hot-qps)")
 	fs.IntVar(&c.MaxHot, "max-hot", 1024, "most keys hot at once (the least recently read is dropped, announced cold)")
 	fs.DurationVar(&c.InvalidateGap, "invalidate-gap", time.Millisecond, "merge invalidates of one key closer than this (the first and the last are always sent)")
+	fs.Float64Var(&c.AbsorbedCap, "absorbed-cap", 1000, "reads that client shims report having served locally are credited to a key up to this many times its threshold per second")
 	fs.IntVar(&c.Tair.Buckets, "tair-buckets", 1024, "--detector tair: hash buckets")
 	fs.IntVar(&c.Tair.SampleMax, "tair-sample-max", 50000, "--detector tair: reads sampled per round")
 	fs.Float64Var(&c.Tair.SigmaN, "tair-sigma-n", 0.8, "--detector tair: a round locates a bucket when the counts' standard deviation exceeds this × their mean")
