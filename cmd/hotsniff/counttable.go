@@ -16,7 +16,7 @@ import (
 // compactly instead of in a Go map of strings (which cost ~340 bytes a
 // key): each distinct key is one record in an arena of chunks, one 24-byte
 // entry (record offset, count, weight) in blocks of entries, and one 8-byte
-// slot (entry index, hash tag) in an open-addressing index kept at most 3/4
+// slot (entry index, 32 bits of hash) in an open-addressing index kept at most 3/4
 // full. Counting a key already seen allocates nothing.
 type countSink struct {
 	seed    maphash.Seed
@@ -30,7 +30,10 @@ type countSink struct {
 
 type countSlot struct {
 	entry uint32 // index+1 into entries; 0: empty
-	tag   uint32 // high bits of the hash: most probes never touch an entry
+	// hash is the low 32 bits of the record's hash: the slot's home is
+	// hash & mask, so growing the index never rehashes a record, and a probe
+	// touches an entry only when all 32 bits match.
+	hash uint32
 }
 
 type countEntry struct {
@@ -86,21 +89,20 @@ func (c *countSink) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 	mh.SetSeed(c.seed)
 	mh.Write(h)
 	mh.Write(k.Bytes)
-	sum := mh.Sum64()
-	tag := uint32(sum >> 32)
+	hash := uint32(mh.Sum64())
 	mask := uint64(len(c.slots) - 1)
-	for i := sum & mask; ; i = (i + 1) & mask {
+	for i := uint64(hash) & mask; ; i = (i + 1) & mask {
 		s := &c.slots[i]
 		if s.entry == 0 {
 			e := c.add(h, k.Bytes)
 			e.count, e.weight = 1, uint64(k.Weight)
-			*s = countSlot{entry: uint32(c.n), tag: tag}
+			*s = countSlot{entry: uint32(c.n), hash: hash}
 			if c.used++; c.used*4 > len(c.slots)*3 {
 				c.grow()
 			}
 			return
 		}
-		if s.tag != tag {
+		if s.hash != hash {
 			continue
 		}
 		e := c.entry(s.entry - 1)
@@ -148,21 +150,16 @@ func (c *countSink) add(head, key []byte) *countEntry {
 	return e
 }
 
-// grow doubles the index and re-inserts every entry by its record's hash.
+// grow doubles the index and re-inserts every slot by its stored hash.
 func (c *countSink) grow() {
 	old := c.slots
 	c.slots = make([]countSlot, 2*len(old))
 	mask := uint64(len(c.slots) - 1)
-	var mh maphash.Hash
 	for _, s := range old {
 		if s.entry == 0 {
 			continue
 		}
-		hd, key := c.record(c.entry(s.entry - 1).rec)
-		mh.SetSeed(c.seed)
-		mh.Write(hd)
-		mh.Write(key)
-		i := mh.Sum64() & mask
+		i := uint64(s.hash) & mask
 		for c.slots[i].entry != 0 {
 			i = (i + 1) & mask
 		}
