@@ -468,7 +468,7 @@ func (d *daemon) captureStats() []metrics.CaptureStat {
 	return out
 }
 
-// serve starts the HTTP endpoints of CONTRACT §4.
+// serve starts the HTTP endpoints: metrics, the hot set, health.
 func (d *daemon) serve() (*http.Server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(d.col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

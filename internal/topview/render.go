@@ -148,10 +148,16 @@ var titles = [nCols]string{"RATE", "TREND", "PROTO", "SERVER", "NS", "STATE", "S
 func (r *row) cells() [nCols]string {
 	rate, trend := "-", r.spark()+" "+r.trend().Arrow()
 	state, local := "cold", "-"
-	if r.hot {
+	switch {
+	case r.hot:
 		rate, state = fmtRate(r.ev.QPS), "hot"
 		if r.ev.AbsorbedQPS > 0 && r.ev.QPS > 0 {
 			local = strconv.Itoa(int(min(r.ev.AbsorbedQPS/r.ev.QPS, 1)*100)) + "%"
+		}
+	case r.warm:
+		rate = fmtRate(r.ev.QPS)
+		if r.coldSince.IsZero() {
+			state = "-" // below the threshold, never hot
 		}
 	}
 	src := r.ev.Source
@@ -258,7 +264,7 @@ func (m *Model) Frame(w, h int) []Line {
 func (m *Model) rowLine(r *row, ws [nCols]int) Line {
 	c := r.cells()
 	base := StyleNormal
-	if !r.hot {
+	if !r.hot && !r.warm {
 		base = StyleCold
 	}
 	var l Line
@@ -357,7 +363,7 @@ func (m *Model) statusText(n int) (string, Style) {
 	}
 	cold := 0
 	for _, r := range m.view {
-		if !r.hot {
+		if !r.hot && !r.coldSince.IsZero() {
 			cold++
 		}
 	}

@@ -27,6 +27,9 @@ type Snapshot struct {
 	HotQPS float64
 	// Keys are the hot keys, type "hot", qps the current rate.
 	Keys []event.Event
+	// Warm are keys that are not hot, listed because they are among the
+	// hottest (replay with a top N): qps is their rate over the interval.
+	Warm []event.Event
 }
 
 // Source yields snapshots. Next blocks until the next snapshot is due (the
