@@ -82,6 +82,9 @@ def main() -> int:
             elif op == "del":
                 r.delete(key(req))
                 out = {}
+            elif op == "do":
+                r.execute_command(*req["args"])
+                out = {}
             elif op == "pipeline_set":
                 p = r.pipeline(transaction=False)
                 p.set(key(req), req["value"])
@@ -122,7 +125,8 @@ def main() -> int:
             elif op == "stats":
                 st = shim.stats()
                 out = {"entries": st["entries"], "hot_keys": st["hot_keys"], "hot_mode": st["hot_mode"],
-                       "hits": st["hits"] + st["stale_hits"], "reloads": st["channel_reloads"]}
+                       "hits": st["hits"] + st["stale_hits"], "reloads": st["channel_reloads"],
+                       "messages": st["channel_messages"]}
             elif op == "watch":
                 out = watch(r, key(req), req["want"], req["ms"])
             elif op == "load":
