@@ -468,6 +468,9 @@ var cases = []tcase{
 							break
 						}
 					}
+					if len(prev) == 2 && strings.EqualFold(prev[0], "get") {
+						prev[0] = "GET" // ioredis sends command names in lower case
+					}
 					reports = append(reports, []string{l.args[1], strings.Join(prev, " ")})
 				}
 			}

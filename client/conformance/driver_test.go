@@ -100,32 +100,38 @@ func langs(t testing.TB) []shimLang {
 			argv: func(cfg string) []string { return []string{py, "-m", "hotsniff_shim.conformance_adapter", cfg} },
 			env:  []string{"PYTHONPATH=" + pyDir, "PYTHONDONTWRITEBYTECODE=1"},
 		},
-		{
-			name: "node",
-			prepare: func(t testing.TB) {
-				t.Helper()
-				if _, err := exec.LookPath("node"); err != nil {
-					need(t, "node not installed (apt-get install nodejs npm)")
+		nodeLang("node-ioredis", "ioredis", nodeDir),
+		nodeLang("node-redis", "node-redis", nodeDir),
+	}
+}
+
+// nodeLang is the Node shim on one client library.
+func nodeLang(name, lib, nodeDir string) shimLang {
+	return shimLang{
+		name: name,
+		prepare: func(t testing.TB) {
+			t.Helper()
+			if _, err := exec.LookPath("node"); err != nil {
+				need(t, "node not installed (apt-get install nodejs npm)")
+			}
+			if _, err := os.Stat(filepath.Join(nodeDir, "node_modules")); err != nil {
+				need(t, "client/node has no node_modules: run `npm ci` there")
+			}
+			nodeOnce.Do(func() {
+				cmd := exec.Command("npm", "run", "--silent", "build")
+				cmd.Dir = nodeDir
+				if out, err := cmd.CombinedOutput(); err != nil {
+					nodeErr = fmt.Errorf("npm run build in client/node: %v: %s", err, out)
 				}
-				if _, err := os.Stat(filepath.Join(nodeDir, "node_modules")); err != nil {
-					need(t, "client/node has no node_modules: run `npm ci` there")
-				}
-				nodeOnce.Do(func() {
-					cmd := exec.Command("npm", "run", "--silent", "build")
-					cmd.Dir = nodeDir
-					if out, err := cmd.CombinedOutput(); err != nil {
-						nodeErr = fmt.Errorf("npm run build: %v: %s", err, out)
-					}
-				})
-				if nodeErr != nil {
-					t.Fatal(nodeErr)
-				}
-			},
-			argv: func(cfg string) []string {
-				return []string{"node", filepath.Join(nodeDir, "dist", "conformance-adapter.js"), cfg}
-			},
-			env: []string{"HOTSNIFF_NODE_CLIENT=" + os.Getenv("HOTSNIFF_NODE_CLIENT")},
+			})
+			if nodeErr != nil {
+				t.Fatal(nodeErr)
+			}
 		},
+		argv: func(cfg string) []string {
+			return []string{"node", filepath.Join(nodeDir, "dist", "conformance-adapter.js"), cfg}
+		},
+		env: []string{"HOTSNIFF_NODE_CLIENT=" + lib},
 	}
 }
 
