@@ -166,6 +166,15 @@ export function installIoredis(redis: any, core: Core): () => void {
       core.release(tk);
       return null;
     }
+    // ioredis applies its hgetall transformer even to our raw command (an
+    // object of field -> Buffer); cache the RESP2 form, a flat array, so
+    // each caller's command converts and transforms it as it would a reply.
+    if (r && typeof r === 'object' && !Array.isArray(r) && !Buffer.isBuffer(r)) {
+      const flat: unknown[] = [];
+      const entries = r instanceof Map ? [...r] : Object.entries(r as Record<string, unknown>);
+      for (const [f, v] of entries) flat.push(Buffer.isBuffer(f) ? f : Buffer.from(String(f)), v);
+      r = flat;
+    }
     const hidx = hashIndex(r);
     if (hidx === null || hidx.size > core.maxHashFields) {
       tk.e.uncacheable = true;
