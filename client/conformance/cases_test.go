@@ -35,6 +35,7 @@ var pending = map[string]map[string]string{
 		"cacheable-false":  "the Go shim ignores cacheable:false (issue 17)",
 		"absorbed-report":  "the Go shim does not report absorbed demand yet (issue 13)",
 		"absorbed-refused": "the Go shim does not report absorbed demand yet (issue 13)",
+		"absorbed-report-mget": "the Go shim does not report absorbed demand yet (issue 13)",
 	},
 }
 
@@ -491,6 +492,40 @@ var cases = []tcase{
 			}
 			if fmt.Sprint(hits) != "[5 1]" {
 				e.t.Errorf("reported hits %v, want [5 1] (5 local reads before the first refresh, 1 before the second, none before the third)", hits)
+			}
+		}},
+	{name: "absorbed-report-mget", what: "an MGET refresh carries the report only when it names that one key (the daemon pairs a report with a one-key read)",
+		setup: func(e *env) { e.cfg.LocalTTLms = 300 },
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.set("other", "x")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			mon := e.monitor()
+			e.warm("k", "v1")
+			e.expectGets("k", "v1", 0, 0) // 3 local hits in all
+			time.Sleep(350 * time.Millisecond)
+			e.a.do(map[string]any{"op": "mget", "keys": []string{"k"}})
+			e.expectGets("k", "v1", 0)
+			time.Sleep(350 * time.Millisecond)
+			e.a.do(map[string]any{"op": "mget", "keys": []string{"k", "other"}})
+			var got []string
+			lines := mon.settle(e)
+			for i, l := range lines {
+				if len(l.args) == 2 && strings.EqualFold(l.args[0], "echo") {
+					prev := ""
+					for j := i - 1; j >= 0; j-- {
+						if lines[j].client == l.client {
+							prev = strings.ToUpper(lines[j].args[0]) + " " + strings.Join(lines[j].args[1:], " ")
+							break
+						}
+					}
+					h, _, _ := strings.Cut(strings.TrimPrefix(l.args[1], "hotsniff:absorbed:1 "), " ")
+					got = append(got, prev+" -> "+h)
+				}
+			}
+			if want := "[MGET k -> 3]"; fmt.Sprint(got) != want {
+				e.t.Errorf("reports %v, want %s (none after the two-key MGET)", got, want)
 			}
 		}},
 	{name: "absorbed-refused", what: "an error reply to the report (ACL, unknown command) is logged once and reporting stops; reads are unaffected",

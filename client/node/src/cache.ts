@@ -392,14 +392,6 @@ export class Core implements SubscriberHandler {
     this.log.warn(`hotsniff: absorbed-demand report refused by the server; not reporting again: ${String(err)}`);
   }
 
-  /** The ticket with the most unreported hits: one report can follow a
-   * multi-key read, the others keep counting until their next refresh. */
-  static best(ts: Ticket[]): Ticket | undefined {
-    let b: Ticket | undefined;
-    for (const t of ts) if (!b || t.e.hits > b.e.hits) b = t;
-    return b;
-  }
-
   // -- introspection ------------------------------------------------------------
   isHot(key: string | Buffer): boolean {
     const u = this.hot.get(keyString(key));

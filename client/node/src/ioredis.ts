@@ -81,7 +81,9 @@ export function installIoredis(redis: any, core: Core): () => void {
   const fetch = (proto: Cmd, tickets: Ticket[], name: string, args: Arg[]): Promise<unknown> => {
     const c = raw(proto, name, args);
     const p = send(c);
-    const best = Core.best(tickets);
+    // The daemon pairs a report only with a read naming exactly one key:
+    // an MGET of several keys carries none.
+    const best = args.length === 1 && tickets.length === 1 ? tickets[0] : undefined;
     const t = now();
     const rep = best ? core.report(best, t) : null;
     if (best && rep) {

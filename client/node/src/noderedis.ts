@@ -75,7 +75,9 @@ export function installNodeRedis(client: any, core: Core): () => void {
   const fetch = (tickets: Ticket[], args: Arg[], options: any): Promise<unknown> => {
     const p = send(args, options);
     // Same tick, same connection: the report directly follows the read.
-    const best = Core.best(tickets);
+    // The daemon pairs a report only with a read naming exactly one key:
+    // an MGET of several keys carries none.
+    const best = args.length === 2 && tickets.length === 1 ? tickets[0] : undefined;
     const t = now();
     const rep = best ? core.report(best, t) : null;
     if (best && rep) {

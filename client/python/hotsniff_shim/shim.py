@@ -497,14 +497,13 @@ class Shim(Handler):
         return out
 
     def _mget_read(self, args: Tuple, tickets: List[_Ticket]) -> Any:
-        """The MGET to Redis; when it refreshes keys, the absorbed report of
-        the one with the most unreported hits follows it (a report must
-        directly follow a read of its key, so one per read; the others keep
-        counting until their next refresh)."""
-        if not tickets:
-            return self._orig_execute(*args)
-        best = max(tickets, key=lambda t: t.e.hits)
-        return self._read_with_report(best, args, {})
+        """The MGET to Redis. When it names one key and refreshes it, the
+        absorbed report follows it: the daemon pairs a report only with a
+        read naming exactly that one key, so a longer MGET carries none (its
+        keys keep counting until a refresh that can carry one)."""
+        if len(args) == 2 and len(tickets) == 1:
+            return self._read_with_report(tickets[0], args, {})
+        return self._orig_execute(*args)
 
     def _hash_for(self, key_arg: Any) -> Optional[_Value]:
         key = self._key(key_arg)
