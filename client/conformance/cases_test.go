@@ -30,11 +30,11 @@ type tcase struct {
 // runs and must fail: one that passes is reported, so the list shrinks.
 var pending = map[string]map[string]string{
 	"go": {
-		"watch-not-served": "the Go shim serves reads on a redis.Tx after WATCH (issue 14 fixes it)",
-		"batch-v2":         "the Go subscriber decodes v1 events only (issue 17 adds the batch envelope)",
-		"cacheable-false":  "the Go shim ignores cacheable:false (issue 17)",
-		"absorbed-report":  "the Go shim does not report absorbed demand yet (issue 13)",
-		"absorbed-refused": "the Go shim does not report absorbed demand yet (issue 13)",
+		"watch-not-served":     "the Go shim serves reads on a redis.Tx after WATCH (issue 14 fixes it)",
+		"batch-v2":             "the Go subscriber decodes v1 events only (issue 17 adds the batch envelope)",
+		"cacheable-false":      "the Go shim ignores cacheable:false (issue 17)",
+		"absorbed-report":      "the Go shim does not report absorbed demand yet (issue 13)",
+		"absorbed-refused":     "the Go shim does not report absorbed demand yet (issue 13)",
 		"absorbed-report-mget": "the Go shim does not report absorbed demand yet (issue 13)",
 	},
 }
@@ -250,7 +250,9 @@ var cases = []tcase{
 			e.sync()
 			e.warm("a", "va")
 			var vals []any
-			d := e.remote(func() { vals, _ = e.a.do(map[string]any{"op": "mget", "keys": []string{"a", "b", "nope"}})["values"].([]any) })
+			d := e.remote(func() {
+				vals, _ = e.a.do(map[string]any{"op": "mget", "keys": []string{"a", "b", "nope"}})["values"].([]any)
+			})
 			if fmt.Sprint(vals) != "[va vb <nil>]" || d["mget"] != 1 || d["get"] != 0 {
 				e.t.Errorf("MGET a b nope = %v; Redis saw %v", vals, d)
 			}
