@@ -25,9 +25,9 @@ type tcase struct {
 	setup func(e *env)
 }
 
-// pending lists cases a shim does not pass yet, with the reason; the table
-// in docs/client-shim.md shows them as not passing. A pending case still
-// runs and must fail: one that passes is reported, so the list shrinks.
+// pending lists cases a shim does not pass yet, with the reason: they are
+// skipped for that shim, and the table in docs/client-shim.md shows them as
+// not passing. Remove an entry as soon as the shim gains the feature.
 var pending = map[string]map[string]string{
 	"go": {
 		"watch-not-served":     "the Go shim serves reads on a redis.Tx after WATCH (issue 14 fixes it)",

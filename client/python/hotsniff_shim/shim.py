@@ -135,6 +135,10 @@ class Shim(Handler):
             return
         self._closed = True
         self._active = False
+        # Unwrap the client (its class methods show through again).
+        for name, ours in (("execute_command", self.execute_command), ("pipeline", self.pipeline)):
+            if self.client.__dict__.get(name) == ours:
+                del self.client.__dict__[name]
         self._stop.set()
         self.sub.close()
         self._house.join(timeout=5)
@@ -408,22 +412,27 @@ class Shim(Handler):
 
     # -- the client's command path -------------------------------------------------------
     def execute_command(self, *args: Any, **options: Any) -> Any:
-        if not self._active or not args or options:
-            return self._write(args, options) if args else self._orig_execute(*args, **options)
+        if not self._active or not args:
+            return self._orig_execute(*args, **options)
+        # redis-py 5 passes keys=[...] with typed reads (for its own
+        # client-side cache); any other option (NEVER_DECODE, ...) changes
+        # the reply, so such a read is not served.
+        if options and (len(options) > 1 or "keys" not in options):
+            return self._write(args, options)
         name = args[0]
         n = len(args)
         if isinstance(name, str):
             u = name.upper()
             if u == "GET" and n == 2:
-                return self._get(args)
+                return self._get(args, options)
             if u == "MGET" and n >= 2:
-                return self._mget(args)
+                return self._mget(args, options)
             if u == "HGET" and n == 3:
-                return self._hget(args)
+                return self._hget(args, options)
             if u == "HMGET" and n >= 3:
-                return self._hmget(args)
+                return self._hmget(args, options)
             if u == "HGETALL" and n == 2:
-                return self._hgetall(args)
+                return self._hgetall(args, options)
         return self._write(args, options)
 
     def _write(self, args: Tuple, options: Dict) -> Any:
@@ -440,15 +449,15 @@ class Shim(Handler):
         finally:
             self._invalidate_written(keys, all_)
 
-    def _get(self, args: Tuple) -> Any:
+    def _get(self, args: Tuple, options: Dict) -> Any:
         key = self._key(args[1])
         act, v, t = self._acquire(key, KIND_STRING, time.monotonic())
         if act == ACT_HIT:
             return v.data
         if act == ACT_PASS:
-            return self._orig_execute(*args)
+            return self._orig_execute(*args, **options)
         try:
-            r = self._read_with_report(t, args, {})
+            r = self._read_with_report(t, args, options)
         except BaseException:
             self.m["fetch_errors"] += 1
             self._release(t)
@@ -458,7 +467,7 @@ class Shim(Handler):
         self._store(t, _Value(r))
         return r
 
-    def _mget(self, args: Tuple) -> Any:
+    def _mget(self, args: Tuple, options: Dict) -> Any:
         now = time.monotonic()
         keys = [self._key(a) for a in args[1:]]
         plan = [self._acquire(k, KIND_STRING, now) for k in keys]
@@ -466,7 +475,7 @@ class Shim(Handler):
         fetch = [i for i, p in enumerate(plan) if p[0] == ACT_FETCH]
         if hits == 0:
             try:
-                vals = self._mget_read(args, [plan[i][2] for i in fetch])
+                vals = self._mget_read(args, [plan[i][2] for i in fetch], options)
             except BaseException:
                 for i in fetch:
                     self.m["fetch_errors"] += 1
@@ -482,7 +491,9 @@ class Shim(Handler):
                 out[i] = p[1].data
         if idx:
             try:
-                rv = self._mget_read((args[0], *[args[i + 1] for i in idx]), [plan[i][2] for i in fetch])
+                sent = [args[i + 1] for i in idx]
+                rv = self._mget_read((args[0], *sent), [plan[i][2] for i in fetch],
+                                     {"keys": sent} if options else {})
                 if len(rv) != len(idx):
                     raise redis.RedisError("mget: reply length does not match the keys sent")
             except BaseException:
@@ -496,16 +507,16 @@ class Shim(Handler):
                     self._store(plan[i][2], _Value(rv[j]))
         return out
 
-    def _mget_read(self, args: Tuple, tickets: List[_Ticket]) -> Any:
+    def _mget_read(self, args: Tuple, tickets: List[_Ticket], options: Dict) -> Any:
         """The MGET to Redis. When it names one key and refreshes it, the
         absorbed report follows it: the daemon pairs a report only with a
         read naming exactly that one key, so a longer MGET carries none (its
         keys keep counting until a refresh that can carry one)."""
         if len(args) == 2 and len(tickets) == 1:
-            return self._read_with_report(tickets[0], args, {})
-        return self._orig_execute(*args)
+            return self._read_with_report(tickets[0], args, options)
+        return self._orig_execute(*args, **options)
 
-    def _hash_for(self, key_arg: Any) -> Optional[_Value]:
+    def _hash_for(self, key_arg: Any, options: Dict) -> Optional[_Value]:
         key = self._key(key_arg)
         act, v, t = self._acquire(key, KIND_HASH, time.monotonic())
         if act == ACT_HIT:
@@ -513,7 +524,7 @@ class Shim(Handler):
         if act == ACT_PASS:
             return None
         try:
-            m = self._read_with_report(t, ("HGETALL", key_arg), {})
+            m = self._read_with_report(t, ("HGETALL", key_arg), {"keys": [key_arg]} if options else {})
         except redis.RedisError:
             # WRONGTYPE and the like: the caller's own command gets the
             # server's answer.
@@ -532,22 +543,22 @@ class Shim(Handler):
         self._store(t, v)
         return v
 
-    def _hget(self, args: Tuple) -> Any:
-        v = self._hash_for(args[1])
+    def _hget(self, args: Tuple, options: Dict) -> Any:
+        v = self._hash_for(args[1], options)
         if v is None:
-            return self._orig_execute(*args)
+            return self._orig_execute(*args, **options)
         return v.hidx.get(self._key(args[2]))
 
-    def _hmget(self, args: Tuple) -> Any:
-        v = self._hash_for(args[1])
+    def _hmget(self, args: Tuple, options: Dict) -> Any:
+        v = self._hash_for(args[1], options)
         if v is None:
-            return self._orig_execute(*args)
+            return self._orig_execute(*args, **options)
         return [v.hidx.get(self._key(f)) for f in args[2:]]
 
-    def _hgetall(self, args: Tuple) -> Any:
-        v = self._hash_for(args[1])
+    def _hgetall(self, args: Tuple, options: Dict) -> Any:
+        v = self._hash_for(args[1], options)
         if v is None:
-            return self._orig_execute(*args)
+            return self._orig_execute(*args, **options)
         return dict(v.data)  # a copy: the cached dict is shared
 
     # -- pipelines and transactions ---------------------------------------------------------
