@@ -203,7 +203,8 @@ export function installIoredis(redis: any, core: Core): () => void {
   };
 
   redis.sendCommand = function (cmd: Cmd, stream?: unknown, node?: unknown) {
-    const name: string = cmd.name;
+    // Typed methods name commands in lower case; redis.call keeps the case given.
+    const name: string = typeof cmd.name === 'string' ? cmd.name.toLowerCase() : String(cmd.name);
     if (name === 'exec' || name === 'discard' || name === 'reset') {
       inMulti = false;
       watching = false;
@@ -214,7 +215,7 @@ export function installIoredis(redis: any, core: Core): () => void {
     }
     if (!core.active) return send(cmd, stream, node);
     const n = cmd.args.length;
-    if (!stream && !inMulti && !watching && cmd.name !== undefined) {
+    if (!stream && !inMulti && !watching) {
       switch (name) {
         case 'get': if (n === 1) return get(cmd); break;
         case 'mget': if (n >= 1) return mget(cmd); break;
