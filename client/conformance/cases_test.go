@@ -96,23 +96,23 @@ var cases = []tcase{
 			e.warm("nokey", nil)
 		}},
 	{name: "local-ttl-refresh", what: "a value is served for the local TTL, then one read refreshes it",
-		setup: func(e *env) { e.cfg.LocalTTLms = 300 },
+		setup: func(e *env) { e.cfg.LocalTTLms = 500 },
 		run: func(e *env) {
 			e.set("k", "v1")
 			e.publish(e.ev(event.TypeHot, "k"))
 			e.sync()
 			e.warm("k", "v1")
-			time.Sleep(350 * time.Millisecond)
+			time.Sleep(550 * time.Millisecond)
 			e.expectGets("k", "v1", 1, 0)
 		}},
 	{name: "single-caller-renewal", what: "when a value expires, exactly one of many concurrent readers goes to Redis; the others get the current value",
-		setup: func(e *env) { e.cfg.LocalTTLms, e.cfg.StaleGraceMs = 300, 3000 },
+		setup: func(e *env) { e.cfg.LocalTTLms, e.cfg.StaleGraceMs = 500, 3000 },
 		run: func(e *env) {
 			e.set("k", "v1")
 			e.publish(e.ev(event.TypeHot, "k"))
 			e.sync()
 			e.warm("k", "v1")
-			time.Sleep(350 * time.Millisecond)
+			time.Sleep(550 * time.Millisecond)
 			var vals []any
 			d := e.remote(func() { vals, _ = e.a.do(map[string]any{"op": "burst", "key": "k", "n": 32})["values"].([]any) })
 			if d["get"] != 1 {
@@ -442,7 +442,7 @@ var cases = []tcase{
 			}
 		}},
 	{name: "absorbed-report", what: `a refresh read is followed on the same connection by ECHO "hotsniff:absorbed:1 <hits> <window_ms> <key>"; no ECHO when nothing was served`,
-		setup: func(e *env) { e.cfg.LocalTTLms = 300 },
+		setup: func(e *env) { e.cfg.LocalTTLms = 500 },
 		run: func(e *env) {
 			key := "item 7:\x01z"
 			e.set(key, "v1")
@@ -452,11 +452,11 @@ var cases = []tcase{
 			start := time.Now()
 			e.warm(key, "v1") // the third read is the first local one
 			e.expectGets(key, "v1", 0, 0, 0, 0)
-			time.Sleep(350 * time.Millisecond)
+			time.Sleep(550 * time.Millisecond)
 			e.expectGets(key, "v1", 1, 0)
-			time.Sleep(350 * time.Millisecond)
+			time.Sleep(550 * time.Millisecond)
 			e.expectGets(key, "v1", 1)
-			time.Sleep(350 * time.Millisecond)
+			time.Sleep(550 * time.Millisecond)
 			e.expectGets(key, "v1", 1) // nothing served since the last report: no ECHO
 			elapsed := time.Since(start)
 			var reports [][]string
@@ -497,7 +497,7 @@ var cases = []tcase{
 			}
 		}},
 	{name: "absorbed-report-mget", what: "an MGET refresh carries the report only when it names that one key (the daemon pairs a report with a one-key read)",
-		setup: func(e *env) { e.cfg.LocalTTLms = 300 },
+		setup: func(e *env) { e.cfg.LocalTTLms = 500 },
 		run: func(e *env) {
 			e.set("k", "v1")
 			e.set("other", "x")
@@ -506,10 +506,10 @@ var cases = []tcase{
 			mon := e.monitor()
 			e.warm("k", "v1")
 			e.expectGets("k", "v1", 0, 0) // 3 local hits in all
-			time.Sleep(350 * time.Millisecond)
+			time.Sleep(550 * time.Millisecond)
 			e.a.do(map[string]any{"op": "mget", "keys": []string{"k"}})
 			e.expectGets("k", "v1", 0)
-			time.Sleep(350 * time.Millisecond)
+			time.Sleep(550 * time.Millisecond)
 			e.a.do(map[string]any{"op": "mget", "keys": []string{"k", "other"}})
 			var got []string
 			lines := mon.settle(e)
@@ -536,7 +536,7 @@ var cases = []tcase{
 			if err := e.s.cacheC.Do(ctx, "ACL", "SETUSER", "noecho", "on", ">pw", "~*", "&*", "+@all", "-echo").Err(); err != nil {
 				e.t.Fatal(err)
 			}
-			e.cfg.Username, e.cfg.Password, e.cfg.LocalTTLms = "noecho", "pw", 300
+			e.cfg.Username, e.cfg.Password, e.cfg.LocalTTLms = "noecho", "pw", 500
 		},
 		run: func(e *env) {
 			e.set("k", "v1")
@@ -546,7 +546,7 @@ var cases = []tcase{
 			e.warm("k", "v1")
 			for range 3 {
 				e.expectGets("k", "v1", 0, 0)
-				time.Sleep(350 * time.Millisecond)
+				time.Sleep(550 * time.Millisecond)
 				e.expectGets("k", "v1", 1)
 			}
 			if n := e.cmdstats()["echo"][1] - rejected; n != 1 {

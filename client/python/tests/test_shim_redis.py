@@ -100,7 +100,9 @@ def test_threads_single_refresh(port):
         assert out == [b"v"] * 16
         assert gets(plain) == before + 1
         st = shim.stats()
-        assert st["refreshes"] == 2 and st["stale_hits"] == 15
+        # One refresh; the others got the old value, or the new one if it
+        # landed before they read.
+        assert st["refreshes"] == 2 and st["stale_hits"] + st["hits"] == 15
     finally:
         shim.close()
 
