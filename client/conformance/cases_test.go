@@ -585,6 +585,9 @@ func TestConformance(t *testing.T) {
 			continue
 		}
 		t.Run(l.name, func(t *testing.T) {
+			// The shims run side by side (own servers, own adapters): the
+			// cases mostly wait on timers.
+			t.Parallel()
 			l.prepare(t)
 			s := startServers(t)
 			for _, c := range cases {
