@@ -30,12 +30,9 @@ type tcase struct {
 // not passing. Remove an entry as soon as the shim gains the feature.
 var pending = map[string]map[string]string{
 	"go": {
-		"watch-not-served":     "the Go shim serves reads on a redis.Tx after WATCH (issue 14 fixes it)",
-		"batch-v2":             "the Go subscriber decodes v1 events only (issue 17 adds the batch envelope)",
-		"cacheable-false":      "the Go shim ignores cacheable:false (issue 17)",
-		"absorbed-report":      "the Go shim does not report absorbed demand yet (issue 13)",
-		"absorbed-refused":     "the Go shim does not report absorbed demand yet (issue 13)",
-		"absorbed-report-mget": "the Go shim does not report absorbed demand yet (issue 13)",
+		"watch-not-served": "the Go shim serves reads on a redis.Tx after WATCH (issue 14 fixes it)",
+		"batch-v2":         "the Go subscriber decodes v1 events only (issue 17 adds the batch envelope)",
+		"cacheable-false":  "the Go shim ignores cacheable:false (issue 17)",
 	},
 }
 
