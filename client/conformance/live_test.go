@@ -83,6 +83,7 @@ func TestLiveHotsniffRun(t *testing.T) {
 			if err := rc.ConfigResetStat(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}
+			m0 := scrape(t, "http://"+listen+"/metrics")
 			r := a.do(map[string]any{"op": "load", "key": key, "want": "v1", "ms": 2000, "threads": 4})
 			st := cmdstats(t, rc)
 			reads, _ := r["reads"].(float64)
@@ -96,6 +97,26 @@ func TestLiveHotsniffRun(t *testing.T) {
 			}
 			if local < 0.99 {
 				t.Errorf("%.2f%% of reads served locally, want at least 99%%", 100*local)
+			}
+			// The daemon pairs each report with the read before it on the
+			// same connection: none may be unpaired or malformed.
+			m1 := scrape(t, "http://"+listen+"/metrics")
+			credited := m1["hotsniff_absorbed_reports_total"] - m0["hotsniff_absorbed_reports_total"]
+			hits := m1["hotsniff_absorbed_hits_total"] - m0["hotsniff_absorbed_hits_total"]
+			var rejected []string
+			for k, v := range m1 {
+				if strings.HasPrefix(k, "hotsniff_absorbed_rejected_total") && v != m0[k] {
+					rejected = append(rejected, fmt.Sprintf("%s +%v", k, v-m0[k]))
+				}
+			}
+			t.Logf("%s: the daemon credited %v reports (%v hits); rejected: %v", l.name, credited, hits, rejected)
+			if credited < 1 {
+				t.Errorf("the daemon credited no absorbed-demand report")
+			}
+			for _, r := range rejected {
+				if strings.Contains(r, "unpaired") || strings.Contains(r, "malformed") {
+					t.Errorf("reports rejected: %s", r)
+				}
 			}
 
 			// A foreign write, as another application server would make.
@@ -133,6 +154,35 @@ func cmdstats(t *testing.T, rc *redis.Client) map[string]int {
 		var n int
 		fmt.Sscanf(fields, "calls=%d", &n)
 		out[name] = n
+	}
+	return out
+}
+
+// scrape reads a Prometheus text page into series -> value.
+func scrape(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[i+1:], &v); err == nil {
+			out[line[:i]] = v
+		}
 	}
 	return out
 }
