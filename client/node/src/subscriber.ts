@@ -95,9 +95,10 @@ export class HotSet {
   }
 
   /** Over the live entries match accepts: whether the key is hot, until
-   * when (0: until cold), and whether any entry says cacheable:false. */
+   * when (0: until cold), and whether some entry allows caching (none of
+   * them saying cacheable:false). */
   hotUntil(proto: string, ns: string, key: string, t: number, match?: (e: HotEvent) => boolean): { hot: boolean; until: number; cacheable: boolean } {
-    let until = 0, hot = false, cacheable = true, forever = false;
+    let until = 0, hot = false, cacheable = false, forever = false;
     const ids = this.lookup.get(lookupId(proto, ns, key));
     if (ids) {
       for (const id of ids) {
@@ -105,7 +106,7 @@ export class HotSet {
         if (en.expires && t >= en.expires) continue;
         if (match && !match(en.ev)) continue;
         hot = true;
-        if (!en.ev.cacheable) cacheable = false;
+        if (en.ev.cacheable) cacheable = true;
         if (en.expires === 0) forever = true;
         else if (en.expires > until) until = en.expires;
       }

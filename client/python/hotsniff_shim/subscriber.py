@@ -69,9 +69,9 @@ class HotSet:
     def hot_until(self, proto: str, ns: str, key: bytes, now: float,
                   match: Optional[Callable[[Event], bool]] = None) -> Tuple[float, bool, bool]:
         """(until, hot, cacheable) over the live entries match accepts;
-        until 0.0 means until cold. Any entry saying cacheable:false makes
-        the key uncacheable."""
-        until, found, cacheable, forever = 0.0, False, True, False
+        until 0.0 means until cold. The key may be cached when some live
+        entry allows it (cacheable:false on every one: not cached)."""
+        until, found, cacheable, forever = 0.0, False, False, False
         for i in self.lookup.get((proto, ns, key), ()):
             e, exp = self.m[i]
             if exp and now >= exp:
@@ -79,8 +79,8 @@ class HotSet:
             if match is not None and not match(e):
                 continue
             found = True
-            if not e.cacheable:
-                cacheable = False
+            if e.cacheable:
+                cacheable = True
             if exp == 0.0:
                 forever = True
             elif exp > until:

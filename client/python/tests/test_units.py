@@ -68,6 +68,11 @@ def test_hot_set_nodes_and_manual():
     m2 = decode_message('{"seq":1,"type":"cold","proto":"redis","ns":"0","key":"m","node":"y","source":"manual"}')[0]
     hs.apply(m1, 0.0)
     assert hs.hot_until("redis", "0", b"m", 1e9) == (0.0, True, True)
+    u = decode_message('{"seq":3,"type":"hot","proto":"redis","ns":"0","key":"k","ttl_ms":9000,"node":"a","cacheable":false}')[0]
+    hs.apply(u, 0.0)
+    assert hs.hot_until("redis", "0", b"k", 0.5)[2], "b's entry still allows caching"
+    hs.delete(("b", "redis", "", "0", False, b"k"))
+    assert hs.hot_until("redis", "0", b"k", 0.5) == (9.0, True, False)
     hs.apply(m2, 0.0)
     assert not hs.hot_until("redis", "0", b"m", 0.0)[1]
 
