@@ -295,6 +295,15 @@ type env struct {
 	cfg     adapterConfig
 	// snap is the hot set the scripted publisher keeps in its snapshot.
 	snap map[string]*event.Event
+	// lastFetch is when the last read that reached Redis started; deadline
+	// (if set) is when the case's own timer (a hot entry's ttl, the mode's
+	// linger) ends. A read expected to be local that ends after
+	// lastFetch+LocalTTL or after deadline may rightly have gone to Redis
+	// on a machine too loaded to keep the case's pace: it is logged and
+	// slipped is set, not failed.
+	lastFetch time.Time
+	deadline  time.Time
+	slipped   bool
 }
 
 func newEnv(t *testing.T, l shimLang, s *servers) *env {
@@ -499,12 +508,26 @@ func (e *env) get(key string) (any, int) {
 func (e *env) expectGets(key string, want any, remote ...int) {
 	e.t.Helper()
 	for i, r := range remote {
+		start := time.Now()
 		v, n := e.get(key)
 		if v != want {
 			e.t.Errorf("read %d of %q = %v, want %v", i+1, key, v, want)
 		}
 		if n != r {
-			e.t.Errorf("read %d of %q: %d GETs reached Redis, want %d", i+1, key, n, r)
+			valid := e.lastFetch.Add(time.Duration(e.cfg.LocalTTLms) * time.Millisecond)
+			if !e.deadline.IsZero() && e.deadline.Before(valid) {
+				valid = e.deadline
+			}
+			if r == 0 && n == 1 && time.Now().After(valid) {
+				e.t.Logf("read %d of %q went to Redis, but it ended %v after the cached value's time was up: the machine is too slow for this case's pace",
+					i+1, key, time.Since(valid))
+				e.slipped = true
+			} else {
+				e.t.Errorf("read %d of %q: %d GETs reached Redis, want %d", i+1, key, n, r)
+			}
+		}
+		if n > 0 {
+			e.lastFetch = start
 		}
 	}
 }
