@@ -33,6 +33,7 @@ import (
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/webview"
 	"github.com/hotsniff/hotsniff/metrics"
 	"github.com/hotsniff/hotsniff/publish"
 	"github.com/hotsniff/hotsniff/stream"
@@ -45,6 +46,7 @@ type captureFlags struct {
 	ringSize int
 	maxCopy  int
 	listen   string
+	webCfg   string
 	check    bool
 	replies  bool
 	pprof    bool
@@ -66,7 +68,8 @@ func newRunCmd() *cobra.Command {
 TC into a ring buffer; needs CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON) or AF_PACKET
 (needs CAP_NET_RAW), decodes every request, detects hot keys and publishes
 them on the Redis channel (or prints them when --redis-url is unset). Serves
-/metrics, /hotkeys, /healthz and /readyz on --listen. SIGTERM or SIGINT stops
+a web view at /, /metrics, /hotkeys, /healthz and /readyz on --listen, with
+TLS and basic auth from --web-config. SIGTERM or SIGINT stops
 it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -83,6 +86,9 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 				if target, err = publish.ParseURL(url); err != nil {
 					return usageError{err}
 				}
+			}
+			if err := checkWebConfig(cf.webCfg); err != nil {
+				return err
 			}
 			if cf.nice < -20 || cf.nice > 19 {
 				return usagef("--nice %d: must be between -20 and 19", cf.nice)
@@ -117,7 +123,8 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	f.StringVar(&cf.mode, "capture", "auto", "capture mode: auto (XDP on physical NICs, TC on veth and loopback, AF_PACKET when eBPF is unavailable), xdp, tc, afpacket")
 	f.IntVar(&cf.ringSize, "ring-size", 0, "eBPF ring buffer size per CPU (or AF_PACKET ring per interface) in bytes; 0: 2 MiB per online CPU for eBPF (at most 64 MiB in all, at least 512 KiB each; small rings stay in the CPU cache; offline CPUs get one page), 32 MiB for AF_PACKET")
 	f.IntVar(&cf.maxCopy, "max-copy", 256<<10, "most payload bytes copied from one packet by eBPF (GRO/GSO super-packets); the rest is counted as truncated")
-	f.StringVar(&cf.listen, "listen", ":9464", "address for /metrics, /hotkeys, /healthz, /readyz (empty: none)")
+	f.StringVar(&cf.listen, "listen", ":9464", "address for / (web view), /metrics, /hotkeys, /healthz, /readyz (empty: none)")
+	f.StringVar(&cf.webCfg, "web-config", "", "web configuration file (Prometheus exporter format: tls_server_config, basic_auth_users) for TLS, client certificates and basic auth on every --listen endpoint; re-read on each request")
 	f.BoolVar(&cf.check, "config-check", false, "load and validate the configuration, print a summary and exit")
 	f.BoolVar(&cf.pprof, "pprof", false, "also serve Go profiling at /debug/pprof/ on --listen")
 	// One pipeline goroutine does the work; the publisher and HTTP are
@@ -220,6 +227,7 @@ func (d *daemon) run(ctx context.Context) error {
 	// The pipeline owns the assembler, decoders and detector: one goroutine,
 	// no locks on the per-packet path.
 	done := make(chan error, 1)
+	d.beat.Store(time.Now().UnixNano()) // /healthz is ok before the first tick
 	go func() { done <- d.pipeline(asm, counter, det, pub) }()
 	d.running.Store(true)
 	d.log.Info("capturing", "mode", d.modeName, "ports", d.ports.List(), "listen", d.cf.listen, "publish", d.target != nil)
@@ -486,6 +494,8 @@ func (d *daemon) serve() (*http.Server, error) {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	mux.Handle(webview.IndexPath, webview.Handler())
+	mux.Handle(webview.AssetsPath, webview.Handler())
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !d.running.Load() {
 			http.Error(w, "capture not running", http.StatusServiceUnavailable)
@@ -498,7 +508,7 @@ func (d *daemon) serve() (*http.Server, error) {
 		return nil, fmt.Errorf("listen %s: %w", d.cf.listen, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(l)
+	go serveWeb(l, srv, d.cf.webCfg, d.base.With("component", "http"))
 	return srv, nil
 }
 
