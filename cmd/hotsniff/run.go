@@ -245,10 +245,14 @@ func (d *daemon) run(ctx context.Context) error {
 	asm.Flush()
 	if pub != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := pub.Close(cctx); err != nil {
-			d.log.Warn("publish flush incomplete", "err", err)
-		}
+		before := pub.Stats().Dropped
+		cerr := pub.Close(cctx)
 		cancel()
+		// Subscribers missed what was lost: the exit status says so, as
+		// replay's does, so a supervisor or a script sees it.
+		if lost := pub.Stats().Dropped - before; (cerr != nil || lost > 0) && perr == nil {
+			perr = fmt.Errorf("publish on shutdown: %d events not published to %s: %w", lost, d.target.Redacted, cmp.Or(cerr, errLostOnClose))
+		}
 	}
 	if srv != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -257,6 +261,8 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	return perr
 }
+
+var errLostOnClose = errors.New("Redis did not take them before the shutdown deadline")
 
 // openCapture attaches eBPF (or opens AF_PACKET) on the interfaces.
 func (d *daemon) openCapture() error {
