@@ -154,4 +154,3 @@ func TestClsactInstances(t *testing.T) {
 }
 
 func regexpMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }
-
