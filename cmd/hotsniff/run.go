@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cilium/ebpf/rlimit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -281,6 +282,10 @@ func (d *daemon) openCapture() error {
 	}
 	ports := d.ports.List()
 	if d.mode != bpf.ModeAFPacket {
+		// Kernels before 5.11 charge BPF maps to the locked memory limit;
+		// later ones ignore it. Without CAP_SYS_RESOURCE this fails and
+		// the error below says what to do.
+		_ = rlimit.RemoveMemlock()
 		c, err := bpf.Open(bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Replies: d.cf.replies, Logger: d.base})
 		if err == nil {
 			for _, name := range ifaces {
@@ -302,13 +307,16 @@ func (d *daemon) openCapture() error {
 			c.Close()
 		}
 		if d.mode != bpf.ModeAuto {
-			return fmt.Errorf("start %s capture: %w", d.mode, err)
+			return privilegeError(fmt.Sprintf("start %s capture", d.mode), "ebpf", err)
 		}
-		d.log.Warn("eBPF unavailable, falling back to AF_PACKET", "err", err)
+		d.log.Warn("eBPF unavailable, falling back to AF_PACKET", "err", privilegeError("start eBPF capture", "ebpf", err))
 	}
 	src, err := afpacket.Open(afpacket.Config{Ifaces: ifaces, Ports: ports, Blocks: max(1, cmp.Or(d.cf.ringSize, afpacketRingSize)/(1<<20)), Logger: d.base})
 	if err != nil {
-		return fmt.Errorf("start afpacket capture: %w", err)
+		if d.mode == bpf.ModeAuto && errors.Is(err, os.ErrPermission) {
+			return privilegeError("start capture (eBPF, then AF_PACKET)", "auto", err)
+		}
+		return privilegeError("start afpacket capture", "afpacket", err)
 	}
 	d.src, d.afp, d.modeName = src, src, "afpacket"
 	return nil
