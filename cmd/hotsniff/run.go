@@ -48,6 +48,7 @@ type captureFlags struct {
 	maxCopy  int
 	listen   string
 	webCfg   string
+	health   string
 	check    bool
 	replies  bool
 	pprof    bool
@@ -125,6 +126,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	f.IntVar(&cf.ringSize, "ring-size", 0, "eBPF ring buffer size per CPU (or AF_PACKET ring per interface) in bytes; 0: 2 MiB per online CPU for eBPF (at most 64 MiB in all, at least 512 KiB each; small rings stay in the CPU cache; offline CPUs get one page), 32 MiB for AF_PACKET")
 	f.IntVar(&cf.maxCopy, "max-copy", 256<<10, "most payload bytes copied from one packet by eBPF (GRO/GSO super-packets); the rest is counted as truncated")
 	f.StringVar(&cf.listen, "listen", ":9464", "address for / (web view), /metrics, /hotkeys, /healthz, /readyz (empty: none)")
+	f.StringVar(&cf.health, "health-listen", "", "also serve /healthz and /readyz alone, in plain HTTP without the web configuration, on this address (e.g. 127.0.0.1:9465, for the kubelet's probes when --web-config asks for credentials)")
 	f.StringVar(&cf.webCfg, "web-config", "", "web configuration file (Prometheus exporter format: tls_server_config, basic_auth_users) for TLS, client certificates and basic auth on every --listen endpoint; re-read on each request")
 	f.BoolVar(&cf.check, "config-check", false, "load and validate the configuration, print a summary and exit")
 	f.BoolVar(&cf.pprof, "pprof", false, "also serve Go profiling at /debug/pprof/ on --listen")
@@ -500,30 +502,47 @@ func (d *daemon) serve() (*http.Server, error) {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		// Alive while the pipeline loop turns: it beats at least every tick.
-		if age := time.Since(time.Unix(0, d.beat.Load())); d.running.Load() && age > 10*time.Second {
-			http.Error(w, fmt.Sprintf("pipeline stalled for %s", age.Round(time.Second)), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
+	mux.HandleFunc("/healthz", d.healthz)
 	mux.Handle(webview.IndexPath, webview.Handler())
 	mux.Handle(webview.AssetsPath, webview.Handler())
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !d.running.Load() {
-			http.Error(w, "capture not running", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintf(w, "ready: capturing with %s\n", d.modeName)
-	})
+	mux.HandleFunc("/readyz", d.readyz)
 	l, err := net.Listen("tcp", d.cf.listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", d.cf.listen, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go serveWeb(l, srv, d.cf.webCfg, d.base.With("component", "http"))
+	if d.cf.health != "" {
+		hl, err := net.Listen("tcp", d.cf.health)
+		if err != nil {
+			srv.Close()
+			return nil, fmt.Errorf("listen %s (--health-listen): %w", d.cf.health, err)
+		}
+		hmux := http.NewServeMux()
+		hmux.HandleFunc("/healthz", d.healthz)
+		hmux.HandleFunc("/readyz", d.readyz)
+		hsrv := &http.Server{Handler: hmux, ReadHeaderTimeout: 5 * time.Second}
+		go hsrv.Serve(hl)
+		srv.RegisterOnShutdown(func() { hsrv.Close() })
+	}
 	return srv, nil
+}
+
+func (d *daemon) healthz(w http.ResponseWriter, _ *http.Request) {
+	// Alive while the pipeline loop turns: it beats at least every tick.
+	if age := time.Since(time.Unix(0, d.beat.Load())); d.running.Load() && age > 10*time.Second {
+		http.Error(w, fmt.Sprintf("pipeline stalled for %s", age.Round(time.Second)), http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+func (d *daemon) readyz(w http.ResponseWriter, _ *http.Request) {
+	if !d.running.Load() {
+		http.Error(w, "capture not running", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintf(w, "ready: capturing with %s\n", d.modeName)
 }
 
 // hotkeysDoc is the /hotkeys document: the current hot set as events.

@@ -177,7 +177,17 @@ func TestRunWebConfig(t *testing.T) {
 
 	trusted := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.pool}}}
 	d := startDaemonOn(t, p, 19471, trusted, "https", "sre", "s3cret pass",
-		"--capture", "tc", "--port", "redis=6379", "--pprof", "--web-config", cfgFile)
+		"--capture", "tc", "--port", "redis=6379", "--pprof", "--web-config", cfgFile,
+		"--health-listen", fmt.Sprintf("%s:19479", p.NSIP))
+
+	// The probe listener answers /healthz and /readyz alone, without
+	// credentials, and nothing else.
+	health := fmt.Sprintf("http://%s:19479", p.NSIP)
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/hotkeys": 404, "/metrics": 404, "/": 404} {
+		if code, err := status(t, &http.Client{Timeout: 5 * time.Second}, health+path, "", ""); err != nil || code != want {
+			t.Errorf("--health-listen GET %s: %d %v, want %d", path, code, err, want)
+		}
+	}
 
 	for _, path := range []string{"/", "/webview/app.js", "/metrics", "/hotkeys", "/healthz", "/readyz", "/debug/pprof/"} {
 		if code, err := status(t, trusted, d.http+path, "", ""); err != nil || code != 401 {
