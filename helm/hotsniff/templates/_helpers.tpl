@@ -97,6 +97,10 @@ Keys rendered here win over extraConfig.
 {{- if gt (int64 .Values.capture.ringBufferSize) 0 }}{{ $_ := set $cfg "ring-size" (int64 .Values.capture.ringBufferSize) }}{{ end -}}
 {{- with .Values.detection.rules }}{{ $_ := set $cfg "rules" . }}{{ end -}}
 {{- with .Values.detection.ignore }}{{ $_ := set $cfg "ignore" . }}{{ end -}}
+{{- if .Values.webConfig.existingSecret }}
+{{- $_ := set $cfg "web-config" (printf "/etc/hotsniff/web/%s" .Values.webConfig.key) }}
+{{- $_ := set $cfg "health-listen" (printf "127.0.0.1:%d" (int .Values.webConfig.healthPort)) }}
+{{- end -}}
 {{- $cfg = merge $cfg (deepCopy .Values.extraConfig) -}}
 {{- toYaml $cfg }}
 {{- end }}
