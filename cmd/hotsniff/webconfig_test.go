@@ -14,7 +14,9 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -209,6 +211,24 @@ func TestRunWebConfig(t *testing.T) {
 	plain := "http" + strings.TrimPrefix(d.http, "https")
 	if code, err := status(t, &http.Client{Timeout: 5 * time.Second}, plain+"/metrics", "sre", "s3cret pass"); err == nil && code == 200 {
 		t.Errorf("plain HTTP served 200")
+	}
+
+	// `top` reads the protected daemon: credentials in the URL, the test
+	// CA through SSL_CERT_FILE; a wrong password is an error that does not
+	// show the password.
+	self, _ := os.Executable()
+	hostport := strings.TrimPrefix(d.http, "https://")
+	topRun := func(pass string) (string, error) {
+		cmd := exec.Command(self, "top", "--once", "--addr", "https://sre:"+url.PathEscape(pass)+"@"+hostport)
+		cmd.Env = append(os.Environ(), "HOTSNIFF_TEST_MAIN=1", "SSL_CERT_FILE="+caFile)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := topRun("s3cret pass"); err != nil || !strings.Contains(out, "hotsniff top · https://"+hostport) || !strings.Contains(out, "node test-node") {
+		t.Errorf("top against the TLS + basic auth daemon: %v\n%s", err, out)
+	}
+	if out, err := topRun("wrong-pass"); err == nil || !strings.Contains(out, "401") || strings.Contains(out, "wrong-pass") {
+		t.Errorf("top with a wrong password: %v\n%s", err, out)
 	}
 
 	// Client certificates, applied on the next handshake.
