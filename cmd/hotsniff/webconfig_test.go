@@ -273,3 +273,35 @@ func TestRunWebConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsWebConfigExamples loads every web configuration example of
+// docs/http.md verbatim (certificates made by the test where an example
+// names them), as `run --web-config` would.
+func TestDocsWebConfigExamples(t *testing.T) {
+	b, err := os.ReadFile("../../docs/http.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := strings.Split(string(b), "```yaml\n")[1:]
+	if len(blocks) < 2 {
+		t.Fatalf("%d yaml examples in docs/http.md", len(blocks))
+	}
+	ca := newTestCA(t)
+	for i, blk := range blocks {
+		body := blk[:strings.Index(blk, "```")]
+		dir := t.TempDir()
+		crt, key := ca.issue(t, dir, "tls", net.IPv4(127, 0, 0, 1))
+		os.Rename(crt, filepath.Join(dir, "tls.crt"))
+		os.Rename(key, filepath.Join(dir, "tls.key"))
+		path := filepath.Join(dir, "web-config.yml")
+		writeFile(t, path, []byte(body))
+		if err := checkWebConfig(path); err != nil {
+			t.Errorf("example %d does not load: %v\n%s", i+1, err, body)
+		}
+	}
+	// The documented hash is the documented password's.
+	hash := strings.Fields(strings.SplitN(blocks[0], "sre:", 2)[1])[0]
+	if err := bcrypt.CompareHashAndPassword([]byte(hash), []byte("change-me")); err != nil {
+		t.Errorf("documented hash is not change-me's: %v", err)
+	}
+}
