@@ -49,6 +49,10 @@ type Config struct {
 	// InvalidateGap merges identical invalidates of one key closer than this;
 	// the first is always sent, and a merged one is sent after the gap. 1ms.
 	InvalidateGap time.Duration `yaml:"invalidate_gap"`
+	// AbsorbedCap bounds the demand client shims can report for one hot
+	// key: at most AbsorbedCap × its threshold per second is credited,
+	// however many reports arrive. 1000.
+	AbsorbedCap float64 `yaml:"absorbed_cap"`
 	// Rules are per-key-pattern thresholds; the first match wins.
 	Rules []Rule `yaml:"rules"`
 	// Ignore lists key patterns that are never reported.
@@ -87,14 +91,18 @@ type TairConfig struct {
 }
 
 const (
-	defaultTTL      = 60 * time.Second
-	defaultBuckets  = 4096
-	defaultMaxHot   = 1024
-	defaultCold     = 0.7
-	defaultInvGap   = time.Millisecond
-	minWindow       = 400 * time.Millisecond
-	maxWindow       = 20 * time.Second
-	countsAtHotRate = 800 // requests a key at the threshold adds per window
+	defaultTTL     = 60 * time.Second
+	defaultBuckets = 4096
+	defaultMaxHot  = 1024
+	defaultCold    = 0.7
+	defaultInvGap  = time.Millisecond
+	// defaultAbsorbedCap: a key read locally at 1000× its threshold is far
+	// beyond any hot key seen in practice; the bound is for broken or
+	// forged reports, not for real demand.
+	defaultAbsorbedCap = 1000
+	minWindow          = 400 * time.Millisecond
+	maxWindow          = 20 * time.Second
+	countsAtHotRate    = 800 // requests a key at the threshold adds per window
 )
 
 // withDefaults validates c and fills in the defaults.
@@ -130,6 +138,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ColdRatio < 0 || c.ColdRatio > 1 {
 		return c, fmt.Errorf("check cold_ratio: %v is not in (0, 1]", c.ColdRatio)
+	}
+	if c.AbsorbedCap == 0 {
+		c.AbsorbedCap = defaultAbsorbedCap
+	}
+	if !(c.AbsorbedCap > 0) || math.IsInf(c.AbsorbedCap, 0) {
+		return c, fmt.Errorf("check absorbed_cap: must be a positive number, got %v", c.AbsorbedCap)
 	}
 	if c.Buckets == 0 {
 		c.Buckets = defaultBuckets

@@ -505,6 +505,8 @@ func TestDefaults(t *testing.T) {
 		"detector": "default",
 		"channel":  "hotsniff:hotkeys",
 		"listen":   ":9464",
+		// auto without interfaces may capture at the host's cgroup root.
+		"cgroup-path": "/host/sys/fs/cgroup",
 	}
 	if fmt.Sprint(cfg) != fmt.Sprint(want) {
 		t.Errorf("config = %v\nwant     %v", cfg, want)
@@ -677,6 +679,7 @@ func TestCapabilitiesPerMode(t *testing.T) {
 	for mode, want := range map[string][]string{
 		"xdp":      ebpfCaps,
 		"tc":       ebpfCaps,
+		"cgroup":   ebpfCaps,
 		"afpacket": afpacketCaps,
 		"auto":     autoCaps,
 	} {
@@ -943,17 +946,26 @@ func TestWebConfig(t *testing.T) {
 		"--set", "serviceMonitor.tlsConfig.ca.secret.name=hs-web,serviceMonitor.tlsConfig.ca.secret.key=ca.crt,serviceMonitor.tlsConfig.serverName=hotsniff",
 		"--set", "serviceMonitor.basicAuth.username.name=hs-scrape,serviceMonitor.basicAuth.username.key=username,serviceMonitor.basicAuth.password.name=hs-scrape,serviceMonitor.basicAuth.password.key=password")
 	ds, c, cfg := checkCommon(t, m)
-	if cfg["web-config"] != "/etc/hotsniff/web/web-config.yml" || cfg["health-listen"] != "127.0.0.1:9477" {
+	if cfg["web-config"] != "/etc/hotsniff-web/web-config.yml" || cfg["health-listen"] != "127.0.0.1:9477" {
 		t.Errorf("config web-config %v, health-listen %v", cfg["web-config"], cfg["health-listen"])
 	}
 	var mount *corev1.VolumeMount
 	for k := range c.VolumeMounts {
-		if c.VolumeMounts[k].MountPath == "/etc/hotsniff/web" {
+		if c.VolumeMounts[k].MountPath == "/etc/hotsniff-web" {
 			mount = &c.VolumeMounts[k]
 		}
 	}
 	if mount == nil || !mount.ReadOnly {
-		t.Fatalf("/etc/hotsniff/web not mounted read-only: %+v", c.VolumeMounts)
+		t.Fatalf("/etc/hotsniff-web not mounted read-only: %+v", c.VolumeMounts)
+	}
+	// No mount inside another: the runtime cannot make a mount point in
+	// a read-only ConfigMap volume.
+	for _, x := range c.VolumeMounts {
+		for _, y := range c.VolumeMounts {
+			if strings.HasPrefix(x.MountPath, strings.TrimSuffix(y.MountPath, "/")+"/") {
+				t.Errorf("%s is mounted inside %s", x.MountPath, y.MountPath)
+			}
+		}
 	}
 	found := false
 	for _, v := range ds.Spec.Template.Spec.Volumes {
@@ -979,7 +991,7 @@ func TestWebConfig(t *testing.T) {
 		t.Error("web-config rendered without webConfig.existingSecret")
 	}
 	for _, vm := range c.VolumeMounts {
-		if vm.MountPath == "/etc/hotsniff/web" {
+		if vm.MountPath == "/etc/hotsniff-web" {
 			t.Error("web config mounted without webConfig.existingSecret")
 		}
 	}
@@ -1000,12 +1012,52 @@ func TestWebConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(path, []byte(strings.ReplaceAll(body, "/etc/hotsniff/web/", dir+"/")), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(body, "/etc/hotsniff-web/", dir+"/")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	run := exec.Command("go", "run", "./cmd/hotsniff", "run", "--config", path, "--config-check")
 	run.Dir = ".."
 	if out, err := run.CombinedOutput(); err != nil || !strings.Contains(string(out), "config ok") {
 		t.Fatalf("hotsniff rejects the chart's config: %v\n%s\n--- config.yaml\n%s", err, out, body)
+	}
+}
+
+// TestCgroupMount: the host's cgroup hierarchy is mounted, read-only, and
+// passed as cgroup-path exactly when the mode may capture at the cgroup
+// root (cgroup; auto without interfaces), and the capabilities are eBPF's.
+func TestCgroupMount(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		mount bool
+	}{
+		{"cgroup", []string{"--set", "capture.mode=cgroup"}, true},
+		{"auto", nil, true},
+		{"auto with interfaces", []string{"--set", "capture.interfaces={eth0,cali*}"}, false},
+		{"tc", []string{"--set", "capture.mode=tc"}, false},
+		{"cgroup without mount", []string{"--set", "capture.mode=cgroup", "--set", "capture.cgroupHostPath="}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := render(t, tc.args...)
+			ds, c, cfg := checkCommon(t, m)
+			var vol bool
+			for _, v := range ds.Spec.Template.Spec.Volumes {
+				if v.HostPath != nil {
+					vol = v.HostPath.Path == "/sys/fs/cgroup"
+				}
+			}
+			var mnt bool
+			for _, vm := range c.VolumeMounts {
+				if vm.MountPath == "/host/sys/fs/cgroup" {
+					mnt = vm.ReadOnly
+				}
+			}
+			_, path := cfg["cgroup-path"]
+			if vol != tc.mount || mnt != tc.mount || path != tc.mount {
+				t.Errorf("hostPath volume %v, read-only mount %v, cgroup-path %v; want all %v", vol, mnt, path, tc.mount)
+			}
+		})
 	}
 }

@@ -4,9 +4,12 @@ package browsertest
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
@@ -84,4 +87,26 @@ func Screenshot(t testing.TB, ctx context.Context, name string) string {
 	}
 	t.Logf("screenshot: %s", path)
 	return path
+}
+
+// WaitSelector polls (every 20 ms) until an element matches the CSS
+// selector or ctx ends. It reads the DOM in one evaluation per poll, so a
+// page that rebuilds its elements cannot make it fail on a node that was
+// replaced between two protocol calls (as waiting by node id can).
+func WaitSelector(ctx context.Context, selector string) error {
+	q, _ := json.Marshal(selector)
+	for {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector(` + string(q) + `) !== null`))
+		if err == nil && ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("wait for %s: %w (last error: %v)", selector, ctx.Err(), err)
+			}
+			return fmt.Errorf("wait for %s: %w", selector, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

@@ -134,17 +134,26 @@ const (
 	wProto  = 8
 	wState  = 5
 	wSource = 8
+	wLocal  = 5
 	minKey  = 16
 )
 
-var titles = [...]string{"RATE", "TREND", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "KEY"}
+// nCols is the number of columns; the key is the last.
+const nCols = 9
+
+// LOCAL is the share of RATE that client shims served from memory and
+// reported (absorbed_qps / qps).
+var titles = [nCols]string{"RATE", "TREND", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "LOCAL", "KEY"}
 
 // cells returns a row's column texts, in title order.
-func (r *row) cells() [8]string {
+func (r *row) cells() [nCols]string {
 	rate, trend := "-", r.spark()+" "+r.trend().Arrow()
-	state := "cold"
+	state, local := "cold", "-"
 	if r.hot {
 		rate, state = fmtRate(r.ev.QPS), "hot"
+		if r.ev.AbsorbedQPS > 0 && r.ev.QPS > 0 {
+			local = strconv.Itoa(int(min(r.ev.AbsorbedQPS/r.ev.QPS, 1)*100)) + "%"
+		}
 	}
 	src := r.ev.Source
 	if src == "" {
@@ -153,23 +162,23 @@ func (r *row) cells() [8]string {
 	// Fields come from /hotkeys or the channel, which an attacker may
 	// forge: escaped here, at render time, so no control sequence reaches
 	// the terminal (the key is escaped when its row is made).
-	return [8]string{rate, trend, termtext.Field(r.ev.Proto), termtext.Field(r.ev.Server), termtext.Field(r.ev.NS), state, termtext.Field(src), r.keyText}
+	return [nCols]string{rate, trend, termtext.Field(r.ev.Proto), termtext.Field(r.ev.Server), termtext.Field(r.ev.NS), state, termtext.Field(src), local, r.keyText}
 }
 
 // colWidths lays the columns out in w cells; the key takes what is left.
 // On a narrow screen the server column shrinks (elided in the middle), then
-// source, trend, ns and proto are dropped (width 0), in that order.
-func colWidths(rows []*row, w int) [8]int {
+// local, source, trend, ns and proto are dropped (width 0), in that order.
+func colWidths(rows []*row, w int) [nCols]int {
 	sw, nw := width("SERVER"), width("NS")
 	for _, r := range rows {
 		sw = max(sw, width(termtext.Field(r.ev.Server)))
 		nw = max(nw, width(termtext.Field(r.ev.NS)))
 	}
 	sw, nw = min(sw, 47), min(nw, 6)
-	ws := [8]int{wRate, wTrend, wProto, sw, nw, wState, wSource, 0}
+	ws := [nCols]int{wRate, wTrend, wProto, sw, nw, wState, wSource, wLocal, 0}
 	fixed := func() int {
 		n := 0
-		for _, x := range ws[:7] {
+		for _, x := range ws[:nCols-1] {
 			if x > 0 {
 				n += x + 1 // and its separator
 			}
@@ -179,13 +188,13 @@ func colWidths(rows []*row, w int) [8]int {
 	if k := w - fixed(); k < minKey {
 		ws[3] = max(ws[3]-(minKey-k), min(ws[3], 12))
 	}
-	for _, drop := range []int{6, 1, 4, 2} {
+	for _, drop := range []int{7, 6, 1, 4, 2} {
 		if w-fixed() >= minKey {
 			break
 		}
 		ws[drop] = 0
 	}
-	ws[7] = max(w-fixed(), 1)
+	ws[nCols-1] = max(w-fixed(), 1)
 	return ws
 }
 
@@ -200,7 +209,7 @@ func (m *Model) sortArrow() string {
 	return "▲"
 }
 
-var sortTitle = [...]int{SortRate: 0, SortKey: 7, SortProto: 2, SortServer: 3, SortState: 5}
+var sortTitle = [...]int{SortRate: 0, SortKey: nCols - 1, SortProto: 2, SortServer: 3, SortState: 5}
 
 // Frame lays out the whole screen in w×h cells: a header, a status line,
 // the column titles, as many rows as fit from the scroll position, and
@@ -250,7 +259,7 @@ func (m *Model) Frame(w, h int) []Line {
 	return out[:h]
 }
 
-func (m *Model) rowLine(r *row, ws [8]int) Line {
+func (m *Model) rowLine(r *row, ws [nCols]int) Line {
 	c := r.cells()
 	base := StyleNormal
 	if !r.hot {
@@ -398,12 +407,12 @@ func (m *Model) WritePlain(w io.Writer) error {
 		b.WriteString(strings.TrimSpace(st))
 		b.WriteByte('\n')
 	}
-	cells := make([][8]string, 0, len(rows)+1)
+	cells := make([][nCols]string, 0, len(rows)+1)
 	cells = append(cells, titles)
 	for _, r := range rows {
 		cells = append(cells, r.cells())
 	}
-	var ws [8]int
+	var ws [nCols]int
 	for _, c := range cells {
 		for i, t := range c {
 			ws[i] = max(ws[i], width(t))

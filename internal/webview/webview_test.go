@@ -2,6 +2,7 @@ package webview_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -43,9 +44,12 @@ func TestPageInChromium(t *testing.T) {
 	ctx := browsertest.New(t, nil)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	// The page rebuilds the table on every poll: read a cell in one
+	// evaluation, not by node id (the node may be gone by the next call).
 	text := func(sel string) string {
 		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		q, _ := json.Marshal(sel)
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.querySelector(`+string(q)+`) || {}).textContent || ""`))
 		if err != nil {
 			t.Fatalf("text of %s: %v", sel, err)
 		}
@@ -59,7 +63,10 @@ func TestPageInChromium(t *testing.T) {
 		}
 		return v
 	}
-	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/?interval=200"), chromedp.WaitVisible(chromedp.CSS(`tr[data-key="item:42"]`))); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/?interval=200")); err != nil {
+		t.Fatal(err)
+	}
+	if err := browsertest.WaitSelector(ctx, `tr[data-key="item:42"]`); err != nil {
 		t.Fatal(err)
 	}
 	share, absorbed, demand := text(`tr[data-key="item:42"] td.share`), text(`tr[data-key="item:42"] td.absorbed`), text(`tr[data-key="item:42"] td.qps`)
