@@ -4,11 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+	"github.com/google/gopacket/pcapgo"
 
 	"github.com/redis/go-redis/v9"
 
@@ -118,3 +125,74 @@ func TestTopEscapes(t *testing.T) {
 }
 
 func sleepMs(n int) { time.Sleep(time.Duration(n) * time.Millisecond) }
+
+// writeRedisPcap writes a pcap of one client connection to 127.0.0.1:6379
+// (handshake, then one GET of key per millisecond, n of them), as a
+// capture of a client sending hostile keys would hold.
+func writeRedisPcap(t *testing.T, path, key string, n int) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := pcapgo.NewWriter(f)
+	if err := w.WriteFileHeader(65535, layers.LinkTypeEthernet); err != nil {
+		t.Fatal(err)
+	}
+	cli, srv := net.IPv4(127, 0, 0, 2), net.IPv4(127, 0, 0, 1)
+	start := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
+	cseq, sseq := uint32(1000), uint32(5000)
+	write := func(at time.Duration, fromClient bool, syn, ack bool, payload []byte) {
+		eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, EthernetType: layers.EthernetTypeIPv4}
+		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: cli, DstIP: srv}
+		tcp := &layers.TCP{SrcPort: 40000, DstPort: 6379, Seq: cseq, Ack: sseq, SYN: syn, ACK: ack, PSH: len(payload) > 0, Window: 65535}
+		if !fromClient {
+			ip.SrcIP, ip.DstIP = srv, cli
+			tcp.SrcPort, tcp.DstPort, tcp.Seq, tcp.Ack = 6379, 40000, sseq, cseq
+		}
+		tcp.SetNetworkLayerForChecksum(ip)
+		buf := gopacket.NewSerializeBuffer()
+		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, tcp, gopacket.Payload(payload)); err != nil {
+			t.Fatal(err)
+		}
+		b := buf.Bytes()
+		if err := w.WritePacket(gopacket.CaptureInfo{Timestamp: start.Add(at), CaptureLength: len(b), Length: len(b)}, b); err != nil {
+			t.Fatal(err)
+		}
+		adv := uint32(len(payload))
+		if syn {
+			adv = 1
+		}
+		if fromClient {
+			cseq += adv
+		} else {
+			sseq += adv
+		}
+	}
+	write(0, true, true, false, nil)
+	write(time.Microsecond, false, true, true, nil)
+	write(2*time.Microsecond, true, false, true, nil)
+	get := fmt.Appendf(nil, "*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", len(key), key)
+	for i := range n {
+		at := time.Duration(i+1) * time.Millisecond
+		write(at, true, false, true, get)
+		write(at+10*time.Microsecond, false, false, true, []byte("$-1\r\n"))
+	}
+}
+
+// TestReplayTextEscapes replays a capture whose client sent a key with an
+// OSC title sequence and a newline: `replay --output text` prints the key
+// quoted, on one row.
+func TestReplayTextEscapes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hostile.pcap")
+	writeRedisPcap(t, path, "k\x1b]0;pwned\x07\nFORGED", 2000)
+	out, errs, code := runCLI(t, "replay", "--output", "text", "--hot-qps", "100", "--progress", "never", path)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, `"k\x1b]0;pwned\a\nFORGED"`) {
+		t.Fatalf("hostile key not printed quoted:\n%s\n%s", out, errs)
+	}
+	terminalSafe(t, out, strings.Count(out, "\n"))
+}

@@ -256,7 +256,7 @@ func (d *daemon) run(ctx context.Context) error {
 		// Subscribers missed what was lost: the exit status says so, as
 		// replay's does, so a supervisor or a script sees it.
 		if lost := pub.Stats().Dropped - before; (cerr != nil || lost > 0) && perr == nil {
-			perr = fmt.Errorf("publish on shutdown: %d events not published to %s: %w", lost, d.target.Redacted, cmp.Or(cerr, errLostOnClose))
+			perr = fmt.Errorf("publish on shutdown: %d event(s) not published to %s: %w", lost, d.target.Redacted, cmp.Or(cerr, errLostOnClose))
 		}
 	}
 	if srv != nil {

@@ -54,7 +54,7 @@ func TestRunExitLostEvents(t *testing.T) {
 	}
 	lines := d.stderr.lines()
 	last := lines[len(lines)-1]
-	if !strings.HasPrefix(last, "hotsniff: publish on shutdown: ") || !strings.Contains(last, "events not published to redis://127.0.0.1:6391") {
+	if !strings.HasPrefix(last, "hotsniff: publish on shutdown: ") || !strings.Contains(last, "event(s) not published to redis://127.0.0.1:6391") {
 		t.Errorf("last line %q, want the lost-events error", last)
 	}
 	t.Logf("%s", last)
