@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
@@ -28,8 +30,8 @@ import (
 //     process start time;
 //   - on exit an instance deletes its own filters only;
 //   - at start it deletes the filters of instances that are provably dead
-//     (same pid namespace, and that pid is gone or is a newer process),
-//     and leaves every other filter alone.
+//     (their liveness socket, below, is gone; in our pid namespace, also
+//     their pid), and leaves every other filter alone.
 //
 // The programs return TC_ACT_UNSPEC, which passes the packet on to the next
 // filter, so every instance sees every packet.
@@ -123,28 +125,84 @@ func procStart(pid uint64) (uint64, error) {
 	return strconv.ParseUint(f[19], 10, 64)
 }
 
+// Liveness across pid namespaces. In Kubernetes every container has its
+// own pid namespace, so a replacement pod cannot look up the pid of the one
+// that was killed. What the instances do share is the network namespace
+// (the filters are on its interfaces), and abstract unix socket names are
+// scoped by network namespace: each instance binds one named after itself
+// before it adds a filter and holds it until it exits, when the kernel
+// frees the name. A filter whose owner's name refuses connections has no
+// live owner.
+
+// livenessName is the abstract socket name of an instance.
+func (i instance) livenessName() string { return "@" + i.filterName("alive") }
+
+var (
+	livenessMu sync.Mutex
+	liveness   = map[string]net.Listener{} // by network namespace
+)
+
+// holdLiveness binds this instance's liveness socket in the calling
+// thread's network namespace, once; it stays bound until the process exits.
+func holdLiveness(me instance) error {
+	ns, err := os.Readlink("/proc/thread-self/ns/net")
+	if err != nil {
+		return fmt.Errorf("read network namespace: %w", err)
+	}
+	livenessMu.Lock()
+	defer livenessMu.Unlock()
+	if liveness[ns] != nil {
+		return nil
+	}
+	l, err := net.Listen("unix", me.livenessName())
+	if err != nil {
+		return fmt.Errorf("bind liveness socket %s: %w", me.livenessName(), err)
+	}
+	liveness[ns] = l
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return nil
+}
+
 // stale reports whether the instance that added a filter is provably
-// gone: it ran in our pid namespace and its pid is free or belongs to a
-// process started at another time. Instances of other pid namespaces
-// (another container sharing the network namespace) cannot be checked and
-// are never stale.
+// gone: nothing holds its liveness socket in this network namespace
+// (connecting is refused), and, when it ran in our pid namespace, its pid
+// is free or belongs to a process started at another time. Any other
+// answer (a connection, a timeout, an error) keeps the filter.
 func (i instance) stale() bool {
 	me, err := self()
-	if err != nil || i.pidNS != me.pidNS {
+	if err != nil || i == me {
 		return false
 	}
-	if i.pid == me.pid && i.start == me.start {
+	if i.pidNS == me.pidNS {
+		start, err := procStart(i.pid)
+		if err == nil && start == i.start {
+			return false // alive here, whatever its socket says
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return false
+		}
+	}
+	c, err := net.DialTimeout("unix", i.livenessName(), time.Second)
+	if err == nil {
+		c.Close()
 		return false
 	}
-	start, err := procStart(i.pid)
-	if errors.Is(err, os.ErrNotExist) {
-		return true
-	}
-	return err == nil && start != i.start
+	return errors.Is(err, unix.ECONNREFUSED)
 }
 
 func (a *Attachment) attachClsact(l netlink.Link, dir ebpf.AttachType, prog *ebpf.Program) error {
 	me, err := self()
+	if err == nil {
+		err = holdLiveness(me)
+	}
 	if err != nil {
 		return fmt.Errorf("add tc filter to %s: %w", a.Iface, err)
 	}

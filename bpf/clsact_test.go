@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"testing"
@@ -35,8 +36,20 @@ func TestInstanceStale(t *testing.T) {
 	if !(instance{me.pidNS, uint64(os.Getppid()), 0}).stale() {
 		t.Error("reused pid not stale")
 	}
-	// Another pid namespace cannot be checked: never stale.
-	if (instance{me.pidNS + 1, uint64(cmd.Process.Pid), 1}).stale() {
-		t.Error("instance of another pid namespace taken as stale")
+	// Another pid namespace: judged by its liveness socket alone.
+	other := instance{me.pidNS + 1, 4242, 7}
+	if !other.stale() {
+		t.Error("instance of another pid namespace without a liveness socket not stale")
+	}
+	l, err := net.Listen("unix", other.livenessName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.stale() {
+		t.Error("instance holding its liveness socket taken as stale")
+	}
+	l.Close()
+	if !other.stale() {
+		t.Error("instance whose liveness socket closed not stale")
 	}
 }

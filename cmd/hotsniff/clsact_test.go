@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -137,6 +140,37 @@ func TestClsactInstances(t *testing.T) {
 	if _, m := d.waitMetric(t, `hotsniff_requests_total{op="GET",proto="redis"}`, 300); m[`hotsniff_requests_total{op="GET",proto="redis"}`] != 300 {
 		t.Errorf("new daemon counted %v, want 300", m[`hotsniff_requests_total{op="GET",proto="redis"}`])
 	}
+
+	// As in Kubernetes, where every container has its own pid namespace:
+	// an instance in another pid namespace (pid 1 there) is SIGKILLed; the
+	// next start cannot look its pid up, but its liveness socket in the
+	// shared network namespace is gone, so its filters go too. d, alive in
+	// yet another pid namespace than the test's, keeps its own.
+	unshare := netnstest.Need(t, "unshare")
+	pk := startDaemonWrapped(t, p, []string{unshare, "--pid", "--fork", "--mount-proc", "--kill-child"}, 19480, c, "http", "", "", "--capture", "tc", "--port", "redis=6379")
+	if got := clsactFilters(t, p); len(got) != 6 || len(slices.DeleteFunc(slices.Clone(got), func(f string) bool { return !strings.Contains(f, " pid 1 ") })) != 2 {
+		t.Errorf("filters with the pid-namespaced instance: %q", got)
+	}
+	_ = pk.stop(t, syscall.SIGKILL)
+	e := startDaemonWrapped(t, p, []string{unshare, "--pid", "--fork", "--mount-proc", "--kill-child"}, 19481, c, "http", "", "", "--capture", "tc", "--port", "redis=6379")
+	if !regexpMatch(`removed tc filter of a dead hotsniff.*pid=1\b`, e.log()) {
+		t.Errorf("filters of the killed pid-namespaced instance not removed:\n%s", e.log())
+	}
+	if got := clsactFilters(t, p); len(got) != 6 {
+		t.Errorf("filters %q, want a's, d's and e's", got)
+	}
+	gets(t, rc, 200, 2100, a)
+	// unshare ignores SIGTERM while it waits: the daemon (its child) gets it.
+	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", e.cmd.Process.Pid, e.cmd.Process.Pid))
+	child, _ := strconv.Atoi(strings.TrimSpace(string(kids)))
+	if err != nil || child == 0 {
+		t.Fatalf("daemon under unshare: children %q: %v", kids, err)
+	}
+	syscall.Kill(child, syscall.SIGTERM)
+	if err := e.stop(t, syscall.SIGTERM); err != nil {
+		t.Errorf("exit: %v\n%s", err, e.log())
+	}
+	filtersOf(t, p, a, d)
 
 	for _, x := range []*daemonProc{a, d} {
 		if err := x.stop(t, syscall.SIGTERM); err != nil {

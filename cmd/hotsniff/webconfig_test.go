@@ -97,13 +97,21 @@ func writeFile(t *testing.T, path string, b []byte) {
 // client (TLS, credentials) to wait for /readyz with.
 func startDaemonOn(t *testing.T, p *netnstest.Pair, port int, c *http.Client, scheme, user, pass string, args ...string) *daemonProc {
 	t.Helper()
+	return startDaemonWrapped(t, p, nil, port, c, scheme, user, pass, args...)
+}
+
+// startDaemonWrapped is startDaemonOn through a wrapper command (unshare,
+// setpriv) run inside the namespace.
+func startDaemonWrapped(t *testing.T, p *netnstest.Pair, wrapper []string, port int, c *http.Client, scheme, user, pass string, args ...string) *daemonProc {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	httpAddr := fmt.Sprintf("%s:%d", p.NSIP, port)
 	args = append([]string{"run", "--iface", p.NSIface, "--listen", httpAddr, "--node", "test-node"}, args...)
-	cmd := p.Command(context.Background(), self, args...)
+	argv := append(append(append([]string(nil), wrapper...), self), args...)
+	cmd := p.Command(context.Background(), argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "HOTSNIFF_TEST_MAIN=1")
 	d := &daemonProc{cmd: cmd, http: scheme + "://" + httpAddr, stderr: &syncBuf{}}
 	cmd.Stdout = io.Discard
