@@ -42,10 +42,11 @@
     svg.setAttribute("width", W);
     svg.setAttribute("height", H);
     svg.setAttribute("viewBox", "0 0 " + W + " " + H);
+    // From zero to the highest rate seen; the samples there are span the
+    // width (a key just turned hot gets a readable line at once).
     const max = Math.max(1, ...hist);
-    const step = W / (HISTORY - 1);
-    const off = HISTORY - hist.length;
-    const pts = hist.map((v, i) => ((off + i) * step).toFixed(1) + "," + (H - 1 - (v / max) * (H - 2)).toFixed(1));
+    const step = W / Math.max(hist.length - 1, 1);
+    const pts = hist.map((v, i) => (i * step).toFixed(1) + "," + (H - 1 - (v / max) * (H - 2)).toFixed(1));
     if (pts.length === 1) pts.push(pts[0]);
     const pl = document.createElementNS(NS, "polyline");
     pl.setAttribute("points", pts.join(" "));
