@@ -125,7 +125,9 @@ func startDaemonWrapped(t *testing.T, p *netnstest.Pair, wrapper []string, port 
 			_ = cmd.Wait()
 		}
 	})
-	deadline := time.Now().Add(15 * time.Second)
+	// Generous: loading and verifying the programs takes seconds on a
+	// loaded 2-core CI machine; a ready daemon answers at once.
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		req, _ := http.NewRequest("GET", d.http+"/readyz", nil)
 		if user != "" {
