@@ -42,6 +42,7 @@ export function ioredisTransport(c: any): ChannelTransport {
       first = false;
       h.onSubscribed();
     },
+    ping: () => sub.ping(),
     get: (key) => c.get(key),
     async close() {
       sub.disconnect();

@@ -36,6 +36,7 @@ export function nodeRedisTransport(c: any): ChannelTransport {
       first = false;
       h.onSubscribed();
     },
+    ping: () => sub.ping(),
     get: (key) => (c._self ?? c).get(key),
     async close() {
       if (sub.isOpen) await sub.quit().catch(() => sub.disconnect?.());

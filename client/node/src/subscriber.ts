@@ -26,6 +26,8 @@ export interface ChannelTransport {
    * (re)established, onMessage for each message, onLost when the link drops. */
   start(channel: string, h: { onSubscribed(): void; onMessage(p: string | Buffer): void; onLost(err: unknown): void }): Promise<void>;
   get(key: string): Promise<string | Buffer | null>;
+  /** PING on the subscription, to find a dead link on a silent channel. */
+  ping(): Promise<unknown>;
   close(): Promise<void>;
 }
 
@@ -40,6 +42,8 @@ export interface SubscriberOptions {
   retryDelayMs?: number;
   maxRetries?: number;
   restartWindow?: number;
+  /** How long the channel may stay silent before the link is checked with PING (default 15000). */
+  pingIntervalMs?: number;
   logger?: Logger;
 }
 
@@ -149,6 +153,8 @@ export class Subscriber {
   private readonly retryDelay: number;
   private readonly maxRetries: number;
   private readonly restartWindow: number;
+  private readonly pingInterval: number;
+  private lastHeard = now();
   private readonly log: Logger;
 
   constructor(private transport: ChannelTransport, private handler: SubscriberHandler, opt: SubscriberOptions = {}) {
@@ -157,12 +163,24 @@ export class Subscriber {
     this.retryDelay = opt.retryDelayMs ?? 250;
     this.maxRetries = opt.maxRetries ?? 20;
     this.restartWindow = opt.restartWindow ?? 2 ** 20;
+    this.pingInterval = opt.pingIntervalMs ?? 15_000;
     this.log = opt.logger ?? console;
     this.synced = new Promise((r) => (this.resolveSynced = r));
   }
 
   async start(): Promise<void> {
-    this.expireTimer = setInterval(() => this.set.expire(now()), 1000);
+    this.expireTimer = setInterval(() => {
+      const t = now();
+      this.set.expire(t);
+      if (t - this.lastHeard >= this.pingInterval) {
+        // A quiet channel: check the link (the library reconnects a dead
+        // one, and the resubscription reloads the snapshot).
+        this.lastHeard = t;
+        this.transport.ping().catch((err) => {
+          if (!this.failing && !this.closed) this.log.warn(`hotsniff: hot-key subscription PING failed: ${String(err)}`);
+        });
+      }
+    }, 1000);
     this.expireTimer.unref();
     await this.transport.start(this.channel, {
       onSubscribed: () => this.push({ kind: 'subscribed' }),
@@ -193,6 +211,7 @@ export class Subscriber {
   // awaited before the next message is applied.
   private push(it: Item): void {
     if (this.closed) return;
+    this.lastHeard = now();
     this.queue.push(it);
     if (!this.pumping) void this.pump();
   }

@@ -83,3 +83,15 @@ test('node-redis: served values, close unwraps', async () => {
   assert.equal(await gets(), n + 1);
   await c.quit();
 });
+
+test('a silent channel is checked with PING', async () => {
+  const r = new IORedis({ port });
+  const shim = await install(r, { channel: 'tp', subscriber: { pingIntervalMs: 1000 } });
+  await shim.synced;
+  const before = Number(/cmdstat_ping:calls=(\d+)/.exec(await admin.info('commandstats'))?.[1] ?? 0);
+  await new Promise((res) => setTimeout(res, 2500));
+  const after = Number(/cmdstat_ping:calls=(\d+)/.exec(await admin.info('commandstats'))?.[1] ?? 0);
+  assert.ok(after > before, `PINGs ${before} -> ${after}`);
+  await shim.close();
+  r.disconnect();
+});
