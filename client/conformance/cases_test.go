@@ -297,6 +297,27 @@ var cases = []tcase{
 			e.waitReload(reloads)
 			e.expectGets("k", "v2", 1, 0)
 		}},
+	{name: "channel-reconnect", what: "a lost subscription is restored by itself and reloads the snapshot, dropping cached values (messages may have been missed)",
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			e.writeSnapshot()
+			reloads := e.stat("reloads")
+			// The channel server drops every subscriber connection; a write
+			// happens meanwhile and its invalidate is never seen.
+			if err := e.s.chanC.Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+				e.t.Fatal(err)
+			}
+			e.set("k", "v2")
+			e.waitReload(reloads)
+			e.expectGets("k", "v2", 1, 0)
+			// And the restored subscription carries messages again.
+			e.publish(e.ev(event.TypeCold, "k"))
+			e.sync()
+			e.expectGets("k", "v2", 1, 1)
+		}},
 	{name: "stale-seq-ignored", what: "a message with a seq already seen is ignored",
 		run: func(e *env) {
 			e.set("k", "v1")
