@@ -143,6 +143,16 @@ func runGoAdapter(cfgJSON string, in io.Reader, out io.Writer) error {
 			if err == nil || errors.Is(err, redis.Nil) {
 				res["value"], err = str(c.Result())
 			}
+		case "pipeline_write_read":
+			var c *redis.StringCmd
+			_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, k, req.Value, 0)
+				c = p.Get(ctx, k)
+				return nil
+			})
+			if err == nil {
+				res["value"], err = str(c.Result())
+			}
 		case "multi_get":
 			var c *redis.StringCmd
 			_, err = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error { c = p.Get(ctx, k); return nil })

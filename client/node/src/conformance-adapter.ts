@@ -31,6 +31,7 @@ interface Ops {
   hmget(k: any, fs: string[]): Promise<any>; hgetall(k: any): Promise<any>; set(k: any, v: string): Promise<any>;
   hset(k: any, f: string, v: string): Promise<any>; del(k: any): Promise<any>; do(args: string[]): Promise<any>;
   pipelineSet(k: any, v: string): Promise<any>; pipelineGet(k: any): Promise<any>; multiGet(k: any): Promise<any>;
+  pipelineWriteRead(k: any, v: string): Promise<any>;
   watchGet(k: any): Promise<any>;
 }
 
@@ -47,6 +48,7 @@ async function ioredisOps(cfg: Config): Promise<{ client: any; chan: any; ops: O
     do: (args) => r.call(args[0], ...args.slice(1)),
     pipelineSet: (k, v) => r.pipeline().set(k, v).exec(),
     pipelineGet: async (k) => (await r.pipeline().get(k).exec())![0][1],
+    pipelineWriteRead: async (k, v) => (await r.pipeline().set(k, v).get(k).exec())![1][1],
     multiGet: async (k) => (await r.multi().get(k).exec())![0][1],
     watchGet: async (k) => {
       await r.watch(k);
@@ -73,6 +75,7 @@ async function nodeRedisOps(cfg: Config): Promise<{ client: any; chan: any; ops:
     do: (args) => r.sendCommand(args),
     pipelineSet: (k, v) => r.multi().set(k, v).execAsPipeline(),
     pipelineGet: async (k) => (await r.multi().get(k).execAsPipeline())[0],
+    pipelineWriteRead: async (k, v) => (await r.multi().set(k, v).get(k).execAsPipeline())[1],
     multiGet: async (k) => (await r.multi().get(k).exec())[0],
     watchGet: async (k) => {
       await r.watch(k);
@@ -121,6 +124,7 @@ async function main(): Promise<number> {
         case 'do': await ops.do(req.args); break;
         case 'pipeline_set': await ops.pipelineSet(k, req.value); break;
         case 'pipeline_get': res = { value: str(await ops.pipelineGet(k)) }; break;
+        case 'pipeline_write_read': res = { value: str(await ops.pipelineWriteRead(k, req.value)) }; break;
         case 'multi_get': res = { value: str(await ops.multiGet(k)) }; break;
         case 'watch_get': res = { value: str(await ops.watchGet(k)) }; break;
         case 'burst': {

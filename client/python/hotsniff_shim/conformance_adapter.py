@@ -94,6 +94,11 @@ def main() -> int:
                 p = r.pipeline(transaction=False)
                 p.get(key(req))
                 out = {"value": _s(p.execute()[0])}
+            elif op == "pipeline_write_read":
+                p = r.pipeline(transaction=False)
+                p.set(key(req), req["value"])
+                p.get(key(req))
+                out = {"value": _s(p.execute()[1])}
             elif op == "multi_get":
                 p = r.pipeline(transaction=True)
                 p.get(key(req))
