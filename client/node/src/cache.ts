@@ -96,6 +96,7 @@ export class Core implements SubscriberHandler {
   private lastHot = -Infinity;
   private house: NodeJS.Timeout | undefined;
   private lastResolve = 0;
+  private lastYield = 0;
   readonly m = { hits: 0, staleHits: 0, misses: 0, admissions: 0, refreshes: 0, fetchErrors: 0, absorbedReports: 0 };
   readonly invalidations: Record<Inval, number> = { write: 0, event: 0, tracking: 0, cold: 0, snapshot: 0, flush: 0 };
   readonly evictions: Record<Evict, number> = { capacity: 0, not_hot: 0, idle: 0, mode_end: 0 };
@@ -235,6 +236,16 @@ export class Core implements SubscriberHandler {
     }
     this.updateMode(t);
     if (t - this.lastResolve > 30_000) void this.resolve();
+  }
+
+  /** Whether this hit should be answered on the next turn of the event
+   * loop (setImmediate) instead of at once: a local hit needs no I/O, so a
+   * loop of awaited hits would never let the loop read the channel (an
+   * invalidate) or a refresh's reply. Once a millisecond is enough. */
+  shouldYield(t: number): boolean {
+    if (t - this.lastYield < 1) return false;
+    this.lastYield = t;
+    return true;
   }
 
   // -- the cache -----------------------------------------------------------------

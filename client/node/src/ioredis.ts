@@ -103,9 +103,12 @@ export function installIoredis(redis: any, core: Core): () => void {
 
   const get = (cmd: Cmd): unknown => {
     const key = keyString(cmd.args[0]);
-    const a = core.acquire(key, KIND_STRING, now());
+    const t = now();
+    const a = core.acquire(key, KIND_STRING, t);
     if (a.act === Act.Hit) {
-      cmd.resolve(a.v!.raw);
+      const raw = a.v!.raw;
+      if (core.shouldYield(t)) setImmediate(() => cmd.resolve(raw));
+      else cmd.resolve(raw);
       return cmd.promise;
     }
     if (a.act === Act.Pass) return send(cmd);
@@ -135,7 +138,8 @@ export function installIoredis(redis: any, core: Core): () => void {
     const out: unknown[] = new Array(args.length);
     plan.forEach((p, i) => (p.act === Act.Hit ? (out[i] = p.v!.raw) : idx.push(i)));
     if (idx.length === 0) {
-      cmd.resolve(out);
+      if (core.shouldYield(t)) setImmediate(() => cmd.resolve(out));
+      else cmd.resolve(out);
       return cmd.promise;
     }
     fetch(cmd, tickets, 'mget', idx.map((i) => args[i])).then(
@@ -190,9 +194,12 @@ export function installIoredis(redis: any, core: Core): () => void {
   };
 
   const hash = (cmd: Cmd, answer: (v: Value) => unknown): unknown => {
-    const a = core.acquire(keyString(cmd.args[0]), KIND_HASH, now());
+    const t = now();
+    const a = core.acquire(keyString(cmd.args[0]), KIND_HASH, t);
     if (a.act === Act.Hit) {
-      cmd.resolve(answer(a.v!));
+      const v = a.v!;
+      if (core.shouldYield(t)) setImmediate(() => cmd.resolve(answer(v)));
+      else cmd.resolve(answer(v));
       return cmd.promise;
     }
     if (a.act === Act.Pass) return send(cmd);

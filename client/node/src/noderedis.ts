@@ -87,9 +87,14 @@ export function installNodeRedis(client: any, core: Core): () => void {
     return p;
   };
 
+  // A hit's answer, now or on the next turn of the event loop (see shouldYield).
+  const hit = (t: number, x: unknown): unknown =>
+    core.shouldYield(t) ? new Promise((r) => setImmediate(() => r(x))) : x;
+
   const get = async (args: Arg[], options: any): Promise<unknown> => {
-    const a = core.acquire(keyString(args[1]), KIND_STRING, now());
-    if (a.act === Act.Hit && a.v!.tag === tagOf(options)) return a.v!.raw;
+    const t = now();
+    const a = core.acquire(keyString(args[1]), KIND_STRING, t);
+    if (a.act === Act.Hit && a.v!.tag === tagOf(options)) return hit(t, a.v!.raw);
     if (a.act !== Act.Fetch) return send(args, options);
     const tk = a.t!;
     try {
@@ -116,7 +121,7 @@ export function installNodeRedis(client: any, core: Core): () => void {
     const idx: number[] = [];
     const out: unknown[] = new Array(keys.length);
     plan.forEach((p, i) => (p.act === Act.Hit ? (out[i] = p.v!.raw) : idx.push(i)));
-    if (idx.length === 0) return out;
+    if (idx.length === 0) return hit(t, out);
     try {
       const rv = (await fetch(tickets, [args[0], ...idx.map((i) => keys[i])], options)) as unknown[];
       if (!Array.isArray(rv) || rv.length !== idx.length) throw new Error('mget: reply length does not match the keys sent');
@@ -135,8 +140,9 @@ export function installNodeRedis(client: any, core: Core): () => void {
   };
 
   const hash = async (args: Arg[], options: any, answer: (v: Value) => unknown): Promise<unknown> => {
-    const a = core.acquire(keyString(args[1]), KIND_HASH, now());
-    if (a.act === Act.Hit && a.v!.tag === tagOf(options)) return answer(a.v!);
+    const t = now();
+    const a = core.acquire(keyString(args[1]), KIND_HASH, t);
+    if (a.act === Act.Hit && a.v!.tag === tagOf(options)) return hit(t, answer(a.v!));
     if (a.act !== Act.Fetch) return send(args, options);
     const tk = a.t!;
     let r: unknown;
