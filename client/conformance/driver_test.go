@@ -476,8 +476,6 @@ func (e *env) cmdstats() map[string][2]int {
 	return out
 }
 
-func (e *env) calls(cmd string) int { e.t.Helper(); return e.cmdstats()[cmd][0] }
-
 // remote runs f and returns how many times each command reached the
 // cache server meanwhile.
 func (e *env) remote(f func()) map[string]int {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -210,7 +209,8 @@ func buildHotsniff(t *testing.T) string {
 	t.Helper()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		// CI puts Go in /usr/local/go/bin; a root shell may not have it on PATH.
+		goBin = "/usr/local/go/bin/go"
 	}
 	out := filepath.Join(t.TempDir(), "hotsniff")
 	cmd := exec.Command(goBin, "build", "-o", out, "./cmd/hotsniff")
