@@ -47,8 +47,18 @@ type Config struct {
 	// evicted (and announced cold). 1024.
 	MaxHot int `yaml:"max_hot"`
 	// InvalidateGap merges identical invalidates of one key closer than this;
-	// the first is always sent, and a merged one is sent after the gap. 1ms.
+	// the first is always sent, and a merged one is sent after the gap, so
+	// a key gets at most one invalidate per gap and its last write is
+	// always invalidated. 10ms.
 	InvalidateGap time.Duration `yaml:"invalidate_gap"`
+	// LocalTTL is the client shims' local expiry (their LocalTTL, 50ms by
+	// default): the cacheable verdict is judged against it.
+	LocalTTL time.Duration `yaml:"local_ttl"`
+	// UncacheableWrites: a hot key whose write rate reaches this many writes
+	// per LocalTTL is published "cacheable":false (shims stop caching it, its
+	// writes stop producing invalidates); it turns cacheable again below
+	// half of it. 1 (docs/detection.md derives it). Negative: never.
+	UncacheableWrites float64 `yaml:"uncacheable_writes"`
 	// Rules are per-key-pattern thresholds; the first match wins.
 	Rules []Rule `yaml:"rules"`
 	// Ignore lists key patterns that are never reported.
@@ -91,10 +101,13 @@ const (
 	defaultBuckets  = 4096
 	defaultMaxHot   = 1024
 	defaultCold     = 0.7
-	defaultInvGap   = time.Millisecond
+	defaultInvGap   = 10 * time.Millisecond
+	defaultLocalTTL = 50 * time.Millisecond
 	minWindow       = 400 * time.Millisecond
 	maxWindow       = 20 * time.Second
-	countsAtHotRate = 800 // requests a key at the threshold adds per window
+	// defaultUncacheableWrites: one write per local TTL (docs/detection.md).
+	defaultUncacheableWrites = 1
+	countsAtHotRate          = 800 // requests a key at the threshold adds per window
 )
 
 // withDefaults validates c and fills in the defaults.
@@ -145,6 +158,18 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.InvalidateGap == 0 {
 		c.InvalidateGap = defaultInvGap
+	}
+	if c.LocalTTL < 0 {
+		return c, errors.New("check local_ttl: must not be negative")
+	}
+	if c.LocalTTL == 0 {
+		c.LocalTTL = defaultLocalTTL
+	}
+	if math.IsNaN(c.UncacheableWrites) || math.IsInf(c.UncacheableWrites, 0) {
+		return c, fmt.Errorf("check uncacheable_writes: %v is not a number", c.UncacheableWrites)
+	}
+	if c.UncacheableWrites == 0 {
+		c.UncacheableWrites = defaultUncacheableWrites
 	}
 	t := &c.Tair
 	if t.Buckets == 0 {

@@ -50,6 +50,7 @@ type Stats struct {
 	Evictions      uint64 // hot keys evicted because the list was full (MaxHot)
 	Invalidates    uint64 // invalidate events sent
 	InvalMerged    uint64 // writes merged into an invalidate sent less than InvalidateGap before
+	Verdicts       uint64 // cacheable verdict changes announced (writes.go)
 	Ignored        uint64 // keys that reached a threshold but match the ignore list
 	Late           uint64 // reads dropped: more than a sub-window older than the clock
 	ClockResets    uint64 // clock restarted after a jump of more than 10s
@@ -264,6 +265,7 @@ func (d *Detector) resetClock(ts int64) {
 		e.win = window{epoch: d.epoch}
 		e.since, e.lastSeen, e.lastEmit, e.lastInval = ts, ts, ts, ts
 		e.expires = ts + d.lifetime
+		e.resetWrites(ts, d.epoch)
 		// The measurement restarts: give it a window before judging it.
 		e.win.ring[d.epoch&(numSub-1)] = uint32(min(e.thr*float64(d.win)/1e9, math.MaxUint32))
 		e.win.sum = uint64(e.win.ring[d.epoch&(numSub-1)])
@@ -306,6 +308,7 @@ func (d *Detector) scan() {
 			d.removeHot(i)
 			continue
 		}
+		d.judgeWrites(e)
 		if d.def != nil && d.now-e.lastEmit >= d.refresh {
 			d.st.Refreshes++
 			e.lastEmit = d.now
@@ -346,6 +349,7 @@ func (d *Detector) promote(h uint64, f *decode.Flow, ns int32, k decode.Key, thr
 	e.since = since
 	e.lastSeen, e.lastEmit = d.now, d.now
 	e.expires = d.now + d.lifetime
+	e.resetWrites(d.now, d.epoch)
 	e.gate = uint32(h >> (64 - gateBits))
 	d.gate[e.gate]++
 	d.st.Hot++
@@ -373,7 +377,7 @@ func (d *Detector) removeHot(i int) {
 // the last write is never left uninvalidated.
 func (d *Detector) write(h uint64, f *decode.Flow, ns int32, key []byte) {
 	e := d.hot.find(h, f, ns, key)
-	if e == nil {
+	if e == nil || d.countWrite(e) {
 		return
 	}
 	if e.invalSent && d.now-e.lastInval < d.invGap {
@@ -411,6 +415,9 @@ func (d *Detector) toEvent(e *hotEntry, typ string, qps float64) event.Event {
 		TTLms:  d.ttlMs,
 		TS:     time.Unix(0, d.now).UTC(),
 		Source: event.SourceDetected,
+
+		WriteQPS:    math.Round(e.wr.qps*10) / 10,
+		Uncacheable: e.wr.uncacheable,
 	}
 }
 
@@ -453,8 +460,11 @@ func (d *Detector) DrainLatencies(dst []time.Duration) []time.Duration {
 
 // Flush brings HotSet and Stats up to date with everything observed so far
 // without moving the clock: the end of a replay, where no later packet or
-// Tick will. Like Key and Tick, it runs on the observing goroutine.
-func (d *Detector) Flush() { d.publish(true) }
+// Tick will. Merged invalidates still waiting for their gap are sent. Like Key and Tick, it runs on the observing goroutine.
+func (d *Detector) Flush() {
+	d.flushPending()
+	d.publish(true)
+}
 
 // HotSet returns a copy of the current hot set as hot events (current qps),
 // as of the last sub-window boundary or Tick.

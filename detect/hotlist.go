@@ -28,6 +28,7 @@ type hotEntry struct {
 	lastInval int64 // last invalidate sent (ns)
 	invalSent bool  // an invalidate was sent since the key became hot
 	pending   bool  // a write was merged into the last invalidate: send one more
+	wr        writes
 }
 
 // hotList is the bounded set of hot keys: a dense array (so the periodic scan

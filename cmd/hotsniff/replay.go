@@ -35,6 +35,9 @@ func (d *detectFlags) register(cmd *cobra.Command) {
 	f.DurationVar(&d.cfg.TTL, "ttl", 60*time.Second, "how long a client may treat a key as hot without a refresh (ttl_ms)")
 	f.DurationVar(&d.cfg.Window, "window", 0, "rate measurement window (0: chosen from --hot-qps)")
 	f.IntVar(&d.cfg.MaxHot, "max-hot", 1024, "most keys hot at once (least recently seen is dropped)")
+	f.DurationVar(&d.cfg.InvalidateGap, "invalidate-interval", 10*time.Millisecond, "at most one invalidate per key per interval; writes in between are merged into one sent when it ends")
+	f.DurationVar(&d.cfg.LocalTTL, "local-ttl", 50*time.Millisecond, "the client shims' local TTL; the cacheable verdict is judged against it")
+	f.Float64Var(&d.cfg.UncacheableWrites, "uncacheable-writes", 1, "publish a key cacheable:false when its writes per --local-ttl reach this (negative: never)")
 	f.StringVar(&d.output, "output", "jsonl", "event format on stdout: jsonl or text")
 	f.StringVar(&d.node, "node", "", "node name in events (default: the host name; env HOTSNIFF_NODE)")
 }
