@@ -47,6 +47,10 @@ type Snapshot struct {
 	PublishErrors  uint64
 	PublishDropped uint64
 	PublishLag     float64 // seconds from event time to PUBLISH of the last batch
+	// PublishMessages counts channel messages (a v2 message carries a
+	// batch); PublishShed the refreshes the node's message budget shed,
+	// PublishDelayed the events that waited for it.
+	PublishMessages, PublishShed, PublishDelayed uint64
 	// DetectionLatency holds onset-to-event latencies (seconds) observed
 	// since the previous Update; they feed a histogram.
 	DetectionLatency []float64
@@ -60,6 +64,7 @@ type Collector struct {
 
 	packets, dropped, truncated, requests, keys, decodeErrs, gaps, lost,
 	flows, buffered, evicted, hot, published, pubErrs, pubDropped, pubLag *prometheus.Desc
+	pubMsgs, pubOverflow *prometheus.Desc
 }
 
 // New returns a Collector; register it with a prometheus.Registry.
@@ -73,22 +78,24 @@ func New() *Collector {
 			Help:    "Time from a key's traffic crossing the threshold to its hot event, in packet time.",
 			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5},
 		}),
-		packets:    d("packets_total", "Packets seen by the capture.", "iface", "mode"),
-		dropped:    d("capture_dropped_total", "Packets or records lost by the capture.", "iface", "reason"),
-		truncated:  d("capture_truncated_bytes_total", "Payload bytes not copied by the capture (copy limit, snap length).", "iface"),
-		requests:   d("requests_total", "Decoded requests (MGET a b is one).", "proto", "op"),
-		keys:       d("keys_total", "Decoded key occurrences (MGET a b is two), reads and writes.", "proto"),
-		decodeErrs: d("decode_errors_total", "Bytes the decoders could not make sense of, by reason.", "proto", "reason"),
-		gaps:       d("stream_gaps_total", "Times a decoder lost bytes of a connection and resynchronised.", "proto"),
-		lost:       d("stream_lost_bytes_total", "Stream bytes never seen: holes given up on and snap-length cuts."),
-		flows:      d("stream_flows", "Connections tracked now."),
-		buffered:   d("stream_buffered_bytes", "Bytes held for reassembly now."),
-		evicted:    d("stream_flows_evicted_total", "Connections dropped to respect the flow and memory bounds."),
-		hot:        d("hot_keys", "Keys hot now.", "proto"),
-		published:  d("published_total", "Events published.", "type"),
-		pubErrs:    d("publish_errors_total", "Failed publish attempts."),
-		pubDropped: d("publish_queue_dropped_total", "Events dropped because the publish queue was full."),
-		pubLag:     d("publish_lag_seconds", "Event time to publish time of the last batch."),
+		packets:     d("packets_total", "Packets seen by the capture.", "iface", "mode"),
+		dropped:     d("capture_dropped_total", "Packets or records lost by the capture.", "iface", "reason"),
+		truncated:   d("capture_truncated_bytes_total", "Payload bytes not copied by the capture (copy limit, snap length).", "iface"),
+		requests:    d("requests_total", "Decoded requests (MGET a b is one).", "proto", "op"),
+		keys:        d("keys_total", "Decoded key occurrences (MGET a b is two), reads and writes.", "proto"),
+		decodeErrs:  d("decode_errors_total", "Bytes the decoders could not make sense of, by reason.", "proto", "reason"),
+		gaps:        d("stream_gaps_total", "Times a decoder lost bytes of a connection and resynchronised.", "proto"),
+		lost:        d("stream_lost_bytes_total", "Stream bytes never seen: holes given up on and snap-length cuts."),
+		flows:       d("stream_flows", "Connections tracked now."),
+		buffered:    d("stream_buffered_bytes", "Bytes held for reassembly now."),
+		evicted:     d("stream_flows_evicted_total", "Connections dropped to respect the flow and memory bounds."),
+		hot:         d("hot_keys", "Keys hot now.", "proto"),
+		published:   d("published_total", "Events published.", "type"),
+		pubErrs:     d("publish_errors_total", "Failed publish attempts."),
+		pubDropped:  d("publish_queue_dropped_total", "Events dropped because the publish queue was full."),
+		pubLag:      d("publish_lag_seconds", "Event time to publish time of the last batch."),
+		pubMsgs:     d("publish_messages_total", "Channel messages sent (one PUBLISH each; a v2 message carries a batch of events)."),
+		pubOverflow: d("publish_budget_overflow_total", "Events over this node's channel message budget: shed (refreshes left out) or delayed (waited, batched).", "action"),
 	}
 }
 
@@ -106,7 +113,7 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag} {
+	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.pubMsgs, c.pubOverflow} {
 		ch <- d
 	}
 	c.lat.Describe(ch)
@@ -153,6 +160,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.pubErrs, float64(s.PublishErrors))
 	counter(c.pubDropped, float64(s.PublishDropped))
 	gauge(c.pubLag, s.PublishLag)
+	counter(c.pubMsgs, float64(s.PublishMessages))
+	counter(c.pubOverflow, float64(s.PublishShed), "shed")
+	counter(c.pubOverflow, float64(s.PublishDelayed), "delayed")
 	c.lat.Collect(ch)
 }
 

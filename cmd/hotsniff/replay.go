@@ -112,6 +112,7 @@ func newReplayCmd() *cobra.Command {
 		sf    streamFlags
 		df    detectFlags
 		rf    redisFlags
+		chf   channelFlags
 		speed float64
 	)
 	cmd := &cobra.Command{
@@ -145,7 +146,11 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 					return err
 				}
 				defer rdb.Close()
-				pub, err = publish.New(rdb, publish.Options{Channel: rf.channel, Node: df.node})
+				opt := publish.Options{Channel: rf.channel, Node: df.node}
+				if err := chf.apply(&opt); err != nil {
+					return err
+				}
+				pub, err = publish.New(rdb, opt)
 				if err != nil {
 					return err
 				}
@@ -188,6 +193,7 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 	sf.register(cmd)
 	df.register(cmd)
 	rf.register(cmd.Flags())
+	chf.register(cmd.Flags())
 	cmd.Flags().Float64Var(&speed, "speed", 0, "replay at this multiple of the recorded pace (1: real time); 0: as fast as possible")
 	return cmd
 }

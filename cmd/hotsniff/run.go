@@ -54,10 +54,11 @@ type captureFlags struct {
 
 func newRunCmd() *cobra.Command {
 	var (
-		sf streamFlags
-		df detectFlags
-		rf redisFlags
-		cf captureFlags
+		sf  streamFlags
+		df  detectFlags
+		rf  redisFlags
+		cf  captureFlags
+		chf channelFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags]",
@@ -84,6 +85,9 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 					return usageError{err}
 				}
 			}
+			if err := chf.apply(&publish.Options{}); err != nil {
+				return err
+			}
 			if cf.nice < -20 || cf.nice > 19 {
 				return usagef("--nice %d: must be between -20 and 19", cf.nice)
 			}
@@ -101,7 +105,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			base := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			d := &daemon{
 				log: base.With("component", "run"), base: base,
-				sf: sf, df: df, rf: rf, cf: cf, mode: mode, ports: ports, scfg: scfg, dcfg: dcfg, target: target,
+				sf: sf, df: df, rf: rf, cf: cf, chf: chf, mode: mode, ports: ports, scfg: scfg, dcfg: dcfg, target: target,
 				stdout: cmd.OutOrStdout(),
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -112,6 +116,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	sf.register(cmd)
 	df.register(cmd)
 	rf.register(cmd.Flags())
+	chf.register(cmd.Flags())
 	f := cmd.Flags()
 	f.StringArrayVar(&cf.ifaces, "iface", nil, "interface to capture on (repeatable; default: every physical interface that is up, else every non-loopback one)")
 	f.StringVar(&cf.mode, "capture", "auto", "capture mode: auto (XDP on physical NICs, TC on veth and loopback, AF_PACKET when eBPF is unavailable), xdp, tc, afpacket")
@@ -146,6 +151,7 @@ type daemon struct {
 	df     detectFlags
 	rf     redisFlags
 	cf     captureFlags
+	chf    channelFlags
 	mode   bpf.Mode
 	ports  *stream.Ports
 	scfg   stream.Config
@@ -179,7 +185,11 @@ func (d *daemon) run(ctx context.Context) error {
 		defer rdb.Close()
 		// Redis may be down now: the publisher queues (bounded) and
 		// reconnects with backoff; capture starts regardless.
-		pub, err = publish.New(rdb, publish.Options{Channel: d.rf.channel, Node: d.df.node, Logger: d.base})
+		opt := publish.Options{Channel: d.rf.channel, Node: d.df.node, Logger: d.base}
+		if err := d.chf.apply(&opt); err != nil {
+			return err
+		}
+		pub, err = publish.New(rdb, opt)
 		if err != nil {
 			return err
 		}
@@ -418,6 +428,7 @@ func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.E
 		if pub != nil {
 			ps := pub.Stats()
 			s.Published, s.PublishErrors, s.PublishDropped, s.PublishLag = ps.Published, ps.Errors, ps.Dropped, ps.LastLag.Seconds()
+			s.PublishMessages, s.PublishShed, s.PublishDelayed = ps.Messages, ps.Shed, ps.Delayed
 		}
 		for _, l := range d.lat {
 			s.DetectionLatency = append(s.DetectionLatency, l.Seconds())
