@@ -58,6 +58,9 @@ type Options struct {
 	Reverse bool
 	// Filter is the initial filter.
 	Filter string
+	// Fleet shows the keys of every node (the channel's view): a node
+	// column, each key's write rate and whether shims may cache it.
+	Fleet bool
 }
 
 // row is one key on screen.
@@ -191,8 +194,9 @@ func NewModel(source string, opt Options) *Model {
 	}
 }
 
+// rowID is a row's identity: two nodes reporting one key are two rows.
 func rowID(e *event.Event) string {
-	return e.Proto + "\x00" + e.Server + "\x00" + e.NS + "\x00" + string(e.Key)
+	return e.Node + "\x00" + e.Proto + "\x00" + e.Server + "\x00" + e.NS + "\x00" + string(e.Key)
 }
 
 // KeyText is how a key is shown: as is when printable UTF-8, Go-quoted when
@@ -404,7 +408,8 @@ func (m *Model) rowsView() []*row {
 	for _, r := range m.rows {
 		if f != "" && !strings.Contains(strings.ToLower(r.keyText), f) &&
 			!strings.Contains(strings.ToLower(r.ev.Proto), f) &&
-			!strings.Contains(strings.ToLower(r.ev.Server), f) {
+			!strings.Contains(strings.ToLower(r.ev.Server), f) &&
+			!(m.opt.Fleet && strings.Contains(strings.ToLower(r.ev.Node), f)) {
 			continue
 		}
 		m.view = append(m.view, r)

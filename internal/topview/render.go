@@ -136,10 +136,36 @@ const (
 	minKey  = 16
 )
 
-var titles = [...]string{"RATE", "TREND", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "KEY"}
+var titles = []string{"RATE", "TREND", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "KEY"}
+
+// The fleet view (several nodes, from the channel) inserts three columns
+// after TREND: the publishing node, the key's write rate and whether shims
+// may cache it.
+var fleetTitles = []string{"RATE", "TREND", "NODE", "WRITE/S", "CACHE", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "KEY"}
+
+const (
+	wWrite = 8
+	wCache = 5
+)
+
+// col maps a column of the plain layout (titles) to its place in the
+// current one.
+func (m *Model) col(i int) int {
+	if m.opt.Fleet && i >= 2 {
+		return i + 3
+	}
+	return i
+}
+
+func (m *Model) titles() []string {
+	if m.opt.Fleet {
+		return fleetTitles
+	}
+	return titles
+}
 
 // cells returns a row's column texts, in title order.
-func (r *row) cells() [8]string {
+func (m *Model) cells(r *row) []string {
 	rate, trend := "-", r.spark()+" "+r.trend().Arrow()
 	state := "cold"
 	if r.hot {
@@ -149,39 +175,60 @@ func (r *row) cells() [8]string {
 	if src == "" {
 		src = event.SourceDetected
 	}
-	return [8]string{rate, trend, r.ev.Proto, r.ev.Server, r.ev.NS, state, src, r.keyText}
+	if !m.opt.Fleet {
+		return []string{rate, trend, r.ev.Proto, r.ev.Server, r.ev.NS, state, src, r.keyText}
+	}
+	write, cache := "-", "yes"
+	if r.ev.WriteQPS > 0 {
+		write = fmtRate(r.ev.WriteQPS)
+	}
+	if r.ev.Uncacheable {
+		cache = "no"
+	}
+	return []string{rate, trend, KeyText([]byte(r.ev.Node)), write, cache, r.ev.Proto, r.ev.Server, r.ev.NS, state, src, r.keyText}
 }
 
 // colWidths lays the columns out in w cells; the key takes what is left.
 // On a narrow screen the server column shrinks (elided in the middle), then
-// source, trend, ns and proto are dropped (width 0), in that order.
-func colWidths(rows []*row, w int) [8]int {
-	sw, nw := width("SERVER"), width("NS")
+// source, trend, (write rate,) ns and proto are dropped (width 0), in that
+// order.
+func (m *Model) colWidths(rows []*row, w int) []int {
+	sw, nw, dw := width("SERVER"), width("NS"), width("NODE")
 	for _, r := range rows {
 		sw = max(sw, width(r.ev.Server))
 		nw = max(nw, width(r.ev.NS))
+		dw = max(dw, width(KeyText([]byte(r.ev.Node))))
 	}
-	sw, nw = min(sw, 47), min(nw, 6)
-	ws := [8]int{wRate, wTrend, wProto, sw, nw, wState, wSource, 0}
+	sw, nw, dw = min(sw, 47), min(nw, 6), min(dw, 24)
+	ws := []int{wRate, wTrend, wProto, sw, nw, wState, wSource, 0}
+	if m.opt.Fleet {
+		ws = []int{wRate, wTrend, dw, wWrite, wCache, wProto, sw, nw, wState, wSource, 0}
+	}
+	last := len(ws) - 1
 	fixed := func() int {
 		n := 0
-		for _, x := range ws[:7] {
+		for _, x := range ws[:last] {
 			if x > 0 {
 				n += x + 1 // and its separator
 			}
 		}
 		return n
 	}
+	srv := m.col(3)
 	if k := w - fixed(); k < minKey {
-		ws[3] = max(ws[3]-(minKey-k), min(ws[3], 12))
+		ws[srv] = max(ws[srv]-(minKey-k), min(ws[srv], 12))
 	}
-	for _, drop := range []int{6, 1, 4, 2} {
+	drops := []int{m.col(6), m.col(1), m.col(4), m.col(2)}
+	if m.opt.Fleet {
+		drops = []int{m.col(6), m.col(1), 3, m.col(4), m.col(2)}
+	}
+	for _, drop := range drops {
 		if w-fixed() >= minKey {
 			break
 		}
 		ws[drop] = 0
 	}
-	ws[7] = max(w-fixed(), 1)
+	ws[last] = max(w-fixed(), 1)
 	return ws
 }
 
@@ -215,14 +262,14 @@ func (m *Model) Frame(w, h int) []Line {
 	st, stStyle := m.statusText(len(rows))
 	out = append(out, Line{{pad(st, w, false), stStyle}})
 
-	ws := colWidths(rows, w)
+	ws := m.colWidths(rows, w)
 	var tl Line
-	for i, t := range titles {
+	for i, t := range m.titles() {
 		if ws[i] == 0 {
 			continue
 		}
 		style := StyleTitle
-		if i == sortTitle[m.sortCol] {
+		if i == m.col(sortTitle[m.sortCol]) {
 			t += m.sortArrow()
 			style = StyleTitleSorted
 		}
@@ -246,8 +293,8 @@ func (m *Model) Frame(w, h int) []Line {
 	return out[:h]
 }
 
-func (m *Model) rowLine(r *row, ws [8]int) Line {
-	c := r.cells()
+func (m *Model) rowLine(r *row, ws []int) Line {
+	c := m.cells(r)
 	base := StyleNormal
 	if !r.hot {
 		base = StyleCold
@@ -261,7 +308,7 @@ func (m *Model) rowLine(r *row, ws [8]int) Line {
 			l = append(l, Span{" ", base})
 		}
 		s := base
-		if i == 5 && r.hot {
+		if i == m.col(5) && r.hot {
 			s = StyleHot
 		}
 		l = append(l, Span{pad(t, ws[i], i == 0), s})
@@ -321,7 +368,11 @@ func (m *Model) headerText(w int, full bool) string {
 		if full {
 			ts = m.ts.UTC().Format(event.TSFormat)
 		}
-		tail = append(tail, ts, fmt.Sprintf("%d hot ≥%s qps", m.nHot, fmtThreshold(m.hotQPS)))
+		if m.hotQPS > 0 {
+			tail = append(tail, ts, fmt.Sprintf("%d hot ≥%s qps", m.nHot, fmtThreshold(m.hotQPS)))
+		} else {
+			tail = append(tail, ts, fmt.Sprintf("%d hot", m.nHot)) // the channel does not carry thresholds
+		}
 	} else {
 		tail = append(tail, "waiting for data…")
 	}
@@ -394,12 +445,12 @@ func (m *Model) WritePlain(w io.Writer) error {
 		b.WriteString(strings.TrimSpace(st))
 		b.WriteByte('\n')
 	}
-	cells := make([][8]string, 0, len(rows)+1)
-	cells = append(cells, titles)
+	cells := make([][]string, 0, len(rows)+1)
+	cells = append(cells, m.titles())
 	for _, r := range rows {
-		cells = append(cells, r.cells())
+		cells = append(cells, m.cells(r))
 	}
-	var ws [8]int
+	ws := make([]int, len(m.titles()))
 	for _, c := range cells {
 		for i, t := range c {
 			ws[i] = max(ws[i], width(t))
