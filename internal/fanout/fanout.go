@@ -51,19 +51,23 @@ type Result struct {
 	Config
 	Events     uint64  // events published in the measured span
 	Messages   uint64  // channel messages (PUBLISH) in it
-	Deliveries uint64  // events received by all subscribers in it
-	PerSec     float64 // deliveries per second
+	Deliveries uint64  // of those events, deliveries that arrived (within 3 s after the span)
+	PerSec     float64 // event deliveries received per second during the span
 	MsgPerSec  float64 // messages delivered per second (messages × subscribers)
-	LagP50     time.Duration
-	LagP99     time.Duration
-	LagMax     time.Duration
+	// Lag is from Emit (the event's ts) to a subscriber reading it, for
+	// events published in the span.
+	LagP50 time.Duration
+	LagP99 time.Duration
+	LagMax time.Duration
+	// OutMBps is the channel Redis's network output (INFO stats), MB/s.
+	OutMBps float64
 	// RedisCPU is the channel Redis's CPU (user+sys, in cores) over the
 	// measured span, from INFO cpu; for a cluster, the busiest master.
 	RedisCPU float64
 	// HarnessCPU is this process's CPU (cores): publishers and subscribers
 	// share the machine with Redis.
 	HarnessCPU float64
-	Lost       uint64 // events published but not received by some subscriber (expected deliveries minus received)
+	Lost       uint64 // deliveries of span events that did not arrive within 3 s after it (late or lost)
 }
 
 // RaiseFileLimit lifts RLIMIT_NOFILE to its hard limit: each subscriber is
@@ -148,10 +152,14 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	defer cancel()
 	var (
 		hist      = new(lagHist)
-		delivered atomic.Uint64
-		measuring atomic.Bool
+		delivered atomic.Uint64 // of events published in the span
+		received  atomic.Uint64 // any events, received during the span
+		spanFrom  atomic.Int64  // the span, Unix ns
+		spanTo    atomic.Int64
 		wg        sync.WaitGroup
 	)
+	spanFrom.Store(math.MaxInt64)
+	spanTo.Store(math.MaxInt64)
 	// Subscribers: one client each would be one pool each; a shared
 	// client still gives every PubSub its own connection.
 	subc := dial(c, 4)
@@ -182,15 +190,24 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 				p := []byte(m.Payload)
 				// Events in the message, and the first one's time: cheap
 				// scanning, so the harness's own CPU stays small.
-				n := bytes.Count(p, []byte(`"seq":`))
-				if !measuring.Load() {
-					continue
+				n := uint64(bytes.Count(p, []byte(`"seq":`)))
+				from, to, at := spanFrom.Load(), spanTo.Load(), now.UnixNano()
+				if at >= from && at <= to {
+					received.Add(n)
 				}
-				delivered.Add(uint64(n))
-				if i := bytes.Index(p, []byte(`"ts":"`)); i >= 0 && len(p) >= i+6+27 {
-					if ts, err := time.Parse(event.TSFormat, string(p[i+6:i+6+27])); err == nil {
-						hist.add(now.Sub(ts))
+				// Each event by its own ts (a v2 message carries several).
+				for rest := p; ; {
+					i := bytes.Index(rest, []byte(`"ts":"`))
+					if i < 0 || len(rest) < i+6+27 {
+						break
 					}
+					if ts, err := time.Parse(event.TSFormat, string(rest[i+6:i+6+27])); err == nil {
+						if t := ts.UnixNano(); t >= from && t <= to {
+							delivered.Add(1)
+							hist.add(now.Sub(ts))
+						}
+					}
+					rest = rest[i+6+27:]
 				}
 			}
 		}()
@@ -242,9 +259,13 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 				}
 				for n := int(rate*time.Since(start).Seconds()) - sent; n > 0; n-- {
 					sent++
+					// The ts as subscribers will read it (µs).
+					ts := time.Now().Truncate(time.Microsecond)
 					p.Emit(&event.Event{Type: event.TypeInvalidate, Proto: "redis", Server: "10.0.0.5:6379", NS: "0",
-						Key: []byte("item:" + strconv.Itoa(i*1_000_000+sent%1000)), TTLms: 60000, TS: time.Now(), Source: event.SourceDetected})
-					emitted.Add(1)
+						Key: []byte("item:" + strconv.Itoa(i*1_000_000+sent%1000)), TTLms: 60000, TS: ts, Source: event.SourceDetected})
+					if ts.UnixNano() >= spanFrom.Load() {
+						emitted.Add(1) // an event of the span
+					}
 				}
 			}
 		}()
@@ -260,47 +281,54 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	if err := sleep(c.Warmup); err != nil {
 		return nil, err
 	}
-	cpu0, err := redisCPU(ctx, c)
+	cpu0, out0, err := redisCPU(ctx, c)
 	if err != nil {
 		return nil, err
 	}
 	var ru0 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
-	ev0, msg0 := emitted.Load(), messages(pubs)
+	msg0 := messages(pubs)
 	hist.reset()
-	measuring.Store(true)
 	t0 := time.Now()
+	spanFrom.Store(t0.UnixNano())
 	if err := sleep(c.Duration); err != nil {
 		return nil, err
 	}
 	close(stop)
 	pwg.Wait()
-	el := time.Since(t0)
-	ev1 := emitted.Load()
-	// Let what was published in the span arrive before counting.
-	_ = sleep(500 * time.Millisecond)
-	msg1 := messages(pubs)
-	cpu1, err := redisCPU(ctx, c)
+	t1 := time.Now()
+	spanTo.Store(t1.UnixNano())
+	el := t1.Sub(t0)
+	events := emitted.Load()
+	cpu1, out1, err := redisCPU(ctx, c)
 	if err != nil {
 		return nil, err
 	}
+	// Let what was published in the span arrive before counting.
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		if delivered.Load() >= events*uint64(c.Subscribers) {
+			break
+		}
+		_ = sleep(50 * time.Millisecond)
+	}
+	msg1 := messages(pubs)
 	var ru1 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-	measuring.Store(false)
 	got := delivered.Load()
 	cancel()
 	subc.Close()
 	wg.Wait()
 
-	r := &Result{Config: c, Events: ev1 - ev0, Messages: msg1 - msg0, Deliveries: got}
-	r.PerSec = float64(got) / el.Seconds()
+	r := &Result{Config: c, Events: events, Messages: msg1 - msg0, Deliveries: got}
+	r.PerSec = float64(received.Load()) / el.Seconds()
 	r.MsgPerSec = float64(r.Messages) * float64(c.Subscribers) / el.Seconds()
 	r.LagP50, r.LagP99, r.LagMax = hist.quantile(0.50), hist.quantile(0.99), time.Duration(hist.max.Load())
-	var busiest float64
 	for i := range cpu1 {
-		busiest = max(busiest, (cpu1[i]-cpu0[i])/el.Seconds())
+		if c := (cpu1[i] - cpu0[i]) / el.Seconds(); c > r.RedisCPU {
+			r.RedisCPU = c
+			r.OutMBps = (out1[i] - out0[i]) / el.Seconds() / 1e6
+		}
 	}
-	r.RedisCPU = busiest
 	r.HarnessCPU = (tv(ru1.Utime) + tv(ru1.Stime) - tv(ru0.Utime) - tv(ru0.Stime)) / el.Seconds()
 	if want := r.Events * uint64(c.Subscribers); want > got {
 		r.Lost = want - got
@@ -318,25 +346,32 @@ func messages(pubs []*publish.Publisher) uint64 {
 	return n
 }
 
-// redisCPU returns used_cpu_user+used_cpu_sys (seconds) of every server.
-func redisCPU(ctx context.Context, c Config) ([]float64, error) {
-	out := make([]float64, len(c.Addrs))
+// redisCPU returns used_cpu_user+used_cpu_sys (seconds) and
+// total_net_output_bytes of every server.
+func redisCPU(ctx context.Context, c Config) (cpu, out []float64, err error) {
+	cpu, out = make([]float64, len(c.Addrs)), make([]float64, len(c.Addrs))
 	for i, a := range c.Addrs {
 		rdb := redis.NewClient(&redis.Options{Addr: a})
-		info, err := rdb.Info(ctx, "cpu").Result()
+		info, err := rdb.Info(ctx, "cpu", "stats").Result()
 		rdb.Close()
 		if err != nil {
-			return nil, fmt.Errorf("read INFO cpu of %s: %w", a, err)
+			return nil, nil, fmt.Errorf("read INFO cpu of %s: %w", a, err)
 		}
 		for _, line := range strings.Split(info, "\r\n") {
 			k, v, ok := strings.Cut(line, ":")
-			if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
-				f, _ := strconv.ParseFloat(v, 64)
-				out[i] += f
+			if !ok {
+				continue
+			}
+			f, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "used_cpu_user", "used_cpu_sys":
+				cpu[i] += f
+			case "total_net_output_bytes":
+				out[i] = f
 			}
 		}
 	}
-	return out, nil
+	return cpu, out, nil
 }
 
 // Row formats r as a markdown table row.
@@ -345,12 +380,16 @@ func (r *Result) Row() string {
 	if r.Cluster {
 		mode = "3-master cluster SPUBLISH"
 	}
-	return fmt.Sprintf("| %s | %s | %d | %d | %.0f | %.0f | %.0f | %.0f | %v | %v | %.2f | %.2f | %.2f%% |",
-		mode, r.Format, r.Publishers, r.Subscribers, r.Rate, float64(r.Messages)/r.Duration.Seconds(), r.MsgPerSec, r.PerSec,
-		r.LagP50.Round(10*time.Microsecond), r.LagP99.Round(10*time.Microsecond), r.RedisCPU, r.HarnessCPU,
+	format := r.Format
+	if r.BatchWindow > 0 {
+		format += fmt.Sprintf(" (%v window)", r.BatchWindow)
+	}
+	return fmt.Sprintf("| %s | %s | %d | %d | %.0f | %.0f | %.0f | %.0f | %v | %v | %.2f | %.1f | %.2f | %.2f%% |",
+		mode, format, r.Publishers, r.Subscribers, r.Rate, float64(r.Messages)/r.Duration.Seconds(), r.MsgPerSec, r.PerSec,
+		r.LagP50.Round(10*time.Microsecond), r.LagP99.Round(10*time.Microsecond), r.RedisCPU, r.OutMBps, r.HarnessCPU,
 		100*float64(r.Lost)/math.Max(1, float64(r.Events*uint64(r.Subscribers))))
 }
 
 // Header is the markdown table header matching Row.
-const Header = `| channel Redis | format | publishers | subscribers | events/s | messages/s | message deliveries/s | event deliveries/s | lag p50 | lag p99 | Redis CPU (cores) | harness CPU (cores) | lost |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|`
+const Header = `| channel Redis | format | publishers | subscribers | events/s | messages/s | message deliveries/s | event deliveries/s | lag p50 | lag p99 | Redis CPU (cores) | Redis out MB/s | harness CPU (cores) | late or lost |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|`

@@ -114,12 +114,11 @@ func TestFanoutTable(t *testing.T) {
 		{4, 2000, 25, publish.FormatV1, 0},
 		{4, 2000, 50, publish.FormatV1, 0},
 		{4, 2000, 100, publish.FormatV1, 0},
-		{4, 2000, 200, publish.FormatV1, 0},
-		{4, 2000, 200, publish.FormatV2, 0},
-		{4, 2000, 200, publish.FormatV2, 20 * time.Millisecond},
-		{4, 2000, 1000, publish.FormatV2, 20 * time.Millisecond},
+		{4, 2000, 100, publish.FormatV2, 20 * time.Millisecond},
+		{4, 2000, 250, publish.FormatV2, 20 * time.Millisecond},
 		{4, 1000, 100, publish.FormatV1, 0},
-		{4, 1000, 1000, publish.FormatV2, 20 * time.Millisecond},
+		{4, 1000, 200, publish.FormatV1, 0},
+		{4, 1000, 500, publish.FormatV2, 20 * time.Millisecond},
 	}
 	if s := os.Getenv("HOTSNIFF_FANOUT_ROWS"); s != "" {
 		var keep []row
@@ -145,8 +144,8 @@ func TestFanoutTable(t *testing.T) {
 	if os.Getenv("HOTSNIFF_FANOUT_CLUSTER") != "0" {
 		addrs := startCluster(t, "--maxclients", "10000")
 		for _, rw := range []row{
-			{4, 2000, 100, publish.FormatV1, 0},
-			{4, 2000, 1000, publish.FormatV2, 20 * time.Millisecond},
+			{4, 2000, 50, publish.FormatV1, 0},
+			{4, 2000, 250, publish.FormatV2, 20 * time.Millisecond},
 		} {
 			r, err := Run(ctx, Config{Addrs: addrs, Cluster: true, Publishers: rw.n, Subscribers: rw.m, Rate: rw.rate,
 				Format: rw.format, BatchWindow: rw.window, Warmup: 3 * time.Second, Duration: dur})
