@@ -1,0 +1,88 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/hotsniff/hotsniff/client"
+)
+
+// TestMeasureCacheableRule measures what writes do to a local copy, to
+// ground the cacheable verdict (docs/detection.md): one process with the
+// shim reads a hot key at a steady rate while another client writes it at
+// w per second; server-assisted invalidation drops the copy at each write
+// (as an invalidate event would, only faster). It reports the hit ratio
+// against x = w × LocalTTL, next to the model: a copy lives
+// (1-exp(-x))/w on average, so a process reading r/s gets r·L reads per
+// copy and a hit ratio of r·L/(1+r·L). Minutes: HOTSNIFF_MEASURE=1.
+func TestMeasureCacheableRule(t *testing.T) {
+	if os.Getenv("HOTSNIFF_MEASURE") != "1" {
+		t.Skip("set HOTSNIFF_MEASURE=1 to measure hit ratio against write rate")
+	}
+	const ttl = 50 * time.Millisecond
+	ctx := context.Background()
+	fmt.Println("| reads/s per process | writes/s | writes per LocalTTL (x) | hit ratio measured | model | copy fetches/s |")
+	fmt.Println("|---|---|---|---|---|---|")
+	for _, r := range []float64{20, 200} {
+		for _, w := range []float64{0, 10, 20, 40, 100, 400, 4000} {
+			e := newShimEnv(t, client.ShimOptions{LocalTTL: ttl})
+			e.plain.Set(ctx, "item:hot", "v", 0)
+			e.makeHot(t, "item:hot")
+			eventually(t, "tracking", func() bool { return e.shim.Stats().Tracking })
+			for range 3 {
+				e.app.Get(ctx, "item:hot")
+			}
+			s0 := e.shim.Stats()
+			dur := 3 * time.Second
+			if r < 100 {
+				dur = 10 * time.Second
+			}
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if w == 0 {
+					return
+				}
+				start, n := time.Now(), 0
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					for owed := int(w*time.Since(start).Seconds()) - n; owed > 0; owed-- {
+						n++
+						e.plain.Set(ctx, "item:hot", fmt.Sprint("v", n), 0)
+					}
+					time.Sleep(time.Millisecond / 4)
+				}
+			}()
+			start, n := time.Now(), 0
+			for time.Since(start) < dur {
+				for owed := int(r*time.Since(start).Seconds()) - n; owed > 0; owed-- {
+					n++
+					e.app.Get(ctx, "item:hot")
+				}
+				time.Sleep(time.Millisecond / 4)
+			}
+			close(stop)
+			<-done
+			s1 := e.shim.Stats()
+			hits := float64(s1.Hits + s1.StaleHits - s0.Hits - s0.StaleHits)
+			miss := float64(s1.Misses - s0.Misses)
+			fetch := float64(s1.Refreshes+s1.Misses-s0.Refreshes-s0.Misses) / dur.Seconds()
+			x := w * ttl.Seconds()
+			life := ttl.Seconds()
+			if w > 0 {
+				life = (1 - math.Exp(-x)) / w
+			}
+			model := r * life / (1 + r*life)
+			fmt.Printf("| %.0f | %.0f | %.2g | %.1f%% | %.1f%% | %.1f |\n", r, w, x, 100*hits/(hits+miss), 100*model, fetch)
+		}
+	}
+}
