@@ -384,12 +384,12 @@ func (r *Result) Row() string {
 	if r.BatchWindow > 0 {
 		format += fmt.Sprintf(" (%v window)", r.BatchWindow)
 	}
-	return fmt.Sprintf("| %s | %s | %d | %d | %.0f | %.0f | %.0f | %.0f | %v | %v | %.2f | %.1f | %.2f | %.2f%% |",
+	return fmt.Sprintf("| %s | %s | %d | %d | %.0f | %.0f | %.0f | %.0f | %v | %v | %.2f | %.2f | %.1f | %.2f | %.2f%% |",
 		mode, format, r.Publishers, r.Subscribers, r.Rate, float64(r.Messages)/r.Duration.Seconds(), r.MsgPerSec, r.PerSec,
-		r.LagP50.Round(10*time.Microsecond), r.LagP99.Round(10*time.Microsecond), r.RedisCPU, r.OutMBps, r.HarnessCPU,
+		r.LagP50.Round(10*time.Microsecond), r.LagP99.Round(10*time.Microsecond), r.RedisCPU, 1e6*r.RedisCPU/math.Max(r.MsgPerSec, 1), r.OutMBps, r.HarnessCPU,
 		100*float64(r.Lost)/math.Max(1, float64(r.Events*uint64(r.Subscribers))))
 }
 
 // Header is the markdown table header matching Row.
-const Header = `| channel Redis | format | publishers | subscribers | events/s | messages/s | message deliveries/s | event deliveries/s | lag p50 | lag p99 | Redis CPU (cores) | Redis out MB/s | harness CPU (cores) | late or lost |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|---|`
+const Header = `| channel Redis | format | publishers | subscribers | events/s | messages/s | message deliveries/s | event deliveries/s | lag p50 | lag p99 | Redis CPU (cores) | Redis µs per message delivery | Redis out MB/s | harness CPU (cores) | late or lost |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|`

@@ -137,7 +137,7 @@ func TestFanoutTable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Log(r.Row())
+		t.Log(r.Row(), " load ", loadavg())
 		lines = append(lines, r.Row())
 	}
 	srv.Stop()
@@ -152,7 +152,7 @@ func TestFanoutTable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Log(r.Row())
+			t.Log(r.Row(), " load ", loadavg())
 			lines = append(lines, r.Row())
 		}
 	}
@@ -160,4 +160,10 @@ func TestFanoutTable(t *testing.T) {
 	for _, l := range lines {
 		fmt.Println(l)
 	}
+}
+
+// loadavg is the machine's load average: other work on it inflates lag.
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	return strings.TrimSpace(string(b))
 }
