@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 // TestMeasureCacheableRule measures what writes do to a local copy, to
 // ground the cacheable verdict (docs/detection.md): one process with the
 // shim reads a hot key at a steady rate while another client writes it at
-// w per second, and each write is followed by an invalidate on the channel
+// w per second (both Poisson), and each write is followed by an invalidate on the channel
 // (what the daemon sends without coalescing or the verdict), which drops the
 // copy. It reports the hit ratio
 // against x = w × LocalTTL, next to the model: a copy lives
@@ -50,26 +51,31 @@ func TestMeasureCacheableRule(t *testing.T) {
 				if wr == 0 {
 					return
 				}
-				start := time.Now()
+				rng := rand.New(rand.NewPCG(1, uint64(wr)))
+				next := time.Now()
 				for {
 					select {
 					case <-stop:
 						return
 					default:
 					}
-					for owed := int(wr*time.Since(start).Seconds()) - writes; owed > 0; owed-- {
+					// Poisson arrivals, as the model assumes.
+					for !time.Now().Before(next) {
 						writes++
 						e.plain.Set(ctx, "item:hot", fmt.Sprint("v", writes), 0)
 						e.emit(event.TypeInvalidate, "item:hot")
+						next = next.Add(time.Duration(rng.ExpFloat64() / wr * float64(time.Second)))
 					}
 					time.Sleep(time.Millisecond / 4)
 				}
 			}()
+			rng := rand.New(rand.NewPCG(2, uint64(rate)))
 			start, n := time.Now(), 0
-			for time.Since(start) < dur {
-				for owed := int(rate*time.Since(start).Seconds()) - n; owed > 0; owed-- {
+			for next := start; time.Since(start) < dur; {
+				for !time.Now().Before(next) {
 					n++
 					e.app.Get(ctx, "item:hot")
+					next = next.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
 				}
 				time.Sleep(time.Millisecond / 4)
 			}
