@@ -184,7 +184,8 @@ type Publisher struct {
 	recon   atomic.Uint64
 	lag     atomic.Int64
 	up      atomic.Bool
-	bud     budget // guarded by mu
+	bud     budget        // guarded by mu
+	kick    chan struct{} // UpdateRates changed the set: a snapshot is due
 	msgs    atomic.Uint64
 	shed    atomic.Uint64
 	delayed atomic.Uint64
@@ -207,6 +208,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Publisher, error) {
 		ctx: ctx, cancel: cancel,
 		dirty: true, // announce this node's (empty) section at once
 		bud:   newBudget(opt.Budget, opt.Now()),
+		kick:  make(chan struct{}, 1),
 	}
 	p.up.Store(true)
 	go p.run()
@@ -337,6 +339,7 @@ func (p *Publisher) run() {
 				p.markDirty()
 				lastSnap = time.Time{}
 			case <-snapTimer.C:
+			case <-p.kick:
 			case ctx := <-p.stop:
 				p.drain(ctx, batch)
 				return

@@ -171,15 +171,19 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 				pace = &pacer{speed: speed}
 			}
 			tot, rerr := readFiles(ctx, args, asm, newProgress(cmd.ErrOrStderr(), sf.progress), pace)
+			// Before the publisher closes: Flush sends the merged
+			// invalidates still waiting for their interval.
+			det.Flush()
 			out.Flush()
 			if pub != nil {
+				// The snapshot shows the rates measured at the end.
+				pub.UpdateRates(det.HotSet())
 				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				if err := pub.Close(cctx); err != nil && rerr == nil {
 					rerr = fmt.Errorf("publish: %w", err)
 				}
 				cancel()
 			}
-			det.Flush()
 			summary(cmd.ErrOrStderr(), tot, counter, asm.Stats(), time.Since(start))
 			ds := det.Stats()
 			fmt.Fprintf(cmd.ErrOrStderr(), "hotsniff: %d hot, %d refreshes, %d cold, %d invalidates; %d keys hot at the end\n",

@@ -245,6 +245,7 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	d.running.Store(false)
 	asm.Flush()
+	det.Flush() // merged invalidates still waiting for their interval
 	if pub != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := pub.Close(cctx); err != nil {
@@ -401,6 +402,9 @@ func (d *daemon) tick(now time.Time, asm *stream.Assembler, counter *decode.Coun
 	d.hot = hot
 	d.hotMu.Unlock()
 	d.lat = det.DrainLatencies(d.lat[:0])
+	if pub != nil {
+		pub.UpdateRates(hot) // the snapshot carries current rates
+	}
 	d.updateMetrics(asm.Stats(), counter, hot, pub)
 }
 

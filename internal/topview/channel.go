@@ -2,6 +2,7 @@ package topview
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -18,6 +19,8 @@ import (
 // sees the hot keys of every node publishing there, and samples that hot
 // set every interval.
 type ChannelSource struct {
+	rdb      redis.UniversalClient
+	channel  string
 	sub      *client.Subscriber
 	label    string
 	interval time.Duration
@@ -37,7 +40,7 @@ func NewChannelSource(rdb redis.UniversalClient, channel, label string, interval
 	}
 	sub := client.New(rdb, client.Options{Channel: channel, Logger: log})
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &ChannelSource{sub: sub, label: label, interval: interval, cancel: cancel, done: make(chan error, 1)}
+	c := &ChannelSource{rdb: rdb, channel: channel, sub: sub, label: label, interval: interval, cancel: cancel, done: make(chan error, 1)}
 	go func() { c.done <- sub.Run(ctx) }()
 	return c, nil
 }
@@ -64,14 +67,52 @@ func (c *ChannelSource) Next(ctx context.Context) (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	c.last = time.Now()
-	return c.Fetch(), nil
+	s := c.Fetch()
+	c.overlayRates(ctx, &s)
+	return s, nil
+}
+
+// maxSnapshot bounds the snapshot document read for rates.
+const maxSnapshot = 64 << 20
+
+// overlayRates takes each key's rates from the snapshot: daemons keep the
+// rates there current (every second or so, when they move) without
+// publishing, while the channel carries them only with hot messages.
+// Membership and verdicts stay the channel's. A snapshot that cannot be
+// read leaves the channel's rates.
+func (c *ChannelSource) overlayRates(ctx context.Context, s *Snapshot) {
+	n, err := c.rdb.StrLen(ctx, client.SnapshotKey(c.channel)).Result()
+	if err != nil || n == 0 || n > maxSnapshot {
+		return
+	}
+	b, err := c.rdb.Get(ctx, client.SnapshotKey(c.channel)).Bytes()
+	if err != nil {
+		return
+	}
+	var snap event.Snapshot
+	if json.Unmarshal(b, &snap) != nil {
+		return
+	}
+	fresh := make(map[string]*event.Event, len(snap.Keys))
+	for _, e := range snap.Keys {
+		if e != nil {
+			fresh[rowID(e)] = e
+		}
+	}
+	for i := range s.Keys {
+		k := &s.Keys[i]
+		if f, ok := fresh[rowID(k)]; ok && f.Prefix == k.Prefix {
+			k.QPS, k.WriteQPS, k.AbsorbedQPS = f.QPS, f.WriteQPS, f.AbsorbedQPS
+		}
+	}
 }
 
 // Synced is closed once the snapshot was read.
 func (c *ChannelSource) Synced() <-chan struct{} { return c.sub.Synced() }
 
-// Fetch returns the hot set now. Rates are those of each key's last hot
-// event (its first, a verdict change or a refresh), not live ones.
+// Fetch returns the hot set as the channel left it: rates are those of
+// each key's last hot event, or of the snapshot it was loaded from (Next
+// adds the snapshot's current rates).
 func (c *ChannelSource) Fetch() Snapshot {
 	hs := c.sub.HotSet()
 	keys := make([]event.Event, len(hs))
