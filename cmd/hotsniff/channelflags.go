@@ -12,9 +12,11 @@ type channelFlags struct {
 	budget float64
 }
 
-func (c *channelFlags) register(fs *pflag.FlagSet) {
+// register adds the flags; budget is the default message budget (replay
+// publishes as fast as it reads unless told otherwise).
+func (c *channelFlags) register(fs *pflag.FlagSet, budget float64) {
 	fs.StringVar(&c.format, "channel-format", publish.FormatV1, "channel messages: v1 (one event each, read by every subscriber) or v2 (batches of events; needs subscribers that read batches)")
-	fs.Float64Var(&c.budget, "channel-budget", 1000, "most channel messages this node sends per second (0: no cap); beyond it refreshes are shed and other events wait, batched")
+	fs.Float64Var(&c.budget, "channel-budget", budget, "most channel messages this node sends per second (0: no cap); beyond it refreshes are shed and other events wait, batched")
 }
 
 // apply checks the flags and sets them in o.

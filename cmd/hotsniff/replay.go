@@ -197,7 +197,7 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 	sf.register(cmd)
 	df.register(cmd)
 	rf.register(cmd.Flags())
-	chf.register(cmd.Flags())
+	chf.register(cmd.Flags(), 0)
 	cmd.Flags().Float64Var(&speed, "speed", 0, "replay at this multiple of the recorded pace (1: real time); 0: as fast as possible")
 	return cmd
 }

@@ -116,7 +116,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	sf.register(cmd)
 	df.register(cmd)
 	rf.register(cmd.Flags())
-	chf.register(cmd.Flags())
+	chf.register(cmd.Flags(), 1000)
 	f := cmd.Flags()
 	f.StringArrayVar(&cf.ifaces, "iface", nil, "interface to capture on (repeatable; default: every physical interface that is up, else every non-loopback one)")
 	f.StringVar(&cf.mode, "capture", "auto", "capture mode: auto (XDP on physical NICs, TC on veth and loopback, AF_PACKET when eBPF is unavailable), xdp, tc, afpacket")
