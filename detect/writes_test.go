@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/event"
 )
 
@@ -115,5 +116,48 @@ func TestFlushSendsPending(t *testing.T) {
 	d.Flush()
 	if n := rec.count("k", "invalidate"); n != 2 {
 		t.Fatalf("%d invalidates after Flush, want 2", n)
+	}
+}
+
+// BenchmarkWriteHotKey: reads and writes of a hot key, 3:1, at 16 000/s of
+// packet time. Once the key is uncacheable a write is a window increment,
+// and reads and writes allocate nothing; "cacheable" turns the verdict off,
+// so every write past the 10 ms interval emits an invalidate (to a
+// discarding emitter: the event itself is the only allocation).
+func BenchmarkWriteHotKey(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		uw   float64
+	}{{"uncacheable", 0}, {"cacheable", -1}} {
+		b.Run(c.name, func(b *testing.B) {
+			d, err := New(Config{HotQPS: 1000, UncacheableWrites: c.uw}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			f := decode.Flow{Server: srvA, Proto: decode.ProtoRedis, TS: base}
+			rd, wr := decode.Request{Op: "GET"}, decode.Request{Op: "SET", Write: true}
+			k := decode.Key{Bytes: []byte("bench:hot"), Weight: 1}
+			step := func(i int) {
+				f.TS += 62_500 // 16 000 ops/s
+				if i%4 == 3 {
+					d.Key(&f, &wr, k)
+				} else {
+					d.Key(&f, &rd, k)
+				}
+			}
+			for i := range 1 << 16 { // warm up: hot, verdict given
+				step(i)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				step(i)
+			}
+			b.StopTimer()
+			d.Flush()
+			st := d.Stats()
+			b.ReportMetric(float64(st.Verdicts), "verdicts")
+			b.ReportMetric(float64(st.Invalidates), "invalidates")
+		})
 	}
 }
