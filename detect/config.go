@@ -59,6 +59,10 @@ type Config struct {
 	// writes stop producing invalidates); it turns cacheable again below
 	// half of it. 1 (docs/detection.md derives it). Negative: never.
 	UncacheableWrites float64 `yaml:"uncacheable_writes"`
+	// AbsorbedCap bounds the demand client shims can report for one hot
+	// key: at most AbsorbedCap × its threshold per second is credited,
+	// however many reports arrive. 1000.
+	AbsorbedCap float64 `yaml:"absorbed_cap"`
 	// Rules are per-key-pattern thresholds; the first match wins.
 	Rules []Rule `yaml:"rules"`
 	// Ignore lists key patterns that are never reported.
@@ -103,8 +107,12 @@ const (
 	defaultCold     = 0.7
 	defaultInvGap   = 10 * time.Millisecond
 	defaultLocalTTL = 50 * time.Millisecond
-	minWindow       = 400 * time.Millisecond
-	maxWindow       = 20 * time.Second
+	// defaultAbsorbedCap: a key read locally at 1000× its threshold is far
+	// beyond any hot key seen in practice; the bound is for broken or
+	// forged reports, not for real demand.
+	defaultAbsorbedCap = 1000
+	minWindow          = 400 * time.Millisecond
+	maxWindow          = 20 * time.Second
 	// defaultUncacheableWrites: one write per local TTL (docs/detection.md).
 	defaultUncacheableWrites = 1
 	countsAtHotRate          = 800 // requests a key at the threshold adds per window
@@ -143,6 +151,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ColdRatio < 0 || c.ColdRatio > 1 {
 		return c, fmt.Errorf("check cold_ratio: %v is not in (0, 1]", c.ColdRatio)
+	}
+	if c.AbsorbedCap == 0 {
+		c.AbsorbedCap = defaultAbsorbedCap
+	}
+	if !(c.AbsorbedCap > 0) || math.IsInf(c.AbsorbedCap, 0) {
+		return c, fmt.Errorf("check absorbed_cap: must be a positive number, got %v", c.AbsorbedCap)
 	}
 	if c.Buckets == 0 {
 		c.Buckets = defaultBuckets

@@ -16,10 +16,14 @@ type hotEntry struct {
 	proto  decode.Proto
 	prefix bool
 
-	thr  float64 // threshold of this key (rules applied), per second
-	win  window  // its own weighted count, continued from the located slot
-	qps  float64 // last measured rate, for HotSet
-	gate uint32  // index of the gate counter (bucket) it is registered in
+	thr float64 // threshold of this key (rules applied), per second
+	win window  // its own weighted count, continued from the located slot
+	qps float64 // last measured rate (demand: wire reads + absorbed), for HotSet
+	// abs counts the local reads client shims reported (absorbed.go), also
+	// counted in win; absQPS is its rate as of the last scan.
+	abs    window
+	absQPS float64
+	gate   uint32 // index of the gate counter (bucket) it is registered in
 
 	since     int64 // start of the measurement in win (ns)
 	lastSeen  int64 // last read (ns): LRU order and lifetime

@@ -38,6 +38,7 @@ type Snapshot struct {
 	DecodeErrors      map[decode.ErrKey]uint64
 	Gaps              map[decode.Proto]uint64
 	LostBytes         uint64 // stream bytes never seen (holes, snap-length cuts)
+	DuplicateBytes    uint64 // stream bytes seen again (retransmissions, one segment on two hooks), counted once
 	Flows             int
 	Buffered          int
 	FlowsEvicted      uint64
@@ -51,10 +52,24 @@ type Snapshot struct {
 	// batch); PublishShed the refreshes the node's message budget shed,
 	// PublishDelayed the events that waited for it.
 	PublishMessages, PublishShed, PublishDelayed uint64
+	// Absorbed counts the absorbed-demand reports of client shims.
+	Absorbed Absorbed
 	// DetectionLatency holds onset-to-event latencies (seconds) observed
 	// since the previous Update; they feed a histogram.
 	DetectionLatency []float64
 }
+
+// Absorbed counts absorbed-demand reports: those credited, the local reads
+// they added to keys' demand, and those not credited, by reason
+// ("malformed", "unpaired", "not_hot", "capped": credited only up to the
+// per-key bound).
+type Absorbed struct {
+	Reports, Hits uint64
+	Rejected      map[string]uint64
+}
+
+// AbsorbedReasons are the values of the reason label, always exported.
+var AbsorbedReasons = []string{"malformed", "unpaired", "not_hot", "capped"}
 
 // Collector is a prometheus.Collector over the last Snapshot.
 type Collector struct {
@@ -62,9 +77,10 @@ type Collector struct {
 	snap Snapshot
 	lat  prometheus.Histogram
 
-	packets, dropped, truncated, requests, keys, decodeErrs, gaps, lost,
+	packets, dropped, truncated, requests, keys, decodeErrs, gaps, lost, dup,
 	flows, buffered, evicted, hot, published, pubErrs, pubDropped, pubLag *prometheus.Desc
-	pubMsgs, pubOverflow *prometheus.Desc
+	pubMsgs, pubOverflow             *prometheus.Desc
+	absReports, absHits, absRejected *prometheus.Desc
 }
 
 // New returns a Collector; register it with a prometheus.Registry.
@@ -78,22 +94,27 @@ func New() *Collector {
 			Help:    "Time from a key's traffic crossing the threshold to its hot event, in packet time.",
 			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5},
 		}),
-		packets:     d("packets_total", "Packets seen by the capture.", "iface", "mode"),
-		dropped:     d("capture_dropped_total", "Packets or records lost by the capture.", "iface", "reason"),
-		truncated:   d("capture_truncated_bytes_total", "Payload bytes not copied by the capture (copy limit, snap length).", "iface"),
-		requests:    d("requests_total", "Decoded requests (MGET a b is one).", "proto", "op"),
-		keys:        d("keys_total", "Decoded key occurrences (MGET a b is two), reads and writes.", "proto"),
-		decodeErrs:  d("decode_errors_total", "Bytes the decoders could not make sense of, by reason.", "proto", "reason"),
-		gaps:        d("stream_gaps_total", "Times a decoder lost bytes of a connection and resynchronised.", "proto"),
-		lost:        d("stream_lost_bytes_total", "Stream bytes never seen: holes given up on and snap-length cuts."),
-		flows:       d("stream_flows", "Connections tracked now."),
-		buffered:    d("stream_buffered_bytes", "Bytes held for reassembly now."),
-		evicted:     d("stream_flows_evicted_total", "Connections dropped to respect the flow and memory bounds."),
-		hot:         d("hot_keys", "Keys hot now.", "proto"),
-		published:   d("published_total", "Events published.", "type"),
-		pubErrs:     d("publish_errors_total", "Failed publish attempts."),
-		pubDropped:  d("publish_queue_dropped_total", "Events dropped because the publish queue was full."),
-		pubLag:      d("publish_lag_seconds", "Event time to publish time of the last batch."),
+		packets:    d("packets_total", "Packets seen by the capture.", "iface", "mode"),
+		dropped:    d("capture_dropped_total", "Packets or records lost by the capture.", "iface", "reason"),
+		truncated:  d("capture_truncated_bytes_total", "Payload bytes not copied by the capture (copy limit, snap length).", "iface"),
+		requests:   d("requests_total", "Decoded requests (MGET a b is one).", "proto", "op"),
+		keys:       d("keys_total", "Decoded key occurrences (MGET a b is two), reads and writes.", "proto"),
+		decodeErrs: d("decode_errors_total", "Bytes the decoders could not make sense of, by reason.", "proto", "reason"),
+		gaps:       d("stream_gaps_total", "Times a decoder lost bytes of a connection and resynchronised.", "proto"),
+		lost:       d("stream_lost_bytes_total", "Stream bytes never seen: holes given up on and snap-length cuts."),
+		dup:        d("stream_duplicate_bytes_total", "Stream bytes seen more than once (retransmissions, or one segment captured on two hooks such as a pod's veth and the uplink), counted once."),
+		flows:      d("stream_flows", "Connections tracked now."),
+		buffered:   d("stream_buffered_bytes", "Bytes held for reassembly now."),
+		evicted:    d("stream_flows_evicted_total", "Connections dropped to respect the flow and memory bounds."),
+		hot:        d("hot_keys", "Keys hot now.", "proto"),
+		published:  d("published_total", "Events published.", "type"),
+		pubErrs:    d("publish_errors_total", "Failed publish attempts."),
+		pubDropped: d("publish_queue_dropped_total", "Events dropped because the publish queue was full."),
+		pubLag:     d("publish_lag_seconds", "Event time to publish time of the last batch."),
+		absReports: d("absorbed_reports_total", "Absorbed-demand reports of client shims credited to a hot key."),
+		absHits:    d("absorbed_hits_total", "Reads client shims served locally and reported, credited to hot keys' demand."),
+		absRejected: d("absorbed_rejected_total",
+			"Absorbed-demand reports not credited (capped: credited only up to the per-key bound), by reason.", "reason"),
 		pubMsgs:     d("publish_messages_total", "Channel messages sent (one PUBLISH each; a v2 message carries a batch of events)."),
 		pubOverflow: d("publish_budget_overflow_total", "Events over this node's channel message budget: shed (refreshes left out) or delayed (waited, batched).", "action"),
 	}
@@ -113,7 +134,7 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.pubMsgs, c.pubOverflow} {
+	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.pubMsgs, c.pubOverflow} {
 		ch <- d
 	}
 	c.lat.Describe(ch)
@@ -151,6 +172,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.decodeErrs, float64(v), k.Proto.String(), k.Reason)
 	}
 	counter(c.lost, float64(s.LostBytes))
+	counter(c.dup, float64(s.DuplicateBytes))
 	gauge(c.flows, float64(s.Flows))
 	gauge(c.buffered, float64(s.Buffered))
 	counter(c.evicted, float64(s.FlowsEvicted))
@@ -163,6 +185,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.pubMsgs, float64(s.PublishMessages))
 	counter(c.pubOverflow, float64(s.PublishShed), "shed")
 	counter(c.pubOverflow, float64(s.PublishDelayed), "delayed")
+	counter(c.absReports, float64(s.Absorbed.Reports))
+	counter(c.absHits, float64(s.Absorbed.Hits))
+	for _, r := range AbsorbedReasons {
+		counter(c.absRejected, float64(s.Absorbed.Rejected[r]), r)
+	}
 	c.lat.Collect(ch)
 }
 

@@ -28,10 +28,10 @@ func rowsOf(f frame, key string) [][]string {
 }
 
 // byNode picks the row of node among rows (fields: RATE, spark, arrow,
-// NODE, WRITE/S, CACHE, PROTO, SERVER, NS, STATE, SOURCE, KEY).
+// NODE, WRITE/S, CACHE, PROTO, SERVER, NS, STATE, SOURCE, LOCAL, KEY).
 func byNode(rows [][]string, node string) []string {
 	for _, r := range rows {
-		if len(r) == 12 && r[3] == node {
+		if len(r) == 13 && r[3] == node {
 			return r
 		}
 	}

@@ -133,15 +133,21 @@ const (
 	wProto  = 8
 	wState  = 5
 	wSource = 8
+	wLocal  = 5
 	minKey  = 16
 )
 
-var titles = []string{"RATE", "TREND", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "KEY"}
+// nCols is the number of columns of the plain layout; the key is the last.
+const nCols = 9
+
+// LOCAL is the share of RATE that client shims served from memory and
+// reported (absorbed_qps / qps).
+var titles = []string{"RATE", "TREND", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "LOCAL", "KEY"}
 
 // The fleet view (several nodes, from the channel) inserts three columns
 // after TREND: the publishing node, the key's write rate and whether shims
 // may cache it.
-var fleetTitles = []string{"RATE", "TREND", "NODE", "WRITE/S", "CACHE", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "KEY"}
+var fleetTitles = []string{"RATE", "TREND", "NODE", "WRITE/S", "CACHE", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "LOCAL", "KEY"}
 
 const (
 	wWrite = 8
@@ -167,16 +173,19 @@ func (m *Model) titles() []string {
 // cells returns a row's column texts, in title order.
 func (m *Model) cells(r *row) []string {
 	rate, trend := "-", r.spark()+" "+r.trend().Arrow()
-	state := "cold"
+	state, local := "cold", "-"
 	if r.hot {
 		rate, state = fmtRate(r.ev.QPS), "hot"
+		if r.ev.AbsorbedQPS > 0 && r.ev.QPS > 0 {
+			local = strconv.Itoa(int(min(r.ev.AbsorbedQPS/r.ev.QPS, 1)*100)) + "%"
+		}
 	}
 	src := r.ev.Source
 	if src == "" {
 		src = event.SourceDetected
 	}
 	if !m.opt.Fleet {
-		return []string{rate, trend, r.ev.Proto, r.ev.Server, r.ev.NS, state, src, r.keyText}
+		return []string{rate, trend, r.ev.Proto, r.ev.Server, r.ev.NS, state, src, local, r.keyText}
 	}
 	write, cache := "-", "yes"
 	if r.ev.WriteQPS > 0 {
@@ -185,13 +194,13 @@ func (m *Model) cells(r *row) []string {
 	if r.ev.Uncacheable {
 		cache = "no"
 	}
-	return []string{rate, trend, KeyText([]byte(r.ev.Node)), write, cache, r.ev.Proto, r.ev.Server, r.ev.NS, state, src, r.keyText}
+	return []string{rate, trend, KeyText([]byte(r.ev.Node)), write, cache, r.ev.Proto, r.ev.Server, r.ev.NS, state, src, local, r.keyText}
 }
 
 // colWidths lays the columns out in w cells; the key takes what is left.
 // On a narrow screen the server column shrinks (elided in the middle), then
-// source, trend, (write rate,) ns and proto are dropped (width 0), in that
-// order.
+// local, source, trend, (write rate,) ns and proto are dropped (width 0),
+// in that order.
 func (m *Model) colWidths(rows []*row, w int) []int {
 	sw, nw, dw := width("SERVER"), width("NS"), width("NODE")
 	for _, r := range rows {
@@ -200,9 +209,9 @@ func (m *Model) colWidths(rows []*row, w int) []int {
 		dw = max(dw, width(KeyText([]byte(r.ev.Node))))
 	}
 	sw, nw, dw = min(sw, 47), min(nw, 6), min(dw, 24)
-	ws := []int{wRate, wTrend, wProto, sw, nw, wState, wSource, 0}
+	ws := []int{wRate, wTrend, wProto, sw, nw, wState, wSource, wLocal, 0}
 	if m.opt.Fleet {
-		ws = []int{wRate, wTrend, dw, wWrite, wCache, wProto, sw, nw, wState, wSource, 0}
+		ws = []int{wRate, wTrend, dw, wWrite, wCache, wProto, sw, nw, wState, wSource, wLocal, 0}
 	}
 	last := len(ws) - 1
 	fixed := func() int {
@@ -218,9 +227,9 @@ func (m *Model) colWidths(rows []*row, w int) []int {
 	if k := w - fixed(); k < minKey {
 		ws[srv] = max(ws[srv]-(minKey-k), min(ws[srv], 12))
 	}
-	drops := []int{m.col(6), m.col(1), m.col(4), m.col(2)}
+	drops := []int{m.col(7), m.col(6), m.col(1), m.col(4), m.col(2)}
 	if m.opt.Fleet {
-		drops = []int{m.col(6), m.col(1), 3, m.col(4), m.col(2)}
+		drops = []int{m.col(7), m.col(6), m.col(1), 3, m.col(4), m.col(2)}
 	}
 	for _, drop := range drops {
 		if w-fixed() >= minKey {
@@ -243,7 +252,7 @@ func (m *Model) sortArrow() string {
 	return "▲"
 }
 
-var sortTitle = [...]int{SortRate: 0, SortKey: 7, SortProto: 2, SortServer: 3, SortState: 5}
+var sortTitle = [...]int{SortRate: 0, SortKey: nCols - 1, SortProto: 2, SortServer: 3, SortState: 5}
 
 // Frame lays out the whole screen in w×h cells: a header, a status line,
 // the column titles, as many rows as fit from the scroll position, and
