@@ -107,21 +107,22 @@ const (
 	defaultCold     = 0.7
 	defaultInvGap   = 10 * time.Millisecond
 	defaultLocalTTL = 50 * time.Millisecond
-	// defaultAbsorbedCap: a key read locally at 1000× its threshold is far
-	// beyond any hot key seen in practice; the bound is for broken or
-	// forged reports, not for real demand.
-	defaultAbsorbedCap = 1000
-	minWindow          = 400 * time.Millisecond
-	maxWindow          = 20 * time.Second
+	minWindow       = 400 * time.Millisecond
+	maxWindow       = 20 * time.Second
 	// defaultUncacheableWrites: one write per local TTL (docs/detection.md).
 	defaultUncacheableWrites = 1
 	countsAtHotRate          = 800 // requests a key at the threshold adds per window
 )
 
+// defaultAbsorbedCap: a key read locally at 1000× its threshold is far
+// beyond any hot key seen in practice; the bound is for broken or forged
+// reports, not for real demand.
+const defaultAbsorbedCap = 1000
+
 // withDefaults validates c and fills in the defaults.
 func (c Config) withDefaults() (Config, error) {
 	if !(c.HotQPS > 0) || math.IsInf(c.HotQPS, 0) {
-		return c, fmt.Errorf("check hot_qps: must be a positive number, got %v", c.HotQPS)
+		return c, fmt.Errorf("check hot-qps: must be a positive number, got %v", c.HotQPS)
 	}
 	switch c.Detector {
 	case "":
@@ -150,7 +151,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.ColdRatio = defaultCold
 	}
 	if c.ColdRatio < 0 || c.ColdRatio > 1 {
-		return c, fmt.Errorf("check cold_ratio: %v is not in (0, 1]", c.ColdRatio)
+		return c, fmt.Errorf("check cold-ratio: %v is not in (0, 1]", c.ColdRatio)
 	}
 	if c.AbsorbedCap == 0 {
 		c.AbsorbedCap = defaultAbsorbedCap
@@ -168,19 +169,19 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxHot = defaultMaxHot
 	}
 	if c.MaxHot < 1 || c.MaxHot > 1<<20 {
-		return c, fmt.Errorf("check max_hot: %d is not in [1, 2^20]", c.MaxHot)
+		return c, fmt.Errorf("check max-hot: %d is not in [1, 2^20]", c.MaxHot)
 	}
 	if c.InvalidateGap == 0 {
 		c.InvalidateGap = defaultInvGap
 	}
 	if c.LocalTTL < 0 {
-		return c, errors.New("check local_ttl: must not be negative")
+		return c, errors.New("check local-ttl: must not be negative")
 	}
 	if c.LocalTTL == 0 {
 		c.LocalTTL = defaultLocalTTL
 	}
 	if math.IsNaN(c.UncacheableWrites) || math.IsInf(c.UncacheableWrites, 0) {
-		return c, fmt.Errorf("check uncacheable_writes: %v is not a number", c.UncacheableWrites)
+		return c, fmt.Errorf("check uncacheable-writes: %v is not a number", c.UncacheableWrites)
 	}
 	if c.UncacheableWrites == 0 {
 		c.UncacheableWrites = defaultUncacheableWrites
@@ -199,7 +200,7 @@ func (c Config) withDefaults() (Config, error) {
 		t.ReapMax = 32
 	}
 	if t.Buckets < 2 || t.Buckets > 1<<20 || t.SampleMax < 1 || t.ReapMax < 1 || t.ReapMax > 4096 || t.SigmaN < 0 {
-		return c, fmt.Errorf("check tair: buckets %d, sample_max %d, reap_max %d, sigma_n %v out of range",
+		return c, fmt.Errorf("check tair settings: tair-buckets %d, tair-sample-max %d, tair-reap-max %d, tair-sigma-n %v out of range",
 			t.Buckets, t.SampleMax, t.ReapMax, t.SigmaN)
 	}
 	for i, r := range c.Rules {
@@ -207,7 +208,7 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("check rule %d: empty pattern", i)
 		}
 		if r.HotQPS < 0 || math.IsNaN(r.HotQPS) || math.IsInf(r.HotQPS, 0) {
-			return c, fmt.Errorf("check rule %d (%s): hot_qps %v is negative", i, r.Pattern, r.HotQPS)
+			return c, fmt.Errorf("check rule %d (%s): hot-qps %v is negative", i, r.Pattern, r.HotQPS)
 		}
 		if r.Proto != "" {
 			if _, ok := decode.ParseProto(r.Proto); !ok {

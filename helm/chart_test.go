@@ -30,9 +30,6 @@ const (
 	release    = "hs"
 	namespace  = "cache-system"
 	configPath = "/etc/hotsniff/config.yaml"
-	// kubeVersion stands in for the cluster's version: a helm built with
-	// `go install` assumes v1.20, below the chart's kubeVersion.
-	kubeVersion = "1.30.0"
 )
 
 // Capability sets per capture mode (names without CAP_).
@@ -242,7 +239,7 @@ func stripComments(doc []byte) []byte {
 
 func render(t *testing.T, args ...string) *manifests {
 	t.Helper()
-	out, err := runHelm(t, append([]string{"template", release, chartDir, "--namespace", namespace, "--kube-version", kubeVersion}, args...)...)
+	out, err := runHelm(t, append([]string{"template", release, chartDir, "--namespace", namespace}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -728,7 +725,7 @@ func TestSchemaRejects(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			_, err := runHelm(t, append([]string{"template", release, chartDir, "--kube-version", kubeVersion}, args...)...)
+			_, err := runHelm(t, append([]string{"template", release, chartDir}, args...)...)
 			if err == nil {
 				t.Fatalf("helm template %v succeeded; want a schema error", args)
 			}

@@ -118,7 +118,7 @@ func benchFile(b *testing.B, fixture string, reps int) {
 		counter := decode.NewCounter(&nopSink{})
 		asm := stream.NewAssembler(stream.DefaultConfig(), stream.DefaultPorts(), reg, counter)
 		var seg capture.Segment
-		if err := drain(context.Background(), f, &seg, asm, nil, nil); err != io.EOF {
+		if err := drain(context.Background(), f, &seg, asm, nil, nil, nil); err != io.EOF {
 			b.Fatal(err)
 		}
 		asm.Flush()
@@ -153,7 +153,7 @@ func TestSteadyStateAllocs(t *testing.T) {
 		}
 		asm := stream.NewAssembler(stream.DefaultConfig(), stream.DefaultPorts(), reg, decode.NewCounter(&nopSink{}))
 		var seg capture.Segment
-		if err := drain(context.Background(), f, &seg, asm, nil, nil); err != io.EOF {
+		if err := drain(context.Background(), f, &seg, asm, nil, nil, nil); err != io.EOF {
 			t.Fatal(err)
 		}
 		asm.Flush()

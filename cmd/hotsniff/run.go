@@ -95,6 +95,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			if cf.check {
 				fmt.Fprintf(cmd.OutOrStdout(), "config ok: ports %v, capture %s, hot-qps %g, detector %s, %d rules, %d ignore patterns\n",
 					ports.List(), mode, dcfg.HotQPS, dcfg.Detector, len(dcfg.Rules), len(dcfg.Ignore))
+				fmt.Fprintln(cmd.OutOrStdout(), tuningSummary(dcfg))
 				return nil
 			}
 			if cf.procs > 0 {
