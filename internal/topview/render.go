@@ -9,6 +9,7 @@ import (
 	"github.com/rivo/uniseg"
 
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/termtext"
 )
 
 // Style is the role of a piece of text; the runner maps it to colors.
@@ -174,18 +175,27 @@ func (m *Model) titles() []string {
 func (m *Model) cells(r *row) []string {
 	rate, trend := "-", r.spark()+" "+r.trend().Arrow()
 	state, local := "cold", "-"
-	if r.hot {
+	switch {
+	case r.hot:
 		rate, state = fmtRate(r.ev.QPS), "hot"
 		if r.ev.AbsorbedQPS > 0 && r.ev.QPS > 0 {
 			local = strconv.Itoa(int(min(r.ev.AbsorbedQPS/r.ev.QPS, 1)*100)) + "%"
+		}
+	case r.warm:
+		rate = fmtRate(r.ev.QPS)
+		if r.coldSince.IsZero() {
+			state = "-" // below the threshold, never hot
 		}
 	}
 	src := r.ev.Source
 	if src == "" {
 		src = event.SourceDetected
 	}
+	// Fields come from /hotkeys or the channel, which an attacker may
+	// forge: escaped here, at render time, so no control sequence reaches
+	// the terminal (the key is escaped when its row is made).
 	if !m.opt.Fleet {
-		return []string{rate, trend, r.ev.Proto, r.ev.Server, r.ev.NS, state, src, local, r.keyText}
+		return []string{rate, trend, termtext.Field(r.ev.Proto), termtext.Field(r.ev.Server), termtext.Field(r.ev.NS), state, termtext.Field(src), local, r.keyText}
 	}
 	write, cache := "-", "yes"
 	if r.ev.WriteQPS > 0 {
@@ -194,7 +204,7 @@ func (m *Model) cells(r *row) []string {
 	if r.ev.Uncacheable {
 		cache = "no"
 	}
-	return []string{rate, trend, KeyText([]byte(r.ev.Node)), write, cache, r.ev.Proto, r.ev.Server, r.ev.NS, state, src, local, r.keyText}
+	return []string{rate, trend, termtext.Field(r.ev.Node), write, cache, termtext.Field(r.ev.Proto), termtext.Field(r.ev.Server), termtext.Field(r.ev.NS), state, termtext.Field(src), local, r.keyText}
 }
 
 // colWidths lays the columns out in w cells; the key takes what is left.
@@ -204,9 +214,9 @@ func (m *Model) cells(r *row) []string {
 func (m *Model) colWidths(rows []*row, w int) []int {
 	sw, nw, dw := width("SERVER"), width("NS"), width("NODE")
 	for _, r := range rows {
-		sw = max(sw, width(r.ev.Server))
-		nw = max(nw, width(r.ev.NS))
-		dw = max(dw, width(KeyText([]byte(r.ev.Node))))
+		sw = max(sw, width(termtext.Field(r.ev.Server)))
+		nw = max(nw, width(termtext.Field(r.ev.NS)))
+		dw = max(dw, width(termtext.Field(r.ev.Node)))
 	}
 	sw, nw, dw = min(sw, 47), min(nw, 6), min(dw, 24)
 	ws := []int{wRate, wTrend, wProto, sw, nw, wState, wSource, wLocal, 0}
@@ -305,7 +315,7 @@ func (m *Model) Frame(w, h int) []Line {
 func (m *Model) rowLine(r *row, ws []int) Line {
 	c := m.cells(r)
 	base := StyleNormal
-	if !r.hot {
+	if !r.hot && !r.warm {
 		base = StyleCold
 	}
 	var l Line
@@ -371,7 +381,7 @@ func (m *Model) headerText(w int, full bool) string {
 	var tail []string
 	if m.got {
 		if m.node != "" {
-			tail = append(tail, "node "+m.node)
+			tail = append(tail, "node "+termtext.Field(m.node))
 		}
 		ts := m.ts.UTC().Format("15:04:05Z")
 		if full {
@@ -387,7 +397,7 @@ func (m *Model) headerText(w int, full bool) string {
 	}
 	rest := " · " + strings.Join(tail, " · ")
 	lead := " hotsniff top · "
-	src := m.source
+	src := termtext.Strip(m.source)
 	if !full {
 		src = elide(src, max(w-width(lead)-width(rest), 8))
 	}
@@ -396,7 +406,7 @@ func (m *Model) headerText(w int, full bool) string {
 
 func (m *Model) statusText(n int) (string, Style) {
 	if m.status != "" && m.statusErr {
-		s := " ✖ " + m.status
+		s := " ✖ " + termtext.Strip(m.status)
 		if !m.ended {
 			s += " (retrying"
 			if m.got {
@@ -408,7 +418,7 @@ func (m *Model) statusText(n int) (string, Style) {
 	}
 	cold := 0
 	for _, r := range m.view {
-		if !r.hot {
+		if !r.hot && !r.coldSince.IsZero() {
 			cold++
 		}
 	}
@@ -420,7 +430,7 @@ func (m *Model) statusText(n int) (string, Style) {
 		s += " · PAUSED (p resumes)"
 	}
 	if m.status != "" {
-		s += " · " + m.status
+		s += " · " + termtext.Strip(m.status)
 	}
 	return s, StyleInfo
 }
