@@ -31,8 +31,6 @@ type tcase struct {
 var pending = map[string]map[string]string{
 	"go": {
 		"watch-not-served": "the Go shim serves reads on a redis.Tx after WATCH (issue 14 fixes it)",
-		"batch-v2":         "the Go subscriber decodes v1 events only (issue 17 adds the batch envelope)",
-		"cacheable-false":  "the Go shim ignores cacheable:false (issue 17)",
 	},
 }
 
