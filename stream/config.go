@@ -37,6 +37,12 @@ type Config struct {
 	// RST is remembered, so late retransmissions are dropped instead of
 	// opening a mid-stream flow that decodes junk.
 	ClosedTimeout time.Duration
+	// Replies pairs replies with requests: every connection gets a
+	// decode.Pending queue (bounded by Pending) that the request direction
+	// records into and the reply parser reads, so reply bytes can be
+	// attributed to keys.
+	Replies bool
+	Pending decode.PendingConfig
 }
 
 // DefaultConfig returns bounds fit for one busy cache node.

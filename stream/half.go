@@ -23,8 +23,20 @@ func (a *Assembler) openHalf(fl *flow, h *half, dir decode.Dir, next uint32, mid
 	h.skip = 0
 	h.sawSYN = false
 	h.parser = nil
+	h.sink = a.sink
+	if dir == decode.ToServer {
+		h.sink = a.reqSink
+	}
 	if d := a.reg.Get(fl.f.Proto); d != nil {
 		h.parser = d.NewParser(dir, midStream)
+	}
+	if q := fl.f.Pending; q != nil {
+		switch {
+		case dir == decode.ToServer && !midStream:
+			q.Reset(true) // the connection's start: pairing begins at once
+		case midStream:
+			q.Desync()
+		}
 	}
 }
 
@@ -147,7 +159,7 @@ func (a *Assembler) feed(fl *flow, h *half, d []byte, ts int64) {
 			continue
 		}
 		if len(h.tail) == 0 {
-			c := h.parser.Parse(d, &fl.f, a.sink)
+			c := h.parser.Parse(d, &fl.f, h.sink)
 			if c >= len(d) {
 				h.skip = uint64(c - len(d))
 				return
@@ -172,7 +184,7 @@ func (a *Assembler) feed(fl *flow, h *half, d []byte, ts int64) {
 		n := min(room, len(d))
 		a.appendTail(fl, h, d[:n])
 		d = d[n:]
-		c := h.parser.Parse(h.tail, &fl.f, a.sink)
+		c := h.parser.Parse(h.tail, &fl.f, h.sink)
 		if c >= len(h.tail) {
 			h.skip = uint64(c - len(h.tail))
 			a.release(fl, h.tail)
@@ -243,6 +255,10 @@ func (a *Assembler) gap(fl *flow, h *half) {
 	a.dropTail(fl, h)
 	h.skip = 0
 	h.parser.Gap()
+	if fl.f.Pending != nil {
+		// Requests or replies were lost: pairing is off until a quiet point.
+		fl.f.Pending.Desync()
+	}
 	a.st.Gaps[fl.f.Proto]++
 }
 

@@ -206,6 +206,7 @@ func (d *daemon) run(ctx context.Context) error {
 	reg := registry()
 	if d.bpfCap != nil && !d.cf.replies {
 		reg = withoutReplies(reg)
+		d.scfg.Replies = false // no reply parser drains the queues
 	}
 	asm := stream.NewAssembler(d.scfg, d.ports, reg, counter)
 

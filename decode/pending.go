@@ -1,0 +1,344 @@
+package decode
+
+// Reply attribution: the request parser of a connection records each
+// request (and the keys of reads) in the connection's Pending queue, and the
+// reply parser takes them off in the order the server answers, attributing
+// the reply's bytes to the keys. "Reply bytes" are the bytes of the reply
+// message as TCP payload on the wire, framing included: what the server's
+// NIC sends for the key.
+
+// ReplySink is the optional interface of a Sink that receives reply bytes.
+// Reply parsers check for it; a Sink without it sees nothing of replies.
+type ReplySink interface {
+	// ReplyKey reports n reply bytes attributed to read key k, read in
+	// namespace ns on f. k.Bytes is valid only during the call. One reply
+	// may make several calls for one key (an element, then its share of
+	// the framing); their sum is the key's share of the reply.
+	ReplyKey(f *Flow, ns int32, k Key, n uint64)
+	// Reply reports one whole reply of n bytes on f. paired is false when
+	// no request could be matched to it (joined mid-stream, queue overflow,
+	// out-of-band push), in which case none of it went to ReplyKey.
+	Reply(f *Flow, n uint64, paired bool)
+}
+
+// PendingConfig bounds the per-connection queue.
+type PendingConfig struct {
+	// MaxRequests is the most requests awaiting replies on one connection
+	// (default 1024). Requests beyond it are remembered only as a count:
+	// their replies keep the queue aligned but are attributed to nothing.
+	MaxRequests int
+	// MaxKeyBytes is the most key bytes held for them (default 256 KiB).
+	MaxKeyBytes int
+	// QuietNS is how long (packet time) a connection joined mid-stream, or
+	// that lost bytes, must be silent in both directions before a request
+	// is taken to start a fresh, aligned exchange (default 1 ms): after such
+	// a silence the server has answered everything it was asked before.
+	QuietNS int64
+}
+
+// Defaults for PendingConfig.
+const (
+	DefaultPendingRequests = 1024
+	DefaultPendingKeyBytes = 256 << 10
+	DefaultQuietNS         = int64(1e6)
+)
+
+func (c PendingConfig) withDefaults() PendingConfig {
+	if c.MaxRequests <= 0 {
+		c.MaxRequests = DefaultPendingRequests
+	}
+	if c.MaxKeyBytes <= 0 {
+		c.MaxKeyBytes = DefaultPendingKeyBytes
+	}
+	if c.QuietNS <= 0 {
+		c.QuietNS = DefaultQuietNS
+	}
+	return c
+}
+
+// PendingStats counts what the queues could not keep.
+type PendingStats struct {
+	// Overflow counts requests recorded only as a count (queue full).
+	Overflow uint64
+	// KeysDropped counts read keys not kept (key bytes full): their share
+	// of a reply goes to no key.
+	KeysDropped uint64
+	// Desyncs counts times a queue was thrown away because bytes were lost.
+	Desyncs uint64
+}
+
+// Entry is one request awaiting its reply.
+type Entry struct {
+	Op    string // from the parser's fixed table
+	NS    int32
+	ID    uint32 // Request.ID
+	Write bool
+	Quiet bool
+	// anon is how many requests follow this one that were not kept.
+	anon  uint32
+	keys0 int32
+	nkeys int32
+}
+
+type pendKey struct {
+	off, n int32
+	weight uint32
+	prefix bool
+}
+
+// Pending is the queue of one connection's requests awaiting replies. The
+// stream layer owns one per connection (Flow.Pending) and records requests
+// into it; reply parsers read it. Its memory is bounded by PendingConfig and
+// reused across the connections a flow slot serves.
+type Pending struct {
+	cfg *PendingConfig
+	st  *PendingStats
+
+	ents  []Entry
+	e0    int // first live entry
+	keys  []pendKey
+	k0    int
+	arena []byte
+	a0    int
+	anon  uint32 // unkept requests ahead of ents[e0]
+	open  bool   // the last entry is still receiving keys
+
+	synced  bool
+	epoch   uint32
+	lastReq int64 // packet time of the latest request
+	lastRep int64 // packet time of the latest reply bytes
+}
+
+// NewPending returns an empty, unsynchronised queue with cfg's bounds;
+// st (shared by every queue of one stream) receives its counts.
+func NewPending(cfg *PendingConfig, st *PendingStats) *Pending {
+	*cfg = cfg.withDefaults()
+	return &Pending{cfg: cfg, st: st}
+}
+
+// Reset empties the queue for a new connection: synced when the
+// connection's start was seen, so replies pair from the first request.
+func (q *Pending) Reset(synced bool) {
+	q.clear()
+	q.synced = synced
+	q.lastReq, q.lastRep = 0, 0
+	q.epoch++
+	// A connection that once held a huge MGET should not pin its arena.
+	if cap(q.arena) > 64<<10 {
+		q.arena = nil
+	}
+	if cap(q.keys) > 4096 {
+		q.keys = nil
+	}
+}
+
+func (q *Pending) clear() {
+	q.ents = q.ents[:0]
+	q.keys = q.keys[:0]
+	q.arena = q.arena[:0]
+	q.e0, q.k0, q.a0, q.anon, q.open = 0, 0, 0, 0, false
+}
+
+// Desync throws the queue away after lost bytes in either direction: which
+// reply answers which request is no longer known. Pairing resumes at the
+// next quiet point.
+func (q *Pending) Desync() {
+	if q.synced || q.Len() > 0 {
+		q.st.Desyncs++
+	}
+	q.clear()
+	q.synced = false
+	q.epoch++
+}
+
+// Synced reports whether replies pair with the queue's requests.
+func (q *Pending) Synced() bool { return q.synced }
+
+// Epoch changes whenever the queue is thrown away or resynchronised: a reply
+// parser that sees it change drops the reply it was in.
+func (q *Pending) Epoch() uint32 { return q.epoch }
+
+// Len is the number of requests awaiting replies, unkept ones included.
+func (q *Pending) Len() int {
+	n := int(q.anon)
+	for i := q.e0; i < len(q.ents); i++ {
+		n += 1 + int(q.ents[i].anon)
+	}
+	return n
+}
+
+// SawReply records reply bytes at packet time ts (for the quiet rule).
+func (q *Pending) SawReply(ts int64) { q.lastRep = ts }
+
+// Push records request r seen at packet time ts.
+func (q *Pending) Push(ts int64, r *Request) {
+	last := max(q.lastReq, q.lastRep)
+	q.lastReq = ts
+	q.open = false
+	if !q.synced {
+		// Joined mid-stream or after a loss: the first request after a
+		// silence in both directions starts an aligned exchange.
+		if last == 0 || ts-last < q.cfg.QuietNS {
+			return
+		}
+		q.clear()
+		q.synced = true
+		q.epoch++
+	}
+	if len(q.ents)-q.e0 >= q.cfg.MaxRequests {
+		q.st.Overflow++
+		q.ents[len(q.ents)-1].anon++
+		return
+	}
+	if q.e0 > 0 && len(q.ents) == cap(q.ents) {
+		n := copy(q.ents, q.ents[q.e0:])
+		q.ents = q.ents[:n]
+		q.e0 = 0
+	}
+	q.ents = append(q.ents, Entry{Op: r.Op, NS: r.NS, ID: r.ID, Write: r.Write, Quiet: r.Quiet, keys0: int32(len(q.keys))})
+	q.open = !r.Write
+}
+
+// AddKey records read key k of the request last pushed.
+func (q *Pending) AddKey(k Key) {
+	if !q.open {
+		return
+	}
+	e := &q.ents[len(q.ents)-1]
+	if len(q.arena)-q.a0+len(k.Bytes) > q.cfg.MaxKeyBytes {
+		// Keep the key's place, without its bytes: its share of the reply
+		// goes to no key, and the other keys keep their elements.
+		q.st.KeysDropped++
+		q.keys = append(q.keys, pendKey{off: -1, weight: k.Weight})
+		e.nkeys++
+		return
+	}
+	if q.a0 > 0 && len(q.arena)+len(k.Bytes) > cap(q.arena) {
+		n := copy(q.arena, q.arena[q.a0:])
+		q.arena = q.arena[:n]
+		for i := q.k0; i < len(q.keys); i++ {
+			if q.keys[i].off >= 0 {
+				q.keys[i].off -= int32(q.a0)
+			}
+		}
+		q.a0 = 0
+	}
+	if q.k0 > 0 && len(q.keys) == cap(q.keys) {
+		n := copy(q.keys, q.keys[q.k0:])
+		q.keys = q.keys[:n]
+		for i := q.e0; i < len(q.ents); i++ {
+			q.ents[i].keys0 -= int32(q.k0)
+		}
+		q.k0 = 0
+	}
+	off := len(q.arena)
+	q.arena = append(q.arena, k.Bytes...)
+	q.keys = append(q.keys, pendKey{off: int32(off), n: int32(len(k.Bytes)), weight: k.Weight, prefix: k.Prefix})
+	e.nkeys++
+}
+
+// Head returns the oldest request awaiting a reply, or nil when the queue
+// is empty or the oldest is an unkept one (anon reports true). The pointer
+// is valid until the next Push.
+func (q *Pending) Head() (e *Entry, anon bool) {
+	if q.anon > 0 {
+		return nil, true
+	}
+	if q.e0 >= len(q.ents) {
+		return nil, false
+	}
+	return &q.ents[q.e0], false
+}
+
+// Pop removes the oldest request (kept or not).
+func (q *Pending) Pop() {
+	if q.anon > 0 {
+		q.anon--
+		return
+	}
+	if q.e0 >= len(q.ents) {
+		return
+	}
+	e := &q.ents[q.e0]
+	q.anon = e.anon
+	q.k0 = int(e.keys0 + e.nkeys)
+	q.e0++
+	if q.e0 == len(q.ents) {
+		q.open = false
+		q.ents = q.ents[:0]
+		q.keys = q.keys[:0]
+		q.arena = q.arena[:0]
+		q.e0, q.k0, q.a0 = 0, 0, 0
+		return
+	}
+	if q.k0 < len(q.keys) {
+		if k := q.keys[q.k0]; k.off >= 0 {
+			q.a0 = int(k.off)
+		}
+	} else {
+		q.a0 = len(q.arena)
+	}
+}
+
+// Find returns the index of the first kept request with ID id, searching
+// from the head, or -1. Protocols whose replies carry the request's ID
+// (memcached binary opaque, Tair channel id) pair by it.
+func (q *Pending) Find(id uint32) int {
+	for i := q.e0; i < len(q.ents); i++ {
+		if q.ents[i].ID == id {
+			return i - q.e0
+		}
+	}
+	return -1
+}
+
+// NumKeys is how many read keys e holds.
+func (e *Entry) NumKeys() int { return int(e.nkeys) }
+
+// Key returns the i-th read key of e; ok is false for a key whose bytes
+// were not kept.
+func (q *Pending) Key(e *Entry, i int) (k Key, ok bool) {
+	pk := q.keys[int(e.keys0)+i]
+	if pk.off < 0 {
+		return Key{}, false
+	}
+	return Key{Bytes: q.arena[pk.off : pk.off+pk.n : pk.off+pk.n], Weight: pk.weight, Prefix: pk.prefix}, true
+}
+
+// Attribute gives n reply bytes of e to its read keys, split evenly by key
+// occurrence (the remainder, one byte each, to the first keys), so that the
+// shares sum to n. It returns the bytes that went to no key (e is a write
+// or keyless, or a key was not kept).
+func (q *Pending) Attribute(f *Flow, rs ReplySink, e *Entry, n uint64) uint64 {
+	nk := uint64(e.nkeys)
+	if nk == 0 || n == 0 {
+		return n
+	}
+	share, rem := n/nk, n%nk
+	var lost uint64
+	for i := range int(nk) {
+		b := share
+		if uint64(i) < rem {
+			b++
+		}
+		if k, ok := q.Key(e, i); ok {
+			rs.ReplyKey(f, e.NS, k, b)
+		} else {
+			lost += b
+		}
+	}
+	return lost
+}
+
+// AttributeKey gives n reply bytes to the i-th read key of e (an element of
+// a multi-key reply). It reports false when that key was not kept.
+func (q *Pending) AttributeKey(f *Flow, rs ReplySink, e *Entry, i int, n uint64) bool {
+	if i >= int(e.nkeys) {
+		return false
+	}
+	k, ok := q.Key(e, i)
+	if ok && n > 0 {
+		rs.ReplyKey(f, e.NS, k, n)
+	}
+	return ok
+}
