@@ -11,9 +11,10 @@ package decode
 // Reply parsers check for it; a Sink without it sees nothing of replies.
 type ReplySink interface {
 	// ReplyKey reports n reply bytes attributed to read key k, read in
-	// namespace ns on f. k.Bytes is valid only during the call. One reply
-	// may make several calls for one key (an element, then its share of
-	// the framing); their sum is the key's share of the reply.
+	// namespace ns on f. k.Bytes is valid only during the call. It is
+	// called once per key occurrence of the request the reply answers (k
+	// carries that occurrence's weight), with the key's whole share of the
+	// reply, so calls also count answered reads.
 	ReplyKey(f *Flow, ns int32, k Key, n uint64)
 	// Reply reports one whole reply of n bytes on f. paired is false when
 	// no request could be matched to it (joined mid-stream, queue overflow,
@@ -314,13 +315,9 @@ func (q *Pending) Attribute(f *Flow, rs ReplySink, e *Entry, n uint64) uint64 {
 	if nk == 0 || n == 0 {
 		return n
 	}
-	share, rem := n/nk, n%nk
 	var lost uint64
 	for i := range int(nk) {
-		b := share
-		if uint64(i) < rem {
-			b++
-		}
+		b := Share(n, nk, i)
 		if k, ok := q.Key(e, i); ok {
 			rs.ReplyKey(f, e.NS, k, b)
 		} else {
@@ -328,6 +325,19 @@ func (q *Pending) Attribute(f *Flow, rs ReplySink, e *Entry, n uint64) uint64 {
 		}
 	}
 	return lost
+}
+
+// Share is key i's share of n bytes split evenly between nk keys: n/nk,
+// plus one for the first n%nk keys, so the shares sum to n.
+func Share(n, nk uint64, i int) uint64 {
+	if nk == 0 {
+		return 0
+	}
+	s := n / nk
+	if uint64(i) < n%nk {
+		s++
+	}
+	return s
 }
 
 // AttributeKey gives n reply bytes to the i-th read key of e (an element of

@@ -104,6 +104,14 @@ func (d *Detector) promoteFrom(w *windowed, h uint64, f *decode.Flow, ns int32, 
 	if reads != nil {
 		rw, since = &reads.own, reads.since
 		qps = d.rate(&reads.own, reads.since, d.sub/8)
+	} else if bytes != nil {
+		// The reads stage was not counting this key (too few reads to
+		// locate its bucket): its answered reads, counted with its bytes,
+		// give the rate and seed the entry's read window.
+		rw = &window{epoch: d.epoch}
+		rw.add(d.epoch, bytes.reads)
+		since = bytes.since
+		qps = d.rate(rw, since, d.sub/8)
 	}
 	prefix := s.flags&slotPrefix != 0 || (reads != nil && reads.flags&slotPrefix != 0)
 	d.promote(h, f, ns, k, thr, qps, prefix, located, rw, since, b)

@@ -74,6 +74,7 @@ type slot struct {
 	need  uint64  // count below which the key cannot be confirmed (fast reject)
 	since int64   // when the key entered the slot
 	own   window  // exact count of this key since it entered
+	reads uint32  // bytes stage: weighted reads answered since it entered
 }
 
 const (
@@ -197,6 +198,9 @@ func (w *windowed) observe(h uint64, f *decode.Flow, ns int32, k decode.Key, n u
 	se[i] = satAdd(se[i], n)
 	s := &w.slots[lo+uint64(i)]
 	s.own.add(ep, n)
+	if w.bytes {
+		s.reads = satAdd(s.reads, k.Weight)
+	}
 	if k.Prefix {
 		s.flags |= slotPrefix
 	}

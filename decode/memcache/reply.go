@@ -33,9 +33,40 @@ type replyParser struct {
 	mode  mode
 	inGet bool   // inside VALUE blocks, before END
 	bytes uint64 // bytes of the reply in progress (text gets: the blocks)
+	cur   int    // next key of the get that a VALUE block may answer
 }
 
-func (p *replyParser) Gap() { p.inGet, p.bytes = false, 0 }
+// endLen is the size of the "END\r\n" that closes a get: each key of the
+// get gets an even share of it, with its VALUE block if it was a hit.
+const endLen = 5
+
+// value gives a VALUE block of n bytes to the key it names, the next key of
+// the get at the head of the queue with those bytes: memcached answers the
+// hits of a multi-get in request order. Keys passed over were misses; they
+// get their share of END now. It reports false when the get has no such
+// key: replies and requests are out of step.
+func (p *replyParser) value(f *decode.Flow, q *decode.Pending, rs decode.ReplySink, key []byte, n uint64) bool {
+	e, anon := q.Head()
+	if e == nil {
+		return anon // a get that was not kept: its blocks go to no key
+	}
+	nk := e.NumKeys()
+	for i := p.cur; i < nk; i++ {
+		k, ok := q.Key(e, i)
+		if ok && string(k.Bytes) != string(key) {
+			continue
+		}
+		for j := p.cur; j < i; j++ {
+			q.AttributeKey(f, rs, e, j, decode.Share(endLen, uint64(nk), j))
+		}
+		q.AttributeKey(f, rs, e, i, n+decode.Share(endLen, uint64(nk), i))
+		p.cur = i + 1
+		return true
+	}
+	return false
+}
+
+func (p *replyParser) Gap() { p.inGet, p.bytes, p.cur = false, 0, 0 }
 
 // Parse implements decode.Parser for replies.
 func (p *replyParser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
@@ -144,23 +175,33 @@ func (p *replyParser) text(b []byte, f *decode.Flow, q *decode.Pending, rs decod
 			return badReply
 		}
 		total := uint64(n) + uint64(size) + 2
-		p.inGet = true
+		if !p.inGet {
+			skipQuiet(q, false)
+			p.inGet, p.cur = true, 0
+		}
 		p.bytes += total
-		rs.ReplyKey(f, decode.NoNS, decode.Key{Bytes: key, Weight: 1}, total)
+		if !p.value(f, q, rs, key, total) {
+			return badReply
+		}
 		return n + size + 2
 	case "END":
-		// Ends a get (its misses share the line) or a stats listing.
-		skipQuiet(q, false)
+		// Ends a get (its misses get their share of the line) or a stats
+		// listing.
+		if !p.inGet {
+			skipQuiet(q, false)
+		}
 		e, anon := q.Head()
 		paired := e != nil
 		if paired {
-			q.Attribute(f, rs, e, uint64(n))
+			for i := p.cur; i < e.NumKeys(); i++ {
+				q.AttributeKey(f, rs, e, i, decode.Share(uint64(n), uint64(e.NumKeys()), i))
+			}
 		}
 		if paired || anon {
 			q.Pop()
 		}
-		rs.Reply(f, p.bytes+uint64(n), paired || p.inGet)
-		p.inGet, p.bytes = false, 0
+		rs.Reply(f, p.bytes+uint64(n), paired)
+		p.inGet, p.bytes, p.cur = false, 0, 0
 		return n
 	case "STAT", "ITEM":
 		p.bytes += uint64(n) // stats and cachedump lines until END

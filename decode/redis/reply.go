@@ -53,6 +53,7 @@ type replyParser struct {
 	elem    int
 	elemAt  uint64 // bytes when the current top-level element started
 	given   uint64 // bytes given to elements
+	hdr     uint64 // framing bytes of an MGET reply, shared between its keys
 }
 
 func (p *replyParser) Gap() { p.reset() }
@@ -163,6 +164,7 @@ func (p *replyParser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 				if c == '*' && p.perElem {
 					e, _ := q.Head()
 					p.perElem = e != nil && n == e.NumKeys()
+					p.hdr = p.bytes // framing before the first element
 				} else {
 					p.perElem = false
 				}
@@ -199,9 +201,11 @@ func (p *replyParser) start(q *decode.Pending, h []byte) {
 func (p *replyParser) done(f *decode.Flow, q *decode.Pending, rs decode.ReplySink) bool {
 	for p.depth > 0 {
 		if p.depth == 1 && p.perElem {
+			// Each key gets its element and its share of the framing in
+			// one call: one call per key per reply.
 			e, _ := q.Head()
-			n := p.bytes - p.elemAt
-			if e != nil && q.AttributeKey(f, rs, e, p.elem, n) {
+			n := p.bytes - p.elemAt + decode.Share(p.hdr, uint64(e.NumKeys()), p.elem)
+			if q.AttributeKey(f, rs, e, p.elem, n) {
 				p.given += n
 			}
 			p.elem++
@@ -236,11 +240,9 @@ func (p *replyParser) done(f *decode.Flow, q *decode.Pending, rs decode.ReplySin
 		// From here on the server pushes messages nobody requested.
 		p.dead = true
 	}
-	rest := p.bytes
-	if p.perElem {
-		rest -= p.given
+	if !p.perElem {
+		q.Attribute(f, rs, e, p.bytes)
 	}
-	q.Attribute(f, rs, e, rest)
 	rs.Reply(f, p.bytes, true)
 	q.Pop()
 	return true
