@@ -207,10 +207,15 @@ func (p *replyParser) text(b []byte, f *decode.Flow, q *decode.Pending, rs decod
 		p.bytes += uint64(n) // stats and cachedump lines until END
 		return n
 	case "VA":
-		sz, _ := cut(rest)
+		sz, flags := cut(rest)
 		size, ok := parseLen(sz)
 		if !ok {
 			return badReply
+		}
+		if k := metaKeyFlag(flags); k != nil {
+			// The reply names its key: quiet gets before the one it
+			// answers were misses.
+			skipQuietUntil(q, k)
 		}
 		p.pair(f, q, rs, uint64(n)+uint64(size)+2, true)
 		return n + size + 2
@@ -268,4 +273,39 @@ func cut(b []byte) (tok, rest []byte) {
 		return b[:i], b[i+1:]
 	}
 	return b, nil
+}
+
+// metaKeyFlag returns the key a meta reply echoes (its k flag), or nil. A
+// base64 key (b flag) is compared as sent, so it is left alone: nil.
+func metaKeyFlag(flags []byte) []byte {
+	var key []byte
+	for len(flags) > 0 {
+		var t []byte
+		t, flags = cut(flags)
+		if len(t) == 0 {
+			continue
+		}
+		switch t[0] {
+		case 'k':
+			key = t[1:]
+		case 'b':
+			return nil
+		}
+	}
+	return key
+}
+
+// skipQuietUntil pops quiet requests whose first key is not key: a reply
+// naming key answers the first queued request for it.
+func skipQuietUntil(q *decode.Pending, key []byte) {
+	for {
+		e, _ := q.Head()
+		if e == nil || !e.Quiet {
+			return
+		}
+		if k, ok := q.Key(e, 0); e.NumKeys() == 0 || !ok || string(k.Bytes) == string(key) {
+			return
+		}
+		q.Pop()
+	}
 }
