@@ -75,6 +75,7 @@ type Entry struct {
 	ID    uint32 // Request.ID
 	Write bool
 	Quiet bool
+	done  bool // answered out of order (Take); popped when it reaches the head
 	// anon is how many requests follow this one that were not kept.
 	anon  uint32
 	keys0 int32
@@ -255,6 +256,9 @@ func (q *Pending) Head() (e *Entry, anon bool) {
 func (q *Pending) Pop() {
 	if q.anon > 0 {
 		q.anon--
+		if q.anon == 0 && q.e0 < len(q.ents) && q.ents[q.e0].done {
+			q.Pop()
+		}
 		return
 	}
 	if q.e0 >= len(q.ents) {
@@ -264,6 +268,10 @@ func (q *Pending) Pop() {
 	q.anon = e.anon
 	q.k0 = int(e.keys0 + e.nkeys)
 	q.e0++
+	if q.anon == 0 && q.e0 < len(q.ents) && q.ents[q.e0].done {
+		q.Pop() // answered already, out of order
+		return
+	}
 	if q.e0 == len(q.ents) {
 		q.open = false
 		q.ents = q.ents[:0]
@@ -286,11 +294,24 @@ func (q *Pending) Pop() {
 // (memcached binary opaque, Tair channel id) pair by it.
 func (q *Pending) Find(id uint32) int {
 	for i := q.e0; i < len(q.ents); i++ {
-		if q.ents[i].ID == id {
+		if q.ents[i].ID == id && !q.ents[i].done {
 			return i - q.e0
 		}
 	}
 	return -1
+}
+
+// At returns the i-th request from the head (as Find counts).
+func (q *Pending) At(i int) *Entry { return &q.ents[q.e0+i] }
+
+// Take removes the i-th request from the head, answered out of order: the
+// requests before it stay queued for their own replies.
+func (q *Pending) Take(i int) {
+	if i == 0 {
+		q.Pop()
+		return
+	}
+	q.ents[q.e0+i].done = true
 }
 
 // NumKeys is how many read keys e holds.

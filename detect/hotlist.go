@@ -16,16 +16,16 @@ type hotEntry struct {
 	proto  decode.Proto
 	prefix bool
 
-	thr  float64 // threshold of this key (rules applied), per second
-	win  window  // its own weighted count, continued from the located slot
-	qps  float64 // last measured rate, for HotSet
+	thr float64 // threshold of this key (rules applied), per second
+	win window  // its own weighted count, continued from the located slot
+	qps float64 // last measured rate, for HotSet
 	// Reply bytes (detect/bytes.go): threshold (0: none), window since
 	// bsince, and the last measured rate.
 	bthr   float64
 	bwin   window
 	bsince int64
 	bps    float64
-	gate uint32  // index of the gate counter (bucket) it is registered in
+	gate   uint32 // index of the gate counter (bucket) it is registered in
 
 	since     int64 // start of the measurement in win (ns)
 	lastSeen  int64 // last read (ns): LRU order and lifetime

@@ -40,7 +40,8 @@ type Config struct {
 	// Replies pairs replies with requests: every connection gets a
 	// decode.Pending queue (bounded by Pending) that the request direction
 	// records into and the reply parser reads, so reply bytes can be
-	// attributed to keys.
+	// attributed to keys. Off, reply parsers see no queue and pass the
+	// bytes over.
 	Replies bool
 	Pending decode.PendingConfig
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"os"
 	"testing"
@@ -140,27 +141,40 @@ func BenchmarkFilePipelined(b *testing.B) { benchFile(b, "../../testdata/redis/g
 // BenchmarkFileUnpipelined is the same on redis-benchmark -P 1 GET traffic.
 func BenchmarkFileUnpipelined(b *testing.B) { benchFile(b, "../../testdata/redis/get-p1.pcap", 50) }
 
-// TestSteadyStateAllocs holds the per-packet path to zero allocations: over
-// tens of thousands of packets of known flows, only the fixed cost of
-// opening the reader and the assembler may allocate.
+// TestSteadyStateAllocs holds the per-packet path to zero allocations, with
+// and without reply pairing: replaying the capture repeated 20 and 40 times
+// must allocate exactly as much (opening the reader and the assembler,
+// each connection's parsers and its warmed-up queue), whatever the number
+// of packets.
 func TestSteadyStateAllocs(t *testing.T) {
-	data, packets := repeatCapture(t, "../../testdata/redis/get-p16.pcap", 20)
-	reg := registry()
-	allocs := testing.AllocsPerRun(3, func() {
-		f, err := capture.OpenReader("bench", bytes.NewReader(data))
-		if err != nil {
-			t.Fatal(err)
-		}
-		asm := stream.NewAssembler(stream.DefaultConfig(), stream.DefaultPorts(), reg, decode.NewCounter(&nopSink{}))
-		var seg capture.Segment
-		if err := drain(context.Background(), f, &seg, asm, nil, nil); err != io.EOF {
-			t.Fatal(err)
-		}
-		asm.Flush()
-	})
-	if per := allocs / float64(packets); per > 0.002 {
-		t.Errorf("%.0f allocations for %d packets (%.4f per packet): the per-packet path allocates", allocs, packets, per)
-	} else {
-		t.Logf("%.0f allocations for %d packets", allocs, packets)
+	for _, replies := range []bool{false, true} {
+		t.Run(fmt.Sprintf("replies=%v", replies), func(t *testing.T) {
+			reg := registry()
+			cfg := stream.DefaultConfig()
+			cfg.Replies = replies
+			var got [2]float64
+			var packets [2]int
+			for i, reps := range []int{20, 40} {
+				var data []byte
+				data, packets[i] = repeatCapture(t, "../../testdata/redis/get-p16.pcap", reps)
+				got[i] = testing.AllocsPerRun(3, func() {
+					f, err := capture.OpenReader("bench", bytes.NewReader(data))
+					if err != nil {
+						t.Fatal(err)
+					}
+					asm := stream.NewAssembler(cfg, stream.DefaultPorts(), reg, decode.NewCounter(&nopSink{}))
+					var seg capture.Segment
+					if err := drain(context.Background(), f, &seg, asm, nil, nil); err != io.EOF {
+						t.Fatal(err)
+					}
+					asm.Flush()
+				})
+			}
+			if got[1] != got[0] || got[0] > 200 {
+				t.Errorf("%.0f allocations for %d packets, %.0f for %d: the per-packet path allocates", got[0], packets[0], got[1], packets[1])
+			} else {
+				t.Logf("%.0f allocations for %d packets and for %d", got[0], packets[0], packets[1])
+			}
+		})
 	}
 }

@@ -333,8 +333,7 @@ func confirm(b []byte, end int) status {
 }
 
 // answer gives a response frame of n bytes to the request with its channel
-// id; requests before it that got no response (lost, or not answered) are
-// dropped from the queue.
+// id.
 func (p *Parser) answer(f *decode.Flow, s decode.Sink, n uint64) {
 	rs, ok := s.(decode.ReplySink)
 	if !ok {
@@ -347,11 +346,17 @@ func (p *Parser) answer(f *decode.Flow, s decode.Sink, n uint64) {
 		rs.Reply(f, n, false)
 		return
 	}
-	for range i {
-		q.Pop()
-	}
-	e, _ := q.Head()
+	e := q.At(i)
 	q.Attribute(f, rs, e, n)
 	rs.Reply(f, n, true)
-	q.Pop()
+	// Tair answers by channel id, in any order: requests before this one
+	// keep waiting, unless so many are older that they were surely lost.
+	q.Take(i)
+	for ; i > maxOutstanding; i-- {
+		q.Pop()
+	}
 }
+
+// maxOutstanding is how many older requests may wait on a connection when a
+// newer one is answered; beyond that the oldest are taken as lost.
+const maxOutstanding = 64
