@@ -82,6 +82,10 @@ func (p *replyParser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 	}
 	pos := 0
 	for pos < len(b) {
+		if p.dead {
+			rs.Reply(f, uint64(len(b)-pos), false)
+			return len(b)
+		}
 		if p.skipLine {
 			i := bytes.IndexByte(b[pos:], '\n')
 			if i < 0 {
