@@ -38,7 +38,6 @@ type Counter struct {
 	// the part no request could be matched to.
 	ReplyBytes [numProtos]uint64
 	Unpaired   [numProtos]uint64
-	Replies    [numProtos]uint64
 }
 
 type opSlot struct {
@@ -124,9 +123,8 @@ func (c *Counter) ReplyKey(f *Flow, ns int32, k Key, n uint64) {
 	}
 }
 
-// Reply counts one reply.
+// Reply counts reply bytes.
 func (c *Counter) Reply(f *Flow, n uint64, paired bool) {
-	c.Replies[f.Proto]++
 	c.ReplyBytes[f.Proto] += n
 	if !paired {
 		c.Unpaired[f.Proto] += n

@@ -16,9 +16,11 @@ type ReplySink interface {
 	// carries that occurrence's weight), with the key's whole share of the
 	// reply, so calls also count answered reads.
 	ReplyKey(f *Flow, ns int32, k Key, n uint64)
-	// Reply reports one whole reply of n bytes on f. paired is false when
-	// no request could be matched to it (joined mid-stream, queue overflow,
-	// out-of-band push), in which case none of it went to ReplyKey.
+	// Reply reports n reply bytes read on f: a whole reply, or a part of
+	// one that was attributed on its own (a memcached VALUE block). paired
+	// is false when no request could be matched to them (joined
+	// mid-stream, queue overflow, out-of-band push): none went to ReplyKey.
+	// Summed, they are every reply byte decoded.
 	Reply(f *Flow, n uint64, paired bool)
 }
 

@@ -34,6 +34,7 @@ type replyParser struct {
 	inGet bool   // inside VALUE blocks, before END
 	bytes uint64 // bytes of the reply in progress (text gets: the blocks)
 	cur   int    // next key of the get that a VALUE block may answer
+	early uint64 // shares of END given out with VALUE blocks
 }
 
 // endLen is the size of the "END\r\n" that closes a get: each key of the
@@ -45,10 +46,10 @@ const endLen = 5
 // hits of a multi-get in request order. Keys passed over were misses; they
 // get their share of END now. It reports false when the get has no such
 // key: replies and requests are out of step.
-func (p *replyParser) value(f *decode.Flow, q *decode.Pending, rs decode.ReplySink, key []byte, n uint64) bool {
+func (p *replyParser) value(f *decode.Flow, q *decode.Pending, rs decode.ReplySink, key []byte, n uint64) (shares uint64, ok bool) {
 	e, anon := q.Head()
 	if e == nil {
-		return anon // a get that was not kept: its blocks go to no key
+		return 0, anon // a get that was not kept: its blocks go to no key
 	}
 	nk := e.NumKeys()
 	for i := p.cur; i < nk; i++ {
@@ -56,17 +57,22 @@ func (p *replyParser) value(f *decode.Flow, q *decode.Pending, rs decode.ReplySi
 		if ok && string(k.Bytes) != string(key) {
 			continue
 		}
-		for j := p.cur; j < i; j++ {
-			q.AttributeKey(f, rs, e, j, decode.Share(endLen, uint64(nk), j))
+		for j := p.cur; j <= i; j++ {
+			sh := decode.Share(endLen, uint64(nk), j)
+			if j == i {
+				q.AttributeKey(f, rs, e, j, n+sh)
+			} else {
+				q.AttributeKey(f, rs, e, j, sh)
+			}
+			shares += sh
 		}
-		q.AttributeKey(f, rs, e, i, n+decode.Share(endLen, uint64(nk), i))
 		p.cur = i + 1
-		return true
+		return shares, true
 	}
-	return false
+	return 0, false
 }
 
-func (p *replyParser) Gap() { p.inGet, p.bytes, p.cur = false, 0, 0 }
+func (p *replyParser) Gap() { p.inGet, p.bytes, p.cur, p.early = false, 0, 0, 0 }
 
 // Parse implements decode.Parser for replies.
 func (p *replyParser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
@@ -179,10 +185,14 @@ func (p *replyParser) text(b []byte, f *decode.Flow, q *decode.Pending, rs decod
 			skipQuiet(q, false)
 			p.inGet, p.cur = true, 0
 		}
-		p.bytes += total
-		if !p.value(f, q, rs, key, total) {
+		shares, ok := p.value(f, q, rs, key, total)
+		if !ok {
 			return badReply
 		}
+		// END's shares given with the block are counted with it.
+		e, _ := q.Head()
+		rs.Reply(f, total+shares, e != nil)
+		p.early += shares
 		return n + size + 2
 	case "END":
 		// Ends a get (its misses get their share of the line) or a stats
@@ -200,8 +210,8 @@ func (p *replyParser) text(b []byte, f *decode.Flow, q *decode.Pending, rs decod
 		if paired || anon {
 			q.Pop()
 		}
-		rs.Reply(f, p.bytes+uint64(n), paired)
-		p.inGet, p.bytes, p.cur = false, 0, 0
+		rs.Reply(f, p.bytes+uint64(n)-min(p.early, uint64(n)), paired)
+		p.inGet, p.bytes, p.cur, p.early = false, 0, 0, 0 // bytes: STAT lines
 		return n
 	case "STAT", "ITEM":
 		p.bytes += uint64(n) // stats and cachedump lines until END
@@ -303,7 +313,10 @@ func skipQuietUntil(q *decode.Pending, key []byte) {
 		if e == nil || !e.Quiet {
 			return
 		}
-		if k, ok := q.Key(e, 0); e.NumKeys() == 0 || !ok || string(k.Bytes) == string(key) {
+		if e.NumKeys() == 0 {
+			return
+		}
+		if k, ok := q.Key(e, 0); !ok || string(k.Bytes) == string(key) {
 			return
 		}
 		q.Pop()

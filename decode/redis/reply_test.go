@@ -225,6 +225,6 @@ func FuzzReply(f *testing.F) {
 	}
 	f.Add([]byte(respCmd("GET", "a")), []byte("*99999999999\r\n$-7\r\n%-1\r\n|0\r\n>0\r\n"), byte(3))
 	f.Fuzz(func(t *testing.T, req, rep []byte, seed byte) {
-		replytest.Check(t, New(Config{}), req, rep, seed)
+		replytest.Check(t, New(Config{}), req, rep, seed, 0)
 	})
 }
