@@ -42,6 +42,11 @@ type Snapshot struct {
 	Buffered          int
 	FlowsEvicted      uint64
 	HotKeys           map[decode.Proto]int
+	// ReplyBytes counts reply bytes decoded per protocol; ReplyUnpaired the
+	// part no request could be matched to (joined mid-stream, lost bytes).
+	ReplyBytes, ReplyUnpaired map[decode.Proto]uint64
+	// Pending counts what the per-connection request queues could not keep.
+	Pending decode.PendingStats
 
 	Published      map[string]uint64
 	PublishErrors  uint64
@@ -59,7 +64,8 @@ type Collector struct {
 	lat  prometheus.Histogram
 
 	packets, dropped, truncated, requests, keys, decodeErrs, gaps, lost,
-	flows, buffered, evicted, hot, published, pubErrs, pubDropped, pubLag *prometheus.Desc
+	flows, buffered, evicted, hot, published, pubErrs, pubDropped, pubLag,
+	replyBytes, replyUnpaired, pendingDropped, pendingDesyncs *prometheus.Desc
 }
 
 // New returns a Collector; register it with a prometheus.Registry.
@@ -89,6 +95,12 @@ func New() *Collector {
 		pubErrs:    d("publish_errors_total", "Failed publish attempts."),
 		pubDropped: d("publish_queue_dropped_total", "Events dropped because the publish queue was full."),
 		pubLag:     d("publish_lag_seconds", "Event time to publish time of the last batch."),
+		replyBytes: d("reply_bytes_total", "Reply bytes decoded (TCP payload from the server), attributed to keys or not.", "proto"),
+		replyUnpaired: d("reply_unpaired_bytes_total",
+			"Reply bytes that answer no request known to hotsniff (connections joined mid-stream, lost segments, pushes).", "proto"),
+		pendingDropped: d("reply_pairing_dropped_total",
+			"Requests (what=request) or keys (what=key) not queued for reply pairing because a connection's queue was full.", "what"),
+		pendingDesyncs: d("reply_pairing_resets_total", "Times a connection's request queue was thrown away after lost bytes."),
 	}
 }
 
@@ -106,7 +118,7 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag} {
+	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs} {
 		ch <- d
 	}
 	c.lat.Describe(ch)
@@ -139,7 +151,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.keys, float64(s.Keys[p]), p.String())
 		counter(c.gaps, float64(s.Gaps[p]), p.String())
 		gauge(c.hot, float64(s.HotKeys[p]), p.String())
+		counter(c.replyBytes, float64(s.ReplyBytes[p]), p.String())
+		counter(c.replyUnpaired, float64(s.ReplyUnpaired[p]), p.String())
 	}
+	counter(c.pendingDropped, float64(s.Pending.Overflow), "request")
+	counter(c.pendingDropped, float64(s.Pending.KeysDropped), "key")
+	counter(c.pendingDesyncs, float64(s.Pending.Desyncs))
 	for k, v := range s.DecodeErrors {
 		counter(c.decodeErrs, float64(v), k.Proto.String(), k.Reason)
 	}

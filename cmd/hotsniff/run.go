@@ -406,10 +406,15 @@ func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.E
 			s.Keys, s.Gaps, s.HotKeys = map[decode.Proto]uint64{}, map[decode.Proto]uint64{}, map[decode.Proto]int{}
 		}
 		clear(s.HotKeys)
+		if s.ReplyBytes == nil {
+			s.ReplyBytes, s.ReplyUnpaired = map[decode.Proto]uint64{}, map[decode.Proto]uint64{}
+		}
 		for _, p := range decode.Protos() {
 			s.Keys[p] = c.Reads[p] + c.Writes[p]
 			s.Gaps[p] = st.Gaps[p]
+			s.ReplyBytes[p], s.ReplyUnpaired[p] = c.ReplyBytes[p], c.Unpaired[p]
 		}
+		s.Pending = st.Pending
 		for i := range hot {
 			if p, ok := decode.ParseProto(hot[i].Proto); ok {
 				s.HotKeys[p]++
