@@ -39,7 +39,7 @@ func (s *Sink) Key(_ *decode.Flow, q *decode.Request, k decode.Key) {
 		s.Requested[Name(q.NS, k.Bytes)] = true
 	}
 }
-func (s *Sink) Error(_ *decode.Flow, reason string)           { s.Errors = append(s.Errors, reason) }
+func (s *Sink) Error(_ *decode.Flow, reason string) { s.Errors = append(s.Errors, reason) }
 
 // Name is how a key is named in Bytes and Reads: "ns/key" (ns -1: "/key").
 func Name(ns int32, key []byte) string {
@@ -77,19 +77,19 @@ func (s *Sink) Attributed() uint64 {
 // recorder is the stream layer's request recorder.
 type recorder struct{ next decode.Sink }
 
-func (r recorder) Request(f *decode.Flow, q *decode.Request) {
+func (r *recorder) Request(f *decode.Flow, q *decode.Request) {
 	f.Pending.Push(f.TS, q)
 	r.next.Request(f, q)
 }
 
-func (r recorder) Key(f *decode.Flow, q *decode.Request, k decode.Key) {
+func (r *recorder) Key(f *decode.Flow, q *decode.Request, k decode.Key) {
 	if !q.Write {
 		f.Pending.AddKey(k)
 	}
 	r.next.Key(f, q, k)
 }
 
-func (r recorder) Error(f *decode.Flow, reason string) { r.next.Error(f, reason) }
+func (r *recorder) Error(f *decode.Flow, reason string) { r.next.Error(f, reason) }
 
 // Conn is one connection: both parsers, the queue and each direction's
 // unparsed tail and pending skip.
@@ -97,11 +97,15 @@ type Conn struct {
 	F        decode.Flow
 	Req, Rep decode.Parser
 	S        *Sink
-	cfg      decode.PendingConfig
-	st       decode.PendingStats
-	tail     [2][]byte
-	skip     [2]uint64
-	MaxTail  int // bound on a tail, as the stream's MaxFlowBuffer (default 256 KiB)
+	// Out is where both parsers report: S unless changed (benchmarks use
+	// Nop); requests go through a recorder in front of it.
+	Out     decode.Sink
+	rec     *recorder
+	cfg     decode.PendingConfig
+	st      decode.PendingStats
+	tail    [2][]byte
+	skip    [2]uint64
+	MaxTail int // bound on a tail, as the stream's MaxFlowBuffer (default 256 KiB)
 }
 
 // NewConn returns a connection seen from its start (pairing at once).
@@ -114,8 +118,20 @@ func NewConn(d decode.Decoder, cfg decode.PendingConfig) *Conn {
 		Pending: decode.NewPending(&c.cfg, &c.st),
 	}
 	c.F.Pending.Reset(true)
+	c.Out = c.S
+	c.rec = &recorder{}
 	return c
 }
+
+// Nop is a sink that keeps nothing but the reply bytes attributed, for
+// benchmarks: it allocates nothing.
+type Nop struct{ Bytes, Replies uint64 }
+
+func (n *Nop) Request(*decode.Flow, *decode.Request)                    {}
+func (n *Nop) Key(*decode.Flow, *decode.Request, decode.Key)            {}
+func (n *Nop) Error(*decode.Flow, string)                               {}
+func (n *Nop) ReplyKey(_ *decode.Flow, _ int32, _ decode.Key, b uint64) { n.Bytes += b }
+func (n *Nop) Reply(_ *decode.Flow, b uint64, _ bool)                   { n.Replies += b }
 
 // Stats returns the queue's counters.
 func (c *Conn) Stats() decode.PendingStats { return c.st }
@@ -140,9 +156,10 @@ func (c *Conn) Gap(dir int) {
 func (c *Conn) feed(dir int, ts int64, d []byte) {
 	c.F.TS = ts
 	p := c.Rep
-	var s decode.Sink = c.S
+	s := c.Out
 	if dir == 0 {
-		p, s = c.Req, recorder{c.S}
+		c.rec.next = c.Out
+		p, s = c.Req, c.rec
 	}
 	for len(d) > 0 {
 		if c.skip[dir] > 0 {
