@@ -44,6 +44,13 @@ type Config struct {
 	// bytes over.
 	Replies bool
 	Pending decode.PendingConfig
+	// OnSkip, when set, is called when a reply parser asks to skip at
+	// least SkipNotify bytes (the rest of a value): the reply bytes of
+	// f with sequence numbers in [start, end) will not be looked at. The
+	// eBPF capture uses it to stop copying them. It runs on the
+	// assembler's goroutine and must be quick.
+	OnSkip     func(f *decode.Flow, start, end uint32)
+	SkipNotify int
 }
 
 // DefaultConfig returns bounds fit for one busy cache node.
