@@ -64,7 +64,7 @@ volatile const __u64 wakeup_ns = 10000000;
 volatile const __u8 replies = 0;
 // reply_copy is the most bytes a reply segment yields in REPLIES_HEADS mode,
 // counted from where its next reply header may start.
-volatile const __u32 reply_copy = 1024;
+volatile const __u32 reply_copy = 4096;
 // raw_ip is 1 on devices without a link-layer header (tun, wireguard).
 volatile const __u8 raw_ip = 0;
 

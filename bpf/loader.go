@@ -378,10 +378,13 @@ func (c *Capture) Rings() []*ebpf.Map { return c.ring }
 // MaxCopy is the effective per-packet copy limit.
 func (c *Capture) MaxCopy() uint32 { return c.cfg.MaxCopy }
 
-// DefaultReplyCopy is the default Config.ReplyCopy: the replies of a
-// pipeline of small values fit, and a large value's segments cost a small
-// record each.
-const DefaultReplyCopy = 1024
+// DefaultReplyCopy is the default Config.ReplyCopy: a pipeline of 16
+// replies of values up to ~250 bytes fits whole, and each segment of a large
+// value costs one record of at most 4 KiB (one ring CHUNK).
+const DefaultReplyCopy = 4096
+
+// ReplyCopy is the effective Config.ReplyCopy.
+func (c *Capture) ReplyCopy() uint32 { return c.cfg.ReplyCopy }
 
 // ReplyHeads reports whether the programs copy only reply heads.
 func (c *Capture) ReplyHeads() bool { return c.cfg.ReplyHeads && !c.cfg.Replies }

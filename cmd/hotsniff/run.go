@@ -40,16 +40,17 @@ import (
 
 // captureFlags choose how `run` captures.
 type captureFlags struct {
-	ifaces   []string
-	mode     string
-	ringSize int
-	maxCopy  int
-	listen   string
-	check    bool
-	replies  bool
-	pprof    bool
-	procs    int
-	nice     int
+	ifaces    []string
+	mode      string
+	ringSize  int
+	maxCopy   int
+	listen    string
+	check     bool
+	replies   bool
+	replyCopy int
+	pprof     bool
+	procs     int
+	nice      int
 }
 
 func newRunCmd() *cobra.Command {
@@ -126,7 +127,8 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	// third of the daemon's CPU, and on a 64-core node it is worse.
 	f.IntVar(&cf.procs, "gomaxprocs", 1, "threads running Go code at once (GOMAXPROCS); 0 keeps Go's default (the GOMAXPROCS variable, else the CPU count or limit)")
 	f.IntVar(&cf.nice, "nice", 10, "CPU priority of the daemon's threads, -20 (highest) to 19: by default it yields to the cache server when the CPU is saturated")
-	f.BoolVar(&cf.replies, "capture-replies", false, "eBPF: copy server replies too (not needed to find hot keys; replies are most of the bytes)")
+	f.BoolVar(&cf.replies, "capture-replies", false, "eBPF: copy server replies whole (exact reply bytes whatever the traffic; replies are most of the bytes)")
+	f.IntVar(&cf.replyCopy, "reply-copy", bpf.DefaultReplyCopy, "eBPF without --capture-replies: copy at most this many bytes of each reply segment, enough to read reply headers and attribute reply bytes to keys (0: copy no reply payload; no reply bytes)")
 	return cmd
 }
 
@@ -140,18 +142,19 @@ func (f *redisFlags) resolvedURL() string {
 
 // daemon is one `hotsniff run`.
 type daemon struct {
-	log    *slog.Logger
-	base   *slog.Logger // for other packages, which add their own component
-	sf     streamFlags
-	df     detectFlags
-	rf     redisFlags
-	cf     captureFlags
-	mode   bpf.Mode
-	ports  *stream.Ports
-	scfg   stream.Config
-	dcfg   detect.Config
-	target *publish.Target
-	stdout io.Writer
+	log     *slog.Logger
+	base    *slog.Logger // for other packages, which add their own component
+	sf      streamFlags
+	df      detectFlags
+	rf      redisFlags
+	cf      captureFlags
+	mode    bpf.Mode
+	ports   *stream.Ports
+	scfg    stream.Config
+	skipErr bool // a reply skip update failed (logged once)
+	dcfg    detect.Config
+	target  *publish.Target
+	stdout  io.Writer
 
 	src       capture.Source
 	bpfCap    *bpf.Capture
@@ -204,7 +207,19 @@ func (d *daemon) run(ctx context.Context) error {
 	d.col = metrics.New()
 	counter := decode.NewCounter(det)
 	reg := registry()
-	if d.bpfCap != nil && !d.cf.replies {
+	switch {
+	case d.bpfCap != nil && d.bpfCap.ReplyHeads():
+		// The programs copy reply heads; large values are skipped in the
+		// kernel once the reply parser has read their header.
+		c := d.bpfCap
+		d.scfg.SkipNotify = 2 * int(c.ReplyCopy())
+		d.scfg.OnSkip = func(f *decode.Flow, start, end uint32) {
+			if err := c.SetReplySkip(f.Server, f.Client, start, end); err != nil && !d.skipErr {
+				d.skipErr = true
+				d.log.Warn("reply skips: kernel map update failed; replies are still decoded, at full copy cost", "err", err)
+			}
+		}
+	case d.bpfCap != nil && !d.cf.replies:
 		reg = withoutReplies(reg)
 		d.scfg.Replies = false // no reply parser drains the queues
 	}
@@ -268,7 +283,8 @@ func (d *daemon) openCapture() error {
 	}
 	ports := d.ports.List()
 	if d.mode != bpf.ModeAFPacket {
-		c, err := bpf.Open(bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Replies: d.cf.replies, Logger: d.base})
+		c, err := bpf.Open(bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Replies: d.cf.replies,
+			ReplyHeads: !d.cf.replies && d.cf.replyCopy > 0, ReplyCopy: uint32(max(d.cf.replyCopy, 0)), Logger: d.base})
 		if err == nil {
 			for _, name := range ifaces {
 				if _, aerr := c.Attach(name, d.mode); aerr != nil {

@@ -55,9 +55,9 @@ var mcReplyCases = []struct {
 		want: map[string]uint64{"/k": 16 + 6 + 5 + 13 + 6 + 5, "/m": 5},
 	},
 	{
-		name: "meta: VA, EN, HD; quiet gets closed by mn, hits echo the key",
-		req:  "mg a v\r\nmg b v\r\nmg c t\r\nmg d k v q\r\nmg e k v q\r\nmn\r\n",
-		rep:  "VA 2\r\nxy\r\n" + "EN\r\n" + "HD t-1\r\n" + "VA 1 ke\r\nz\r\n" + "MN\r\n",
+		name:     "meta: VA, EN, HD; quiet gets closed by mn, hits echo the key",
+		req:      "mg a v\r\nmg b v\r\nmg c t\r\nmg d k v q\r\nmg e k v q\r\nmn\r\n",
+		rep:      "VA 2\r\nxy\r\n" + "EN\r\n" + "HD t-1\r\n" + "VA 1 ke\r\nz\r\n" + "MN\r\n",
 		want:     map[string]uint64{"/a": 10, "/b": 4, "/c": 8, "/e": 12},
 		unpaired: 4,
 	},
