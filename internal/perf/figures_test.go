@@ -56,6 +56,24 @@ func TestFigures(t *testing.T) {
 	t.Logf("load average %s at end", loadavg())
 }
 
+// replyConfig sets how the programs treat replies from HOTSNIFF_REPLIES:
+// "off" (default: only control flags), "heads" (at most bpf.DefaultReplyCopy
+// bytes of each reply segment; nothing registers skips here, so every reply
+// segment pays for its first 4 KiB: the worst case) or "all" (whole replies,
+// --capture-replies).
+func replyConfig(t testing.TB, c bpf.Config) bpf.Config {
+	switch v := os.Getenv("HOTSNIFF_REPLIES"); v {
+	case "", "off":
+	case "heads":
+		c.ReplyHeads = true
+	case "all":
+		c.Replies = true
+	default:
+		t.Fatalf("HOTSNIFF_REPLIES=%q: want off, heads or all", v)
+	}
+	return c
+}
+
 func numCPU() int {
 	var s unix.CPUSet
 	if unix.SchedGetaffinity(0, &s) != nil {
@@ -130,7 +148,7 @@ func bpfCost(t *testing.T, p *netnstest.Pair, srv netstestAddr, rounds int) {
 			var rps []float64
 			var sum bpf.Counters
 			for range rounds {
-				c, err := bpf.Open(bpf.Config{Ports: []uint16{srv.Port()}})
+				c, err := bpf.Open(replyConfig(t, bpf.Config{Ports: []uint16{srv.Port()}}))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -185,7 +203,7 @@ func bpfCost(t *testing.T, p *netnstest.Pair, srv netstestAddr, rounds int) {
 				mode, w.name, span(rps, "%.0f"), sum.Packets, sum.Matched, sum.Records, sum.RingbufFull, sum.Truncated, loadavg()))
 		}
 	}
-	t.Log("\nBPF ns/run (median [min–max] over rounds), runs per round\n" + strings.Join(rows, "\n"))
+	t.Logf("\nBPF ns/run (median [min–max] over rounds), runs per round, replies %q\n%s", os.Getenv("HOTSNIFF_REPLIES"), strings.Join(rows, "\n"))
 }
 
 func throughput(t *testing.T, p *netnstest.Pair, srv netstestAddr, rounds int) {
