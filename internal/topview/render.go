@@ -129,6 +129,7 @@ func fmtThreshold(q float64) string {
 // column layout
 const (
 	wRate   = 8
+	wBytes  = 8
 	wTrend  = 7 // sparkline, space, arrow
 	wProto  = 8
 	wState  = 5
@@ -136,57 +137,90 @@ const (
 	minKey  = 16
 )
 
-var titles = [...]string{"RATE", "TREND", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "KEY"}
+// Column indexes.
+const (
+	colRate = iota
+	colTrend
+	colProto
+	colServer
+	colNS
+	colState
+	colSource
+	colBytes
+	colKey
+	numCols
+)
+
+var titles = [numCols]string{"RATE", "TREND", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "BYTES/S", "KEY"}
+
+// fmtBytes formats a byte rate in at most 7 characters: "-" when unknown.
+func fmtBytes(b float64) string {
+	switch {
+	case b <= 0:
+		return "-"
+	case b < 1e4:
+		return strconv.FormatFloat(b, 'f', 0, 64)
+	case b < 1e6:
+		return strconv.FormatFloat(b/1e3, 'f', 1, 64) + "k"
+	case b < 1e9:
+		return strconv.FormatFloat(b/1e6, 'f', 1, 64) + "M"
+	}
+	return strconv.FormatFloat(b/1e9, 'f', 1, 64) + "G"
+}
 
 // cells returns a row's column texts, in title order.
-func (r *row) cells() [8]string {
-	rate, trend := "-", r.spark()+" "+r.trend().Arrow()
+func (r *row) cells() [numCols]string {
+	rate, bytes, trend := "-", "-", r.spark()+" "+r.trend().Arrow()
 	state := "cold"
 	if r.hot {
-		rate, state = fmtRate(r.ev.QPS), "hot"
+		rate, bytes, state = fmtRate(r.ev.QPS), fmtBytes(r.ev.BytesPS), "hot"
 	}
 	src := r.ev.Source
 	if src == "" {
 		src = event.SourceDetected
 	}
-	return [8]string{rate, trend, r.ev.Proto, r.ev.Server, r.ev.NS, state, src, r.keyText}
+	return [numCols]string{rate, trend, r.ev.Proto, r.ev.Server, r.ev.NS, state, src, bytes, r.keyText}
 }
 
 // colWidths lays the columns out in w cells; the key takes what is left.
-// On a narrow screen the server column shrinks (elided in the middle), then
-// source, trend, ns and proto are dropped (width 0), in that order.
-func colWidths(rows []*row, w int) [8]int {
+// On a narrow screen the bytes column is dropped, the server column shrinks
+// (elided in the middle), then source, trend, ns and proto are dropped
+// (width 0), in that order.
+func colWidths(rows []*row, w int) [numCols]int {
 	sw, nw := width("SERVER"), width("NS")
 	for _, r := range rows {
 		sw = max(sw, width(r.ev.Server))
 		nw = max(nw, width(r.ev.NS))
 	}
 	sw, nw = min(sw, 47), min(nw, 6)
-	ws := [8]int{wRate, wTrend, wProto, sw, nw, wState, wSource, 0}
+	ws := [numCols]int{wRate, wTrend, wProto, sw, nw, wState, wSource, wBytes, 0}
 	fixed := func() int {
 		n := 0
-		for _, x := range ws[:7] {
+		for _, x := range ws[:colKey] {
 			if x > 0 {
 				n += x + 1 // and its separator
 			}
 		}
 		return n
 	}
-	if k := w - fixed(); k < minKey {
-		ws[3] = max(ws[3]-(minKey-k), min(ws[3], 12))
+	if w-fixed() < minKey {
+		ws[colBytes] = 0 // the first to go: most events have no bytes_ps
 	}
-	for _, drop := range []int{6, 1, 4, 2} {
+	if k := w - fixed(); k < minKey {
+		ws[colServer] = max(ws[colServer]-(minKey-k), min(ws[colServer], 12))
+	}
+	for _, drop := range []int{colSource, colTrend, colNS, colProto} {
 		if w-fixed() >= minKey {
 			break
 		}
 		ws[drop] = 0
 	}
-	ws[7] = max(w-fixed(), 1)
+	ws[colKey] = max(w-fixed(), 1)
 	return ws
 }
 
 func (m *Model) sortArrow() string {
-	desc := m.sortCol == SortRate || m.sortCol == SortState
+	desc := m.sortCol == SortRate || m.sortCol == SortBytes || m.sortCol == SortState
 	if m.reverse {
 		desc = !desc
 	}
@@ -196,7 +230,7 @@ func (m *Model) sortArrow() string {
 	return "▲"
 }
 
-var sortTitle = [...]int{SortRate: 0, SortKey: 7, SortProto: 2, SortServer: 3, SortState: 5}
+var sortTitle = [...]int{SortRate: colRate, SortBytes: colBytes, SortKey: colKey, SortProto: colProto, SortServer: colServer, SortState: colState}
 
 // Frame lays out the whole screen in w×h cells: a header, a status line,
 // the column titles, as many rows as fit from the scroll position, and
@@ -229,7 +263,7 @@ func (m *Model) Frame(w, h int) []Line {
 		if len(tl) > 0 {
 			tl = append(tl, Span{" ", StyleTitle})
 		}
-		tl = append(tl, Span{pad(t, ws[i], i == 0), style})
+		tl = append(tl, Span{pad(t, ws[i], i == colRate || i == colBytes), style})
 	}
 	out = append(out, fitLine(tl, w))
 
@@ -246,7 +280,7 @@ func (m *Model) Frame(w, h int) []Line {
 	return out[:h]
 }
 
-func (m *Model) rowLine(r *row, ws [8]int) Line {
+func (m *Model) rowLine(r *row, ws [numCols]int) Line {
 	c := r.cells()
 	base := StyleNormal
 	if !r.hot {
@@ -261,10 +295,10 @@ func (m *Model) rowLine(r *row, ws [8]int) Line {
 			l = append(l, Span{" ", base})
 		}
 		s := base
-		if i == 5 && r.hot {
+		if i == colState && r.hot {
 			s = StyleHot
 		}
-		l = append(l, Span{pad(t, ws[i], i == 0), s})
+		l = append(l, Span{pad(t, ws[i], i == colRate || i == colBytes), s})
 	}
 	return l
 }
@@ -394,12 +428,12 @@ func (m *Model) WritePlain(w io.Writer) error {
 		b.WriteString(strings.TrimSpace(st))
 		b.WriteByte('\n')
 	}
-	cells := make([][8]string, 0, len(rows)+1)
+	cells := make([][numCols]string, 0, len(rows)+1)
 	cells = append(cells, titles)
 	for _, r := range rows {
 		cells = append(cells, r.cells())
 	}
-	var ws [8]int
+	var ws [numCols]int
 	for _, c := range cells {
 		for i, t := range c {
 			ws[i] = max(ws[i], width(t))
@@ -414,7 +448,7 @@ func (m *Model) WritePlain(w io.Writer) error {
 			switch {
 			case i == len(c)-1:
 				l.WriteString(t)
-			case i == 0:
+			case i == colRate || i == colBytes:
 				l.WriteString(strings.Repeat(" ", ws[i]-width(t)) + t)
 			default:
 				l.WriteString(t + strings.Repeat(" ", ws[i]-width(t)))
