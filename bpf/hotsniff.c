@@ -37,7 +37,9 @@ enum hook {
 	HOOK_XDP = 0,
 	HOOK_TC_INGRESS = 1,
 	HOOK_TC_EGRESS = 2,
-	HOOK_MAX = 3,
+	HOOK_CGROUP_INGRESS = 3,
+	HOOK_CGROUP_EGRESS = 4,
+	HOOK_MAX = 5,
 };
 
 // Set from Go before loading (ebpf.CollectionSpec.Variables).
@@ -212,16 +214,143 @@ static __always_inline int port_match(__u16 sport, __u16 dport)
 	return (pm->bits[(sport >> 3) & 8191] & (1 << (sport & 7))) ? 1 : 0;
 }
 
+// parse_ip reads the IPv4 or IPv6 header (and IPv6 extension headers) at
+// *curp and leaves *curp at its payload, *l4 the protocol carried and
+// *l4_len the payload length per the header (0 = unknown). It returns 0,
+// 1 when the packet is not one to follow, -1 when the headers are not all
+// within end.
+static __always_inline int parse_ip(void **curp, void *end, __u16 proto, struct rec_hdr *h,
+				    __u32 *l4_len, __u8 *l4)
+{
+	void *cur = *curp;
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = cur;
+		if ((void *)(ip + 1) > end)
+			return -1;
+		if (ip->frag_off & bpf_htons(0x3fff)) // fragments are not followed
+			return 1;
+		__u32 ihl = ip->ihl * 4;
+		if (ihl < sizeof(*ip))
+			return 1;
+		__u32 tot = bpf_ntohs(ip->tot_len);
+		// GSO/BIG TCP super-packets may carry tot_len 0: length unknown.
+		*l4_len = tot > ihl ? tot - ihl : 0;
+		*l4 = ip->protocol;
+		__builtin_memset(h->saddr, 0, sizeof(h->saddr));
+		__builtin_memset(h->daddr, 0, sizeof(h->daddr));
+		__builtin_memcpy(h->saddr, &ip->saddr, 4);
+		__builtin_memcpy(h->daddr, &ip->daddr, 4);
+		h->family = 4;
+		*curp = cur + (ihl & 0x3c);
+		return 0;
+	}
+	if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = cur;
+		if ((void *)(ip6 + 1) > end)
+			return -1;
+		__u8 next = ip6->nexthdr;
+		__u32 len = bpf_ntohs(ip6->payload_len);
+		__builtin_memcpy(h->saddr, &ip6->saddr, 16);
+		__builtin_memcpy(h->daddr, &ip6->daddr, 16);
+		h->family = 6;
+		cur = ip6 + 1;
+		// Step over the extension headers a cache connection may carry.
+#pragma unroll
+		for (int i = 0; i < 3; i++) {
+			if (next != IPPROTO_HOPOPTS && next != IPPROTO_ROUTING && next != IPPROTO_DSTOPTS)
+				break;
+			__u8 *ext = cur;
+			if ((void *)(ext + 2) > end)
+				return -1;
+			__u32 elen = ((__u32)ext[1] + 1) * 8;
+			next = ext[0];
+			cur += elen;
+			if (len >= elen)
+				len -= elen;
+		}
+		*l4_len = len;
+		*l4 = next;
+		*curp = cur;
+		return 0;
+	}
+	return 1;
+}
+
+// Overlay encapsulations followed on uplinks: the cache's flow is the inner
+// one (pod addresses), which is also what the pod's veth and a cgroup hook
+// see, so the same segment captured on both reads as one flow.
+#define VXLAN_PORT 4789        // IANA
+#define VXLAN_PORT_LINUX 8472  // Linux's default, Flannel
+#define GENEVE_PORT 6081
+#define ETH_P_TEB 0x6558       // Geneve payload: an Ethernet frame
+
+// decap steps from an outer IP payload (*curp, protocol l4) to the inner IP
+// header: IP-in-IP, IPv6-in-IP, VXLAN and Geneve. It sets *proto to the inner
+// EtherType and returns 0; 1 when the payload is not a tunnel, -1 when the
+// headers are not all within end.
+static __always_inline int decap(void **curp, void *end, __u8 l4, __u16 *proto)
+{
+	void *cur = *curp;
+	if (l4 == IPPROTO_IPIP) {
+		*proto = bpf_htons(ETH_P_IP);
+		return 0;
+	}
+	if (l4 == IPPROTO_IPV6) {
+		*proto = bpf_htons(ETH_P_IPV6);
+		return 0;
+	}
+	if (l4 != IPPROTO_UDP)
+		return 1;
+	__u8 *udp = cur;
+	if ((void *)(udp + 8) > end)
+		return -1;
+	__u16 dport = ((__u16)udp[2] << 8) | udp[3];
+	cur += 8;
+	__u16 inner;
+	if (dport == VXLAN_PORT || dport == VXLAN_PORT_LINUX) {
+		__u8 *vx = cur;
+		if ((void *)(vx + 8) > end)
+			return -1;
+		if (!(vx[0] & 0x08)) // VNI flag: a VXLAN header
+			return 1;
+		cur += 8;
+		inner = bpf_htons(ETH_P_TEB);
+	} else if (dport == GENEVE_PORT) {
+		__u8 *gn = cur;
+		if ((void *)(gn + 8) > end)
+			return -1;
+		if (gn[0] >> 6) // version 0 only
+			return 1;
+		inner = *(__u16 *)(gn + 2);
+		cur += 8 + (gn[0] & 0x3f) * 4;
+	} else {
+		return 1;
+	}
+	if (inner == bpf_htons(ETH_P_TEB)) {
+		struct ethhdr *eth = cur;
+		if ((void *)(eth + 1) > end)
+			return -1;
+		inner = eth->h_proto;
+		cur = eth + 1;
+	}
+	if (inner != bpf_htons(ETH_P_IP) && inner != bpf_htons(ETH_P_IPV6))
+		return 1;
+	*proto = inner;
+	*curp = cur;
+	return 0;
+}
+
 // parse reads the Ethernet/VLAN/IP/TCP headers between data and end and fills
-// h and p. It returns 0 for a TCP segment on a configured port, 1 when the
-// packet is not one (the caller passes it on) and -1 when the headers are not
-// all within [data, end).
-static __always_inline int parse(void *data, void *end, struct rec_hdr *h, struct parsed *p)
+// h and p; l3 says the packet starts at the IP header (cgroup hooks). A
+// tunnel's inner packet is followed (decap). It returns 0 for a TCP segment
+// on a configured port, 1 when the packet is not one (the caller passes it
+// on) and -1 when the headers are not all within [data, end).
+static __always_inline int parse(void *data, void *end, struct rec_hdr *h, struct parsed *p, int l3)
 {
 	void *cur = data;
 	__u16 proto;
 
-	if (raw_ip) {
+	if (raw_ip || l3) {
 		if (cur + 1 > end)
 			return -1;
 		proto = ((*(__u8 *)cur) >> 4) == 6 ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP);
@@ -244,54 +373,22 @@ static __always_inline int parse(void *data, void *end, struct rec_hdr *h, struc
 	}
 
 	__u32 l4_len; // TCP header + payload per the IP header; 0 = unknown
-	if (proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip = cur;
-		if ((void *)(ip + 1) > end)
-			return -1;
-		if (ip->protocol != IPPROTO_TCP)
+	__u8 l4;
+	int r = parse_ip(&cur, end, proto, h, &l4_len, &l4);
+	if (r)
+		return r;
+	if (l4 != IPPROTO_TCP) {
+		// Sockets (cgroup hooks) only ever see decapsulated packets.
+		if (l3)
 			return 1;
-		if (ip->frag_off & bpf_htons(0x3fff)) // fragments are not followed
+		r = decap(&cur, end, l4, &proto);
+		if (r)
+			return r;
+		r = parse_ip(&cur, end, proto, h, &l4_len, &l4);
+		if (r)
+			return r;
+		if (l4 != IPPROTO_TCP)
 			return 1;
-		__u32 ihl = ip->ihl * 4;
-		if (ihl < sizeof(*ip))
-			return 1;
-		__u32 tot = bpf_ntohs(ip->tot_len);
-		// GSO/BIG TCP super-packets may carry tot_len 0: length unknown.
-		l4_len = tot > ihl ? tot - ihl : 0;
-		__builtin_memset(h->saddr, 0, sizeof(h->saddr));
-		__builtin_memset(h->daddr, 0, sizeof(h->daddr));
-		__builtin_memcpy(h->saddr, &ip->saddr, 4);
-		__builtin_memcpy(h->daddr, &ip->daddr, 4);
-		h->family = 4;
-		cur += ihl & 0x3c;
-	} else if (proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6 = cur;
-		if ((void *)(ip6 + 1) > end)
-			return -1;
-		__u8 next = ip6->nexthdr;
-		l4_len = bpf_ntohs(ip6->payload_len);
-		__builtin_memcpy(h->saddr, &ip6->saddr, 16);
-		__builtin_memcpy(h->daddr, &ip6->daddr, 16);
-		h->family = 6;
-		cur = ip6 + 1;
-		// Step over the extension headers a cache connection may carry.
-#pragma unroll
-		for (int i = 0; i < 3; i++) {
-			if (next != IPPROTO_HOPOPTS && next != IPPROTO_ROUTING && next != IPPROTO_DSTOPTS)
-				break;
-			__u8 *ext = cur;
-			if ((void *)(ext + 2) > end)
-				return -1;
-			__u32 elen = ((__u32)ext[1] + 1) * 8;
-			next = ext[0];
-			cur += elen;
-			if (l4_len >= elen)
-				l4_len -= elen;
-		}
-		if (next != IPPROTO_TCP)
-			return 1;
-	} else {
-		return 1;
 	}
 
 	struct tcphdr *tcp = cur;
@@ -574,6 +671,8 @@ static __always_inline void reply_heads(struct rec_hdr *h, struct counters *cnt,
 
 static __always_inline void handle_skb(struct __sk_buff *skb, __u32 hook)
 {
+	// cgroup hooks see the packet from its IP header on.
+	int l3 = hook == HOOK_CGROUP_INGRESS || hook == HOOK_CGROUP_EGRESS;
 	struct counters *cnt = counters_for(hook);
 	if (!cnt)
 		return;
@@ -583,7 +682,7 @@ static __always_inline void handle_skb(struct __sk_buff *skb, __u32 hook)
 	struct parsed p;
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
-	int ret = parse(data, end, &h, &p);
+	int ret = parse(data, end, &h, &p, l3);
 	if (ret < 0) {
 		// Headers beyond the linear part of the skb. The stack keeps
 		// TCP/IP headers linear (GRO and the TCP output path pull them),
@@ -641,7 +740,7 @@ int hotsniff_xdp(struct xdp_md *ctx)
 	struct parsed p;
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	int ret = parse(data, end, &h, &p);
+	int ret = parse(data, end, &h, &p, 0);
 	if (ret < 0)
 		cnt->nonlinear++;
 	if (ret != 0)
@@ -664,4 +763,23 @@ int hotsniff_xdp(struct xdp_md *ctx)
 	}
 	copy_out_x(ctx, 1, cnt, &h, p.pay_off, avail, wire, uncopied);
 	return XDP_PASS;
+}
+
+// cgroup_skb programs, attached once to the cgroup v2 root, see every
+// socket's packets on the host whatever interface, namespace or tunnel
+// they use, after decapsulation and before encapsulation. They must return
+// 1: 0 would drop the packet, and programs of every cgroup on the path run
+// and all must allow.
+SEC("cgroup_skb/ingress")
+int hotsniff_cgroup_ingress(struct __sk_buff *skb)
+{
+	handle_skb(skb, HOOK_CGROUP_INGRESS);
+	return 1;
+}
+
+SEC("cgroup_skb/egress")
+int hotsniff_cgroup_egress(struct __sk_buff *skb)
+{
+	handle_skb(skb, HOOK_CGROUP_EGRESS);
+	return 1;
 }

@@ -69,25 +69,27 @@ type hotsniffSkipRange struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	hotsniffMapPorts              = "ports"
-	hotsniffMapReplySkips         = "reply_skips"
-	hotsniffMapRings              = "rings"
-	hotsniffMapStats              = "stats"
-	hotsniffMapWake               = "wake"
-	hotsniffProgHotsniffTcEgress  = "hotsniff_tc_egress"
-	hotsniffProgHotsniffTcIngress = "hotsniff_tc_ingress"
-	hotsniffProgHotsniffXdp       = "hotsniff_xdp"
-	hotsniffVarMaxCopy            = "max_copy"
-	hotsniffVarRawIp              = "raw_ip"
-	hotsniffVarReplies            = "replies"
-	hotsniffVarReplyCopy          = "reply_copy"
-	hotsniffVarUnusedCounters     = "unused_counters"
-	hotsniffVarUnusedPortBitmap   = "unused_port_bitmap"
-	hotsniffVarUnusedRecHdr       = "unused_rec_hdr"
-	hotsniffVarUnusedSkipKey      = "unused_skip_key"
-	hotsniffVarUnusedSkipRange    = "unused_skip_range"
-	hotsniffVarWakeupBytes        = "wakeup_bytes"
-	hotsniffVarWakeupNs           = "wakeup_ns"
+	hotsniffMapPorts                  = "ports"
+	hotsniffMapReplySkips             = "reply_skips"
+	hotsniffMapRings                  = "rings"
+	hotsniffMapStats                  = "stats"
+	hotsniffMapWake                   = "wake"
+	hotsniffProgHotsniffCgroupEgress  = "hotsniff_cgroup_egress"
+	hotsniffProgHotsniffCgroupIngress = "hotsniff_cgroup_ingress"
+	hotsniffProgHotsniffTcEgress      = "hotsniff_tc_egress"
+	hotsniffProgHotsniffTcIngress     = "hotsniff_tc_ingress"
+	hotsniffProgHotsniffXdp           = "hotsniff_xdp"
+	hotsniffVarMaxCopy                = "max_copy"
+	hotsniffVarRawIp                  = "raw_ip"
+	hotsniffVarReplies                = "replies"
+	hotsniffVarReplyCopy              = "reply_copy"
+	hotsniffVarUnusedCounters         = "unused_counters"
+	hotsniffVarUnusedPortBitmap       = "unused_port_bitmap"
+	hotsniffVarUnusedRecHdr           = "unused_rec_hdr"
+	hotsniffVarUnusedSkipKey          = "unused_skip_key"
+	hotsniffVarUnusedSkipRange        = "unused_skip_range"
+	hotsniffVarWakeupBytes            = "wakeup_bytes"
+	hotsniffVarWakeupNs               = "wakeup_ns"
 )
 
 // loadHotsniff returns the embedded CollectionSpec for hotsniff.
@@ -132,9 +134,11 @@ type hotsniffSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hotsniffProgramSpecs struct {
-	HotsniffTcEgress  *ebpf.ProgramSpec `ebpf:"hotsniff_tc_egress"`
-	HotsniffTcIngress *ebpf.ProgramSpec `ebpf:"hotsniff_tc_ingress"`
-	HotsniffXdp       *ebpf.ProgramSpec `ebpf:"hotsniff_xdp"`
+	HotsniffCgroupEgress  *ebpf.ProgramSpec `ebpf:"hotsniff_cgroup_egress"`
+	HotsniffCgroupIngress *ebpf.ProgramSpec `ebpf:"hotsniff_cgroup_ingress"`
+	HotsniffTcEgress      *ebpf.ProgramSpec `ebpf:"hotsniff_tc_egress"`
+	HotsniffTcIngress     *ebpf.ProgramSpec `ebpf:"hotsniff_tc_ingress"`
+	HotsniffXdp           *ebpf.ProgramSpec `ebpf:"hotsniff_xdp"`
 }
 
 // hotsniffMapSpecs contains maps before they are loaded into the kernel.
@@ -223,13 +227,17 @@ type hotsniffVariables struct {
 //
 // It can be passed to loadHotsniffObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hotsniffPrograms struct {
-	HotsniffTcEgress  *ebpf.Program `ebpf:"hotsniff_tc_egress"`
-	HotsniffTcIngress *ebpf.Program `ebpf:"hotsniff_tc_ingress"`
-	HotsniffXdp       *ebpf.Program `ebpf:"hotsniff_xdp"`
+	HotsniffCgroupEgress  *ebpf.Program `ebpf:"hotsniff_cgroup_egress"`
+	HotsniffCgroupIngress *ebpf.Program `ebpf:"hotsniff_cgroup_ingress"`
+	HotsniffTcEgress      *ebpf.Program `ebpf:"hotsniff_tc_egress"`
+	HotsniffTcIngress     *ebpf.Program `ebpf:"hotsniff_tc_ingress"`
+	HotsniffXdp           *ebpf.Program `ebpf:"hotsniff_xdp"`
 }
 
 func (p *hotsniffPrograms) Close() error {
 	return _HotsniffClose(
+		p.HotsniffCgroupEgress,
+		p.HotsniffCgroupIngress,
 		p.HotsniffTcEgress,
 		p.HotsniffTcIngress,
 		p.HotsniffXdp,

@@ -34,15 +34,18 @@ const (
 	ModeXDP      Mode = "xdp"
 	ModeTC       Mode = "tc"
 	ModeAFPacket Mode = "afpacket"
+	// ModeCgroup attaches cgroup_skb programs to the cgroup v2 root
+	// instead of interfaces (cgroup.go).
+	ModeCgroup Mode = "cgroup"
 )
 
 // ParseMode validates a --mode value.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
-	case ModeAuto, ModeXDP, ModeTC, ModeAFPacket:
+	case ModeAuto, ModeXDP, ModeTC, ModeAFPacket, ModeCgroup:
 		return m, nil
 	}
-	return "", fmt.Errorf("parse mode %q: want auto, xdp, tc or afpacket", s)
+	return "", fmt.Errorf("parse mode %q: want auto, cgroup, xdp, tc or afpacket", s)
 }
 
 // Hook is the program a record or counter comes from.
@@ -53,10 +56,12 @@ const (
 	HookXDP Hook = iota
 	HookTCIngress
 	HookTCEgress
+	HookCgroupIngress
+	HookCgroupEgress
 	numHooks
 )
 
-var hookNames = [...]string{"xdp", "tc_ingress", "tc_egress"}
+var hookNames = [...]string{"xdp", "tc_ingress", "tc_egress", "cgroup_ingress", "cgroup_egress"}
 
 func (h Hook) String() string {
 	if int(h) < len(hookNames) {
@@ -499,6 +504,10 @@ func (a *Attachment) Program(h Hook) *ebpf.Program {
 		return a.objs.HotsniffXdp
 	case HookTCIngress:
 		return a.objs.HotsniffTcIngress
+	case HookCgroupIngress:
+		return a.objs.HotsniffCgroupIngress
+	case HookCgroupEgress:
+		return a.objs.HotsniffCgroupEgress
 	}
 	return a.objs.HotsniffTcEgress
 }
@@ -608,6 +617,9 @@ func (a *Attachment) close() error {
 
 // Programs returns the attached programs by hook, for run-time statistics.
 func (a *Attachment) Programs() map[Hook]*ebpf.Program {
+	if a.Mode == ModeCgroup {
+		return map[Hook]*ebpf.Program{HookCgroupIngress: a.objs.HotsniffCgroupIngress, HookCgroupEgress: a.objs.HotsniffCgroupEgress}
+	}
 	m := map[Hook]*ebpf.Program{HookTCEgress: a.objs.HotsniffTcEgress}
 	if a.Mode == ModeXDP {
 		m[HookXDP] = a.objs.HotsniffXdp

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-
-	"github.com/google/gopacket/pcapgo"
 )
 
 // Errors a File reports, each wrapped in a one-line message naming the file.
@@ -39,6 +37,11 @@ type Options struct {
 	// MaxPacket+64KiB so a whole pcapng block fits and can be decoded in
 	// place. A gzipped file uses two such buffers.
 	ReadBuffer int
+	// BeforeRead, when set, is called before every read from the file
+	// itself, which on a pipe may block: everything buffered has been
+	// consumed by then, so it is the moment to flush output for a reader
+	// downstream (decode - in a pipeline).
+	BeforeRead func()
 }
 
 func (o Options) withDefaults() Options {
@@ -64,8 +67,7 @@ type File struct {
 	count countingReader
 	gz    *gzip.Reader
 	// Exactly one of pcap and ng is set.
-	pcap *pcapgo.Reader
-	link LinkType // of pcap
+	pcap *pcapReader
 	ng   *ngReader
 
 	maxPacket int
@@ -109,6 +111,7 @@ func OpenReaderOptions(name string, r io.Reader, opt Options) (*File, error) {
 	opt = opt.withDefaults()
 	f := &File{name: name, size: -1, maxPacket: opt.MaxPacket}
 	f.count.r = r
+	f.count.before = opt.BeforeRead
 	br := bufio.NewReaderSize(&f.count, opt.ReadBuffer)
 	// gzip is recognised by content, whatever the file is called.
 	if m, _ := br.Peek(2); len(m) == 2 && m[0] == 0x1f && m[1] == 0x8b {
@@ -126,11 +129,10 @@ func OpenReaderOptions(name string, r io.Reader, opt Options) (*File, error) {
 		}
 		return nil, fmt.Errorf("open %s: %w", name, ErrNotCapture)
 	}
+	if _, ok := pcapMagic(m); ok {
+		return f, f.openPcap(br)
+	}
 	switch binary.LittleEndian.Uint32(m) {
-	case 0xA1B2C3D4, 0xA1B23C4D: // micro, nano, little-endian
-		return f, f.openPcap(br, binary.LittleEndian)
-	case 0xD4C3B2A1, 0x4D3CB2A1: // micro, nano, big-endian
-		return f, f.openPcap(br, binary.BigEndian)
 	case ngBlockSHB:
 		ng, err := newNgReader(br, opt.MaxPacket, opt.MaxPacket+maxBlockSlack)
 		if err != nil {
@@ -142,27 +144,17 @@ func OpenReaderOptions(name string, r io.Reader, opt Options) (*File, error) {
 	return nil, fmt.Errorf("open %s: %w", name, ErrNotCapture)
 }
 
-func (f *File) openPcap(br *bufio.Reader, order binary.ByteOrder) error {
-	hdr, _ := br.Peek(24)
-	if len(hdr) < 24 {
+func (f *File) openPcap(br *bufio.Reader) error {
+	pr, err := newPcapReader(br, f.maxPacket)
+	var he *pcapHeaderError
+	switch {
+	case errors.As(err, &he):
+		return fmt.Errorf("open %s: %w pcap header: %s", f.name, ErrCorrupt, he.msg)
+	case err != nil:
 		return fmt.Errorf("open %s: %w pcap file header", f.name, ErrTruncated)
+	case !pr.link.Supported():
+		return fmt.Errorf("%s: %w %d (%s)", f.name, ErrUnsupportedLink, uint16(pr.link), pr.link)
 	}
-	// Read the link type ourselves: pcapgo keeps it as a uint8. The upper
-	// 16 bits may hold FCS information, which IP lengths make irrelevant.
-	f.link = LinkType(order.Uint32(hdr[20:24]))
-	if !f.link.Supported() {
-		return fmt.Errorf("%s: %w %d (%s)", f.name, ErrUnsupportedLink, uint16(f.link), f.link)
-	}
-	// br is a *bufio.Reader of at least 4 KiB, so pcapgo uses it as is
-	// rather than buffering a second time.
-	pr, err := pcapgo.NewReader(br)
-	if err != nil {
-		return fmt.Errorf("open %s: read pcap header: %w", f.name, err)
-	}
-	// pcapgo sizes its packet buffer from the header's snap length, which a
-	// corrupt file can set to 4 GiB; our bound replaces it. Writers that
-	// exceed their own snap length are tolerated up to that bound.
-	pr.SetSnaplen(uint32(f.maxPacket))
 	f.pcap = pr
 	return nil
 }
@@ -215,7 +207,7 @@ func (f *File) Next(seg *Segment) error {
 		)
 		if f.pcap != nil {
 			data, ts, err = f.nextPcap()
-			link = f.link
+			link = f.pcap.link
 		} else {
 			data, link, ts, err = f.ng.next()
 			if err != nil {
@@ -241,24 +233,16 @@ func (f *File) Next(seg *Segment) error {
 }
 
 func (f *File) nextPcap() ([]byte, int64, error) {
-	data, ci, err := f.pcap.ZeroCopyReadPacketData()
-	if err == nil {
-		return data, ci.Timestamp.UnixNano(), nil
+	data, ts, err := f.pcap.next()
+	if err == nil || err == io.EOF {
+		return data, ts, err
 	}
 	n := f.stats.Packets + 1
 	switch {
-	case ci.CaptureLength > f.maxPacket:
+	case errors.Is(err, errRecordTooLong):
 		return nil, 0, fmt.Errorf("%s: %w at packet %d: capture length %d exceeds limit %d",
-			f.name, ErrCorrupt, n, ci.CaptureLength, f.maxPacket)
-	case ci.CaptureLength > ci.Length:
-		return nil, 0, fmt.Errorf("%s: %w at packet %d: capture length %d exceeds packet length %d",
-			f.name, ErrCorrupt, n, ci.CaptureLength, ci.Length)
-	case err == io.EOF && ci.CaptureLength == 0:
-		// Nothing of a record header was read: a clean end. (pcapgo
-		// reports io.EOF, not io.ErrUnexpectedEOF, when a record's data
-		// is missing entirely; its capture length tells the two apart.)
-		return nil, 0, io.EOF
-	case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF):
+			f.name, ErrCorrupt, n, f.pcap.caplen, f.maxPacket)
+	case errors.Is(err, io.ErrUnexpectedEOF):
 		return nil, 0, fmt.Errorf("%s: %w at packet %d", f.name, ErrTruncated, n)
 	}
 	return nil, 0, fmt.Errorf("read %s: packet %d: %w", f.name, n, err)
@@ -296,11 +280,15 @@ func (f *File) blockError(err error, opening bool) error {
 
 // countingReader counts the bytes read from the file for Stats().Bytes.
 type countingReader struct {
-	r io.Reader
-	n uint64
+	r      io.Reader
+	n      uint64
+	before func()
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
+	if c.before != nil {
+		c.before()
+	}
 	n, err := c.r.Read(p)
 	c.n += uint64(n)
 	return n, err

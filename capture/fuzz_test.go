@@ -56,6 +56,10 @@ func parseSeeds(t testing.TB) [][]byte {
 		{LinkRaw, withIP4(v4, func(h []byte) { h[6] |= 0x20 })},
 		{LinkRaw, withIP4(v4, func(h []byte) { h[0] = 0x47 })},
 		{LinkIPv6, v6},
+		{LinkEthernet, tunnel("vxlan", cat(ethHdr(0x0800), v4))},
+		{LinkEthernet, tunnel("geneve", cat(ethHdr(0x86DD), v6))},
+		{LinkEthernet, tunnel("ipip", v4)},
+		{LinkEthernet, tunnel("vxlan8472", cat(ethHdr(0x0800), v4[:40]))},
 	}
 	var out [][]byte
 	for _, s := range seeds {
@@ -151,6 +155,15 @@ func compareGopacket(t *testing.T, frame []byte, seg *Segment, err error) {
 	tl, _ := p.Layer(layers.LayerTypeTCP).(*layers.TCP)
 	if tl == nil || p.ErrorLayer() != nil {
 		return
+	}
+	nets := 0
+	for _, l := range p.Layers() {
+		if _, ok := l.(gopacket.NetworkLayer); ok {
+			nets++
+		}
+	}
+	if nets > 1 {
+		return // a tunnel: gopacket follows some we do not (GRE, nesting); table tests cover ours
 	}
 	var src, dst []byte
 	ipLen, ipHdr := 0, 0

@@ -54,6 +54,15 @@ const (
 	ipProtoFragment = 44
 	ipProtoAH       = 51
 	ipProtoDestOpts = 60
+	ipProtoIPIP     = 4
+	ipProtoIPv6     = 41
+	ipProtoUDP      = 17
+
+	// Overlay tunnels decap follows.
+	portVXLAN      = 4789 // IANA
+	portVXLANLinux = 8472 // Linux's default, Flannel
+	portGeneve     = 6081
+	etherTEB       = 0x6558 // Geneve payload: an Ethernet frame
 
 	// maxExtHeaders bounds the IPv6 extension header walk; real packets
 	// carry two or three at most.
@@ -149,7 +158,9 @@ func parseEther(etype uint16, data []byte, seg *Segment) error {
 	return errNotIP
 }
 
-func parseIPv4(data []byte, seg *Segment) error {
+func parseIPv4(data []byte, seg *Segment) error { return parseIPv4d(data, seg, 0) }
+
+func parseIPv4d(data []byte, seg *Segment, depth int) error {
 	if len(data) < 20 {
 		return errShortIP
 	}
@@ -175,18 +186,20 @@ func parseIPv4(data []byte, seg *Segment) error {
 	if frag := binary.BigEndian.Uint16(data[6:8]); frag&0x3FFF != 0 { // MF or offset
 		return ErrFragment
 	}
-	if data[9] != ipProtoTCP {
-		return errNotTCPProto
-	}
 	if len(data) > total {
 		data = data[:total] // Ethernet padding or trailer
+	}
+	if data[9] != ipProtoTCP {
+		return decap(data[9], data[ihl:], seg, depth)
 	}
 	src := netip.AddrFrom4([4]byte(data[12:16]))
 	dst := netip.AddrFrom4([4]byte(data[16:20]))
 	return parseTCP(src, dst, data[ihl:], total-ihl, seg)
 }
 
-func parseIPv6(data []byte, seg *Segment) error {
+func parseIPv6(data []byte, seg *Segment) error { return parseIPv6d(data, seg, 0) }
+
+func parseIPv6d(data []byte, seg *Segment, depth int) error {
 	if len(data) < 40 {
 		return errShortIP
 	}
@@ -221,6 +234,8 @@ func parseIPv6(data []byte, seg *Segment) error {
 				return errShortExt
 			}
 			hlen = (int(data[1]) + 2) * 4
+		case ipProtoIPIP, ipProtoIPv6, ipProtoUDP:
+			return decap(next, data, seg, depth)
 		case ipProtoFragment:
 			if len(data) < 8 {
 				return errShortExt
@@ -240,6 +255,69 @@ func parseIPv6(data []byte, seg *Segment) error {
 		next = data[0]
 		data = data[hlen:]
 		plen -= hlen
+	}
+	return errNotTCPProto
+}
+
+// decap follows an overlay tunnel from an outer IP payload to the inner
+// packet: IP-in-IP, IPv6-in-IP, VXLAN (UDP 4789 and 8472) and Geneve (UDP
+// 6081). The segment is the inner one: its addresses are the pods'. Only one
+// level is followed.
+func decap(proto uint8, data []byte, seg *Segment, depth int) error {
+	if depth > 0 {
+		return errNotTCPProto
+	}
+	switch proto {
+	case ipProtoIPIP:
+		return parseIPv4d(data, seg, depth+1)
+	case ipProtoIPv6:
+		return parseIPv6d(data, seg, depth+1)
+	case ipProtoUDP:
+	default:
+		return errNotTCPProto
+	}
+	if len(data) < 8 {
+		return errNotTCPProto
+	}
+	dport := binary.BigEndian.Uint16(data[2:4])
+	data = data[8:]
+	var inner uint16
+	switch dport {
+	case portVXLAN, portVXLANLinux:
+		if len(data) < 8 || data[0]&0x08 == 0 { // no VNI flag: not VXLAN
+			return errNotTCPProto
+		}
+		data, inner = data[8:], etherTEB
+	case portGeneve:
+		if len(data) < 8 || data[0]>>6 != 0 {
+			return errNotTCPProto
+		}
+		hlen := 8 + int(data[0]&0x3f)*4
+		if len(data) < hlen {
+			return errShortLink
+		}
+		inner = binary.BigEndian.Uint16(data[2:4])
+		data = data[hlen:]
+	default:
+		return errNotTCPProto
+	}
+	if inner == etherTEB {
+		if len(data) < 14 {
+			return errShortLink
+		}
+		inner, data = binary.BigEndian.Uint16(data[12:14]), data[14:]
+		for inner == etherVLAN || inner == etherQinQ || inner == etherQinQOld {
+			if len(data) < 4 {
+				return errShortLink
+			}
+			inner, data = binary.BigEndian.Uint16(data[2:4]), data[4:]
+		}
+	}
+	switch inner {
+	case etherIPv4:
+		return parseIPv4d(data, seg, depth+1)
+	case etherIPv6:
+		return parseIPv6d(data, seg, depth+1)
 	}
 	return errNotTCPProto
 }

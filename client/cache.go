@@ -57,6 +57,8 @@ type cacheEntry struct {
 	mu sync.Mutex
 	// uncacheable: the hash is larger than MaxHashFields.
 	uncacheable atomic.Bool
+	// rep counts local reads for the absorbed-demand report (report.go).
+	rep absorbed
 }
 
 // action is what a read of one key does.
@@ -98,6 +100,7 @@ func (s *Shim) acquire(key string, kind uint8, now int64) (action, *value, ticke
 	v := e.val.Load()
 	if v != nil && now < v.expires {
 		s.m.hits.Add(1)
+		s.countHit(e)
 		return actHit, v, ticket{}
 	}
 	// Expired or invalidated: exactly one caller refreshes. A refresh that
@@ -112,6 +115,7 @@ func (s *Shim) acquire(key string, kind uint8, now int64) (action, *value, ticke
 	}
 	if v != nil && now < v.expires+int64(s.opt.StaleGrace) {
 		s.m.staleHits.Add(1)
+		s.countHit(e)
 		return actHit, v, ticket{}
 	}
 	s.m.misses.Add(1)

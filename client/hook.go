@@ -122,7 +122,7 @@ func (s *Shim) get(ctx context.Context, c *redis.StringCmd, args []any, next red
 	case actPass:
 		return next(ctx, c)
 	}
-	err := next(ctx, c)
+	err := s.fetch(ctx, t.e, c, next)
 	switch {
 	case err == nil:
 		s.store(t, &value{exists: true, str: c.Val()})
@@ -169,7 +169,12 @@ func (s *Shim) mget(ctx context.Context, c *redis.SliceCmd, args []any, next red
 		slots = append(slots, mgetSlot{act: act, v: v, t: t})
 	}
 	if hits == 0 {
-		err := next(ctx, c)
+		var err error
+		if n == 1 && slots[0].act == actFetch {
+			err = s.fetch(ctx, slots[0].t.e, c, next) // a one-key MGET is a refresh read
+		} else {
+			err = next(ctx, c)
+		}
 		vals := c.Val()
 		for i := range slots {
 			if slots[i].act != actFetch {
@@ -204,7 +209,12 @@ func (s *Shim) mget(ctx context.Context, c *redis.SliceCmd, args []any, next red
 	}
 	if len(idx) > 0 {
 		rc := redis.NewSliceCmd(ctx, remote...)
-		err := next(ctx, rc)
+		var err error
+		if len(idx) == 1 && slots[idx[0]].act == actFetch {
+			err = s.fetch(ctx, slots[idx[0]].t.e, rc, next) // the one key sent is a refresh read
+		} else {
+			err = next(ctx, rc)
+		}
 		rv := rc.Val()
 		if err == nil && len(rv) != len(idx) {
 			err = errors.New("mget: reply length does not match the keys sent")
@@ -249,7 +259,7 @@ func (s *Shim) hashFor(ctx context.Context, key string, next redis.ProcessHook) 
 		return nil
 	}
 	hc := redis.NewMapStringStringCmd(ctx, "hgetall", key)
-	if err := next(ctx, hc); err != nil {
+	if err := s.fetch(ctx, t.e, hc, next); err != nil {
 		// WRONGTYPE and the like: the caller's own command gets the
 		// server's answer.
 		s.m.fetchErrors.Add(1)

@@ -32,12 +32,14 @@ var evictNames = [numEvict]string{"capacity", "not_hot", "idle", "mode_end"}
 
 type metrics struct {
 	hits, staleHits, misses, admissions, refreshes, fetchErrors atomic.Uint64
+	reports, reportedHits                                       atomic.Uint64
 	invalidations                                               [numInval]atomic.Uint64
 	evictions                                                   [numEvict]atomic.Uint64
 
 	dHits, dStale, dMisses, dAdmissions, dRefreshes, dFetchErrors *prometheus.Desc
 	dInval, dEvict, dEntries, dHotKeys, dActive, dTracking        *prometheus.Desc
 	dReloads, dGaps, dReconnects, dMessages                       *prometheus.Desc
+	dReports, dReportedHits, dReporting                           *prometheus.Desc
 }
 
 func (m *metrics) init() {
@@ -60,13 +62,17 @@ func (m *metrics) init() {
 	m.dGaps = d("seq_gaps_total", "Sequence gaps seen on the channel.")
 	m.dReconnects = d("channel_reconnects_total", "Channel subscription reconnects.")
 	m.dMessages = d("channel_messages_total", "Messages received on the channel.")
+	m.dReports = d("absorbed_reports_total", "Absorbed-demand reports sent (an ECHO after a refresh read).")
+	m.dReportedHits = d("absorbed_hits_total", "Local reads reported to the daemon in absorbed-demand reports.")
+	m.dReporting = d("absorbed_reporting", "1 while absorbed-demand reports are sent (0: disabled, or refused by the server).")
 }
 
 // Describe implements prometheus.Collector.
 func (s *Shim) Describe(ch chan<- *prometheus.Desc) {
 	m := &s.m
 	for _, d := range []*prometheus.Desc{m.dHits, m.dStale, m.dMisses, m.dAdmissions, m.dRefreshes, m.dFetchErrors,
-		m.dInval, m.dEvict, m.dEntries, m.dHotKeys, m.dActive, m.dTracking, m.dReloads, m.dGaps, m.dReconnects, m.dMessages} {
+		m.dInval, m.dEvict, m.dEntries, m.dHotKeys, m.dActive, m.dTracking, m.dReloads, m.dGaps, m.dReconnects, m.dMessages,
+		m.dReports, m.dReportedHits, m.dReporting} {
 		ch <- d
 	}
 }
@@ -104,7 +110,13 @@ func (s *Shim) Collect(ch chan<- prometheus.Metric) {
 	c(m.dGaps, st.Gaps)
 	c(m.dReconnects, st.Reconnects)
 	c(m.dMessages, st.Messages)
+	c(m.dReports, m.reports.Load())
+	c(m.dReportedHits, m.reportedHits.Load())
+	g(m.dReporting, b2f(s.reporting()))
 }
+
+// reporting is whether absorbed-demand reports are sent.
+func (s *Shim) reporting() bool { return !s.opt.DisableAbsorbedReports && !s.noReport.Load() }
 
 func b2f(b bool) float64 {
 	if b {
@@ -119,6 +131,10 @@ type ShimStats struct {
 	Invalidations, Evictions                                    map[string]uint64
 	Entries, HotKeys                                            int
 	HotMode, Tracking                                           bool
+	// Reports and ReportedHits count absorbed-demand reports sent and the
+	// local reads they carried; Reporting is false once disabled.
+	Reports, ReportedHits uint64
+	Reporting             bool
 }
 
 // Stats returns the counters.
@@ -129,6 +145,7 @@ func (s *Shim) Stats() ShimStats {
 		Admissions: m.admissions.Load(), Refreshes: m.refreshes.Load(), FetchErrors: m.fetchErrors.Load(),
 		Invalidations: map[string]uint64{}, Evictions: map[string]uint64{},
 		HotMode: s.active.Load(), Tracking: s.tr != nil && s.tr.established.Load(),
+		Reports: m.reports.Load(), ReportedHits: m.reportedHits.Load(), Reporting: s.reporting(),
 	}
 	for i := range m.invalidations {
 		st.Invalidations[invalNames[i]] = m.invalidations[i].Load()

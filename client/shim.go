@@ -54,7 +54,12 @@ type ShimOptions struct {
 	// TrackingCheck is how often the tracking connection is checked
 	// (default 1s).
 	TrackingCheck time.Duration
-	Logger        *slog.Logger
+	// DisableAbsorbedReports stops the shim from telling the daemon how
+	// many reads it served locally (an ECHO pipelined after each refresh
+	// read, see docs/client-shim.md). Without reports the daemon sees only
+	// refresh reads and turns the key cold while it is still in demand.
+	DisableAbsorbedReports bool
+	Logger                 *slog.Logger
 	// Subscriber tunes the channel subscriber (Channel, Handler and Logger
 	// are set by the shim).
 	Subscriber Options
@@ -111,6 +116,8 @@ type Shim struct {
 
 	tr *tracker
 	m  metrics
+	// noReport: the server refused a report; do not send more.
+	noReport atomic.Bool
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup

@@ -53,6 +53,10 @@ type Config struct {
 	// InvalidateGap merges identical invalidates of one key closer than this;
 	// the first is always sent, and a merged one is sent after the gap. 1ms.
 	InvalidateGap time.Duration `yaml:"invalidate_gap"`
+	// AbsorbedCap bounds the demand client shims can report for one hot
+	// key: at most AbsorbedCap × its threshold per second is credited,
+	// however many reports arrive. 1000.
+	AbsorbedCap float64 `yaml:"absorbed_cap"`
 	// Rules are per-key-pattern thresholds; the first match wins.
 	Rules []Rule `yaml:"rules"`
 	// Ignore lists key patterns that are never reported.
@@ -94,20 +98,24 @@ type TairConfig struct {
 }
 
 const (
-	defaultTTL      = 60 * time.Second
-	defaultBuckets  = 4096
-	defaultMaxHot   = 1024
-	defaultCold     = 0.7
-	defaultInvGap   = time.Millisecond
-	minWindow       = 400 * time.Millisecond
-	maxWindow       = 20 * time.Second
-	countsAtHotRate = 800 // requests a key at the threshold adds per window
+	defaultTTL     = 60 * time.Second
+	defaultBuckets = 4096
+	defaultMaxHot  = 1024
+	defaultCold    = 0.7
+	defaultInvGap  = time.Millisecond
+	// defaultAbsorbedCap: a key read locally at 1000× its threshold is far
+	// beyond any hot key seen in practice; the bound is for broken or
+	// forged reports, not for real demand.
+	defaultAbsorbedCap = 1000
+	minWindow          = 400 * time.Millisecond
+	maxWindow          = 20 * time.Second
+	countsAtHotRate    = 800 // requests a key at the threshold adds per window
 )
 
 // withDefaults validates c and fills in the defaults.
 func (c Config) withDefaults() (Config, error) {
 	if !(c.HotQPS > 0) || math.IsInf(c.HotQPS, 0) {
-		return c, fmt.Errorf("check hot_qps: must be a positive number, got %v", c.HotQPS)
+		return c, fmt.Errorf("check hot-qps: must be a positive number, got %v", c.HotQPS)
 	}
 	switch c.Detector {
 	case "":
@@ -139,7 +147,13 @@ func (c Config) withDefaults() (Config, error) {
 		c.ColdRatio = defaultCold
 	}
 	if c.ColdRatio < 0 || c.ColdRatio > 1 {
-		return c, fmt.Errorf("check cold_ratio: %v is not in (0, 1]", c.ColdRatio)
+		return c, fmt.Errorf("check cold-ratio: %v is not in (0, 1]", c.ColdRatio)
+	}
+	if c.AbsorbedCap == 0 {
+		c.AbsorbedCap = defaultAbsorbedCap
+	}
+	if !(c.AbsorbedCap > 0) || math.IsInf(c.AbsorbedCap, 0) {
+		return c, fmt.Errorf("check absorbed_cap: must be a positive number, got %v", c.AbsorbedCap)
 	}
 	if c.Buckets == 0 {
 		c.Buckets = defaultBuckets
@@ -151,7 +165,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxHot = defaultMaxHot
 	}
 	if c.MaxHot < 1 || c.MaxHot > 1<<20 {
-		return c, fmt.Errorf("check max_hot: %d is not in [1, 2^20]", c.MaxHot)
+		return c, fmt.Errorf("check max-hot: %d is not in [1, 2^20]", c.MaxHot)
 	}
 	if c.InvalidateGap == 0 {
 		c.InvalidateGap = defaultInvGap
@@ -170,7 +184,7 @@ func (c Config) withDefaults() (Config, error) {
 		t.ReapMax = 32
 	}
 	if t.Buckets < 2 || t.Buckets > 1<<20 || t.SampleMax < 1 || t.ReapMax < 1 || t.ReapMax > 4096 || t.SigmaN < 0 {
-		return c, fmt.Errorf("check tair: buckets %d, sample_max %d, reap_max %d, sigma_n %v out of range",
+		return c, fmt.Errorf("check tair settings: tair-buckets %d, tair-sample-max %d, tair-reap-max %d, tair-sigma-n %v out of range",
 			t.Buckets, t.SampleMax, t.ReapMax, t.SigmaN)
 	}
 	for i, r := range c.Rules {
@@ -178,7 +192,7 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("check rule %d: empty pattern", i)
 		}
 		if r.HotQPS < 0 || math.IsNaN(r.HotQPS) || math.IsInf(r.HotQPS, 0) {
-			return c, fmt.Errorf("check rule %d (%s): hot_qps %v is negative", i, r.Pattern, r.HotQPS)
+			return c, fmt.Errorf("check rule %d (%s): hot-qps %v is negative", i, r.Pattern, r.HotQPS)
 		}
 		if r.HotBytes < 0 || math.IsNaN(r.HotBytes) || math.IsInf(r.HotBytes, 0) {
 			return c, fmt.Errorf("check rule %d (%s): hot_bytes %v is negative", i, r.Pattern, r.HotBytes)

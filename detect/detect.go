@@ -59,6 +59,16 @@ type Stats struct {
 	LatencyMaxNs   uint64 // largest such latency
 	LastPacketTime int64  // newest packet time seen (Unix ns)
 	ReplyBytes     uint64 // reply bytes attributed to read keys
+
+	// Absorbed-demand reports (absorbed.go): credited, the local reads they
+	// added, and those not credited by reason. Capped reports are credited
+	// in part and counted in both.
+	AbsorbedReports   uint64
+	AbsorbedHits      uint64
+	AbsorbedMalformed uint64 // not a well-formed report
+	AbsorbedUnpaired  uint64 // not right after a read of its key on its connection
+	AbsorbedNotHot    uint64 // for a key that is not hot
+	AbsorbedCapped    uint64 // cut to the per-key bound
 }
 
 // Detector is a decode.Sink that detects hot keys.
@@ -278,6 +288,7 @@ func (d *Detector) resetClock(ts int64) {
 	for i := range d.hot.e {
 		e := &d.hot.e[i]
 		e.win = window{epoch: d.epoch}
+		e.abs = window{epoch: d.epoch}
 		e.since, e.lastSeen, e.lastEmit, e.lastInval = ts, ts, ts, ts
 		e.expires = ts + d.lifetime
 		// The measurement restarts: give it a window before judging it.
@@ -313,6 +324,8 @@ func (d *Detector) scan() {
 			e.bwin.advance(d.epoch)
 			e.bps = d.rate(&e.bwin, e.bsince, 2*d.sub)
 		}
+		e.abs.advance(d.epoch)
+		e.absQPS = min(d.rate(&e.abs, e.since, 2*d.sub), e.qps)
 		if d.def != nil {
 			// The conservative rate (span at least W/2) only under-reads
 			// a young entry, which was just measured above its threshold.
@@ -425,24 +438,27 @@ func (d *Detector) emit(e *hotEntry, typ string, qps float64) {
 }
 
 func (d *Detector) toEvent(e *hotEntry, typ string, qps float64) event.Event {
+	absorbed := e.absQPS
 	if typ == event.TypeInvalidate {
-		qps = 0
+		qps, absorbed = 0, 0
 	}
 	return event.Event{
-		V:          event.Version,
-		Type:       typ,
-		Proto:      e.proto.String(),
-		Server:     e.server.String(),
-		NS:         decode.NSString(e.ns),
-		Key:        append([]byte(nil), e.key...),
-		Prefix:     e.prefix,
-		QPS:        math.Round(qps*10) / 10,
-		TTLms:      d.ttlMs,
-		TS:         time.Unix(0, d.now).UTC(),
-		Source:     event.SourceDetected,
-		BytesPS:    e.bytesPS(typ),
-		ValueBytes: e.valueBytes(typ, qps),
-		Reason:     e.reason(typ, qps),
+		V:      event.Version,
+		Type:   typ,
+		Proto:  e.proto.String(),
+		Server: e.server.String(),
+		NS:     decode.NSString(e.ns),
+		Key:    append([]byte(nil), e.key...),
+		Prefix: e.prefix,
+		QPS:    math.Round(qps*10) / 10,
+		TTLms:  d.ttlMs,
+		TS:     time.Unix(0, d.now).UTC(),
+		Source: event.SourceDetected,
+		// The shims' part of qps (total demand); absent until they report.
+		AbsorbedQPS: math.Round(absorbed*10) / 10,
+		BytesPS:     e.bytesPS(typ),
+		ValueBytes:  e.valueBytes(typ, qps),
+		Reason:      e.reason(typ, qps),
 	}
 }
 

@@ -18,7 +18,11 @@ type hotEntry struct {
 
 	thr float64 // threshold of this key (rules applied), per second
 	win window  // its own weighted count, continued from the located slot
-	qps float64 // last measured rate, for HotSet
+	qps float64 // last measured rate (demand: wire reads + absorbed), for HotSet
+	// abs counts the local reads client shims reported (absorbed.go), also
+	// counted in win; absQPS is its rate as of the last scan.
+	abs    window
+	absQPS float64
 	// Reply bytes (detect/bytes.go): threshold (0: none), window since
 	// bsince, and the last measured rate.
 	bthr   float64

@@ -30,9 +30,6 @@ const (
 	release    = "hs"
 	namespace  = "cache-system"
 	configPath = "/etc/hotsniff/config.yaml"
-	// kubeVersion stands in for the cluster's version: a helm built with
-	// `go install` assumes v1.20, below the chart's kubeVersion.
-	kubeVersion = "1.30.0"
 )
 
 // Capability sets per capture mode (names without CAP_).
@@ -242,7 +239,7 @@ func stripComments(doc []byte) []byte {
 
 func render(t *testing.T, args ...string) *manifests {
 	t.Helper()
-	out, err := runHelm(t, append([]string{"template", release, chartDir, "--namespace", namespace, "--kube-version", kubeVersion}, args...)...)
+	out, err := runHelm(t, append([]string{"template", release, chartDir, "--namespace", namespace}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,6 +491,8 @@ func TestDefaults(t *testing.T) {
 		"detector": "default",
 		"channel":  "hotsniff:hotkeys",
 		"listen":   ":9464",
+		// auto without interfaces may capture at the host's cgroup root.
+		"cgroup-path": "/host/sys/fs/cgroup",
 	}
 	if fmt.Sprint(cfg) != fmt.Sprint(want) {
 		t.Errorf("config = %v\nwant     %v", cfg, want)
@@ -666,6 +665,7 @@ func TestCapabilitiesPerMode(t *testing.T) {
 	for mode, want := range map[string][]string{
 		"xdp":      ebpfCaps,
 		"tc":       ebpfCaps,
+		"cgroup":   ebpfCaps,
 		"afpacket": afpacketCaps,
 		"auto":     autoCaps,
 	} {
@@ -725,7 +725,7 @@ func TestSchemaRejects(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			_, err := runHelm(t, append([]string{"template", release, chartDir, "--kube-version", kubeVersion}, args...)...)
+			_, err := runHelm(t, append([]string{"template", release, chartDir}, args...)...)
 			if err == nil {
 				t.Fatalf("helm template %v succeeded; want a schema error", args)
 			}
@@ -917,6 +917,46 @@ func TestRenderedConfigAccepted(t *testing.T) {
 			out, err := exec.Command(bin, "run", "--config", path, "--config-check").CombinedOutput()
 			if err != nil || !strings.Contains(string(out), "config ok") {
 				t.Fatalf("hotsniff rejects the chart's config: %v\n%s\n--- config.yaml\n%s", err, out, body)
+			}
+		})
+	}
+}
+
+// TestCgroupMount: the host's cgroup hierarchy is mounted, read-only, and
+// passed as cgroup-path exactly when the mode may capture at the cgroup
+// root (cgroup; auto without interfaces), and the capabilities are eBPF's.
+func TestCgroupMount(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		mount bool
+	}{
+		{"cgroup", []string{"--set", "capture.mode=cgroup"}, true},
+		{"auto", nil, true},
+		{"auto with interfaces", []string{"--set", "capture.interfaces={eth0,cali*}"}, false},
+		{"tc", []string{"--set", "capture.mode=tc"}, false},
+		{"cgroup without mount", []string{"--set", "capture.mode=cgroup", "--set", "capture.cgroupHostPath="}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := render(t, tc.args...)
+			ds, c, cfg := checkCommon(t, m)
+			var vol bool
+			for _, v := range ds.Spec.Template.Spec.Volumes {
+				if v.HostPath != nil {
+					vol = v.HostPath.Path == "/sys/fs/cgroup"
+				}
+			}
+			var mnt bool
+			for _, vm := range c.VolumeMounts {
+				if vm.MountPath == "/host/sys/fs/cgroup" {
+					mnt = vm.ReadOnly
+				}
+			}
+			_, path := cfg["cgroup-path"]
+			if vol != tc.mount || mnt != tc.mount || path != tc.mount {
+				t.Errorf("hostPath volume %v, read-only mount %v, cgroup-path %v; want all %v", vol, mnt, path, tc.mount)
 			}
 		})
 	}

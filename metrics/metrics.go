@@ -38,6 +38,7 @@ type Snapshot struct {
 	DecodeErrors      map[decode.ErrKey]uint64
 	Gaps              map[decode.Proto]uint64
 	LostBytes         uint64 // stream bytes never seen (holes, snap-length cuts)
+	DuplicateBytes    uint64 // stream bytes seen again (retransmissions, one segment on two hooks), counted once
 	Flows             int
 	Buffered          int
 	FlowsEvicted      uint64
@@ -52,10 +53,24 @@ type Snapshot struct {
 	PublishErrors  uint64
 	PublishDropped uint64
 	PublishLag     float64 // seconds from event time to PUBLISH of the last batch
+	// Absorbed counts the absorbed-demand reports of client shims.
+	Absorbed Absorbed
 	// DetectionLatency holds onset-to-event latencies (seconds) observed
 	// since the previous Update; they feed a histogram.
 	DetectionLatency []float64
 }
+
+// Absorbed counts absorbed-demand reports: those credited, the local reads
+// they added to keys' demand, and those not credited, by reason
+// ("malformed", "unpaired", "not_hot", "capped": credited only up to the
+// per-key bound).
+type Absorbed struct {
+	Reports, Hits uint64
+	Rejected      map[string]uint64
+}
+
+// AbsorbedReasons are the values of the reason label, always exported.
+var AbsorbedReasons = []string{"malformed", "unpaired", "not_hot", "capped"}
 
 // Collector is a prometheus.Collector over the last Snapshot.
 type Collector struct {
@@ -63,8 +78,9 @@ type Collector struct {
 	snap Snapshot
 	lat  prometheus.Histogram
 
-	packets, dropped, truncated, requests, keys, decodeErrs, gaps, lost,
-	flows, buffered, evicted, hot, published, pubErrs, pubDropped, pubLag,
+	packets, dropped, truncated, requests, keys, decodeErrs, gaps, lost, dup,
+	flows, buffered, evicted, hot, published, pubErrs, pubDropped, pubLag *prometheus.Desc
+	absReports, absHits, absRejected                          *prometheus.Desc
 	replyBytes, replyUnpaired, pendingDropped, pendingDesyncs *prometheus.Desc
 }
 
@@ -87,6 +103,7 @@ func New() *Collector {
 		decodeErrs: d("decode_errors_total", "Bytes the decoders could not make sense of, by reason.", "proto", "reason"),
 		gaps:       d("stream_gaps_total", "Times a decoder lost bytes of a connection and resynchronised.", "proto"),
 		lost:       d("stream_lost_bytes_total", "Stream bytes never seen: holes given up on and snap-length cuts."),
+		dup:        d("stream_duplicate_bytes_total", "Stream bytes seen more than once (retransmissions, or one segment captured on two hooks such as a pod's veth and the uplink), counted once."),
 		flows:      d("stream_flows", "Connections tracked now."),
 		buffered:   d("stream_buffered_bytes", "Bytes held for reassembly now."),
 		evicted:    d("stream_flows_evicted_total", "Connections dropped to respect the flow and memory bounds."),
@@ -95,6 +112,10 @@ func New() *Collector {
 		pubErrs:    d("publish_errors_total", "Failed publish attempts."),
 		pubDropped: d("publish_queue_dropped_total", "Events dropped because the publish queue was full."),
 		pubLag:     d("publish_lag_seconds", "Event time to publish time of the last batch."),
+		absReports: d("absorbed_reports_total", "Absorbed-demand reports of client shims credited to a hot key."),
+		absHits:    d("absorbed_hits_total", "Reads client shims served locally and reported, credited to hot keys' demand."),
+		absRejected: d("absorbed_rejected_total",
+			"Absorbed-demand reports not credited (capped: credited only up to the per-key bound), by reason.", "reason"),
 		replyBytes: d("reply_bytes_total", "Reply bytes decoded (TCP payload from the server), attributed to keys or not.", "proto"),
 		replyUnpaired: d("reply_unpaired_bytes_total",
 			"Reply bytes that answer no request known to hotsniff (connections joined mid-stream, lost segments, pushes).", "proto"),
@@ -118,7 +139,7 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs} {
+	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs} {
 		ch <- d
 	}
 	c.lat.Describe(ch)
@@ -161,6 +182,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.decodeErrs, float64(v), k.Proto.String(), k.Reason)
 	}
 	counter(c.lost, float64(s.LostBytes))
+	counter(c.dup, float64(s.DuplicateBytes))
 	gauge(c.flows, float64(s.Flows))
 	gauge(c.buffered, float64(s.Buffered))
 	counter(c.evicted, float64(s.FlowsEvicted))
@@ -170,6 +192,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.pubErrs, float64(s.PublishErrors))
 	counter(c.pubDropped, float64(s.PublishDropped))
 	gauge(c.pubLag, s.PublishLag)
+	counter(c.absReports, float64(s.Absorbed.Reports))
+	counter(c.absHits, float64(s.Absorbed.Hits))
+	for _, r := range AbsorbedReasons {
+		counter(c.absRejected, float64(s.Absorbed.Rejected[r]), r)
+	}
 	c.lat.Collect(ch)
 }
 

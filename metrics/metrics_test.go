@@ -27,6 +27,7 @@ func TestExposition(t *testing.T) {
 		s.Published = map[string]uint64{"hot": 4}
 		s.PublishErrors = 1
 		s.DetectionLatency = []float64{0.12, 0.2}
+		s.Absorbed = Absorbed{Reports: 9, Hits: 4213, Rejected: map[string]uint64{"unpaired": 2}}
 	})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
@@ -55,6 +56,10 @@ func TestExposition(t *testing.T) {
 		`hotsniff_published_total{type="invalidate"} 0`,
 		`hotsniff_publish_errors_total 1`,
 		`hotsniff_detection_latency_seconds_count 2`,
+		`hotsniff_absorbed_reports_total 9`,
+		`hotsniff_absorbed_hits_total 4213`,
+		`hotsniff_absorbed_rejected_total{reason="unpaired"} 2`,
+		`hotsniff_absorbed_rejected_total{reason="not_hot"} 0`,
 	} {
 		if !strings.Contains(text, want+"\n") {
 			t.Errorf("missing %s", want)

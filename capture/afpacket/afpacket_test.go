@@ -40,6 +40,8 @@ func TestFilterAssembles(t *testing.T) {
 		h[6], h[7] = byte(frag>>8), byte(frag)
 		return h
 	}
+	udp := func(dport uint16) []byte { return []byte{0xc3, 0x50, byte(dport >> 8), byte(dport), 0, 0, 0, 0} }
+	vxlan := func(flags byte) []byte { return []byte{flags, 0, 0, 0, 0, 0, 1, 0} }
 	ip6 := func(next byte) []byte { h := make([]byte, 40); h[0], h[6] = 0x60, next; return h }
 	cat := func(parts ...[]byte) []byte {
 		var b []byte
@@ -63,6 +65,18 @@ func TestFilterAssembles(t *testing.T) {
 		{"vlan v4", cat(eth(0x0800, true), ip4(6, 0), tcp(40000, 6379)), true},
 		{"vlan v6", cat(eth(0x86dd, true), ip6(6), tcp(6379, 40000)), true},
 		{"arp", cat(eth(0x0806, false), make([]byte, 28)), false},
+		{"vxlan v4", cat(eth(0x0800, false), ip4(17, 0), udp(4789), vxlan(0x08), eth(0x0800, false), ip4(6, 0), tcp(40000, 6379)), true},
+		{"vxlan 8472 v6", cat(eth(0x0800, false), ip4(17, 0), udp(8472), vxlan(0x08), eth(0x86dd, false), ip6(6), tcp(6379, 40000)), true},
+		{"vxlan other port", cat(eth(0x0800, false), ip4(17, 0), udp(4789), vxlan(0x08), eth(0x0800, false), ip4(6, 0), tcp(40000, 80)), false},
+		{"vxlan no VNI flag", cat(eth(0x0800, false), ip4(17, 0), udp(4789), vxlan(0), eth(0x0800, false), ip4(6, 0), tcp(40000, 6379)), false},
+		{"vxlan over v6 vlan", cat(eth(0x86dd, true), ip6(17), udp(4789), vxlan(0x08), eth(0x0800, false), ip4(6, 0), tcp(40000, 11211)), true},
+		{"geneve", cat(eth(0x0800, false), ip4(17, 0), udp(6081), []byte{2, 0, 0x65, 0x58, 0, 0, 1, 0}, make([]byte, 8), eth(0x0800, false), ip4(6, 0), tcp(40000, 6379)), true},
+		{"geneve ip", cat(eth(0x0800, false), ip4(17, 0), udp(6081), []byte{0, 0, 0x86, 0xdd, 0, 0, 1, 0}, ip6(6), tcp(40000, 6379)), true},
+		{"geneve other", cat(eth(0x0800, false), ip4(17, 0), udp(6081), []byte{0, 0, 0x65, 0x58, 0, 0, 1, 0}, eth(0x0800, false), ip4(6, 0), tcp(40000, 6380)), false},
+		{"ipip", cat(eth(0x0800, false), ip4(4, 0), ip4(6, 0), tcp(40000, 6379)), true},
+		{"ip6ip", cat(eth(0x0800, false), ip4(41, 0), ip6(6), tcp(40000, 6379)), true},
+		{"ipip inner fragment", cat(eth(0x0800, false), ip4(4, 0), ip4(6, 100), tcp(40000, 6379)), false},
+		{"udp dns", cat(eth(0x0800, false), ip4(17, 0), udp(53), make([]byte, 40)), false},
 	} {
 		n, err := vm.Run(tc.pkt)
 		if err != nil {

@@ -10,12 +10,15 @@ import (
 // before it reaches the ring: accept Ethernet frames carrying TCP with a
 // source or destination port in ports, over IPv4 (non-fragment or first
 // fragment) or IPv6 (TCP as the first next header), with or without one
-// 802.1Q/802.1ad tag; accept up to snaplen bytes. Everything else never
+// 802.1Q/802.1ad tag, directly or inside one overlay tunnel (VXLAN on UDP
+// 4789 or 8472, Geneve on 6081, IP-in-IP, IPv6-in-IP), the ports then being
+// the inner segment's; accept up to snaplen bytes. Everything else never
 // leaves the kernel, so it costs no ring space.
 func Filter(ports []uint16, snaplen uint32) ([]bpf.RawInstruction, error) {
 	var a asm
-	// X holds the offset added by a VLAN tag (0 or 4) and, later, of the
-	// TCP header relative to the untagged IP header start minus 14.
+	// X is the offset, minus 14, of the header being looked at: 0 or 4
+	// (a VLAN tag) for the outer IP header; then each step moves it on,
+	// so every section reads its header at X+14.
 	a.op(bpf.LoadConstant{Dst: bpf.RegX, Val: 0})
 	a.op(bpf.LoadAbsolute{Off: 12, Size: 2})
 	a.jeq(0x8100, "vlan", "")
@@ -27,20 +30,80 @@ func Filter(ports []uint16, snaplen uint32) ([]bpf.RawInstruction, error) {
 	a.jeq(0x0800, "ip4", "")
 	a.jeq(0x86dd, "ip6", "drop")
 
+	// l4 dispatches on the IP protocol in A, with X at the IP payload.
+	l4 := func() {
+		a.jeq(6, "ports", "")
+		a.jeq(17, "udp", "")
+		a.jeq(4, "in4", "")
+		a.jeq(41, "in6", "drop")
+	}
 	a.label("ip4")
 	a.op(bpf.LoadIndirect{Off: 23, Size: 1}) // protocol
-	a.jeq(6, "", "drop")
+	a.op(bpf.StoreScratch{Src: bpf.RegA, N: 0})
 	a.op(bpf.LoadIndirect{Off: 20, Size: 2}) // flags + fragment offset
 	a.jset(0x1fff, "drop", "")
-	a.op(bpf.LoadIndirect{Off: 14, Size: 1}) // version + IHL
-	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: 0x0f})
-	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpShiftLeft, Val: 2})
-	a.op(bpf.ALUOpX{Op: bpf.ALUOpAdd})
-	a.op(bpf.TAX{})
-	a.ja("ports")
+	a.ipv4Skip()
+	a.op(bpf.LoadScratch{Dst: bpf.RegA, N: 0})
+	l4()
 
 	a.label("ip6")
 	a.op(bpf.LoadIndirect{Off: 20, Size: 1}) // next header
+	a.op(bpf.StoreScratch{Src: bpf.RegA, N: 0})
+	a.op(bpf.TXA{})
+	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAdd, Val: 40})
+	a.op(bpf.TAX{})
+	a.op(bpf.LoadScratch{Dst: bpf.RegA, N: 0})
+	l4()
+
+	a.label("udp")
+	a.op(bpf.LoadIndirect{Off: 16, Size: 2}) // destination port
+	a.jeq(4789, "vxlan", "")
+	a.jeq(8472, "vxlan", "")
+	a.jeq(6081, "geneve", "drop")
+
+	a.label("vxlan") // UDP + VXLAN headers, then an Ethernet frame
+	a.op(bpf.LoadIndirect{Off: 22, Size: 1})
+	a.jset(0x08, "", "drop") // the VNI flag
+	a.op(bpf.TXA{})
+	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAdd, Val: 16})
+	a.op(bpf.TAX{})
+	a.ja("teb")
+
+	a.label("geneve") // UDP + Geneve header + options, then the payload
+	a.op(bpf.LoadIndirect{Off: 24, Size: 2}) // protocol type
+	a.op(bpf.StoreScratch{Src: bpf.RegA, N: 0})
+	a.op(bpf.LoadIndirect{Off: 22, Size: 1}) // version and option length
+	a.jset(0xc0, "drop", "")
+	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: 0x3f})
+	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpShiftLeft, Val: 2})
+	a.op(bpf.ALUOpX{Op: bpf.ALUOpAdd})
+	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAdd, Val: 16})
+	a.op(bpf.TAX{})
+	a.op(bpf.LoadScratch{Dst: bpf.RegA, N: 0})
+	a.jeq(0x6558, "teb", "")
+	a.jeq(0x0800, "in4", "")
+	a.jeq(0x86dd, "in6", "drop")
+
+	a.label("teb") // an inner Ethernet frame at X+14
+	a.op(bpf.LoadIndirect{Off: 26, Size: 2})
+	a.op(bpf.StoreScratch{Src: bpf.RegA, N: 0})
+	a.op(bpf.TXA{})
+	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAdd, Val: 14})
+	a.op(bpf.TAX{})
+	a.op(bpf.LoadScratch{Dst: bpf.RegA, N: 0})
+	a.jeq(0x0800, "in4", "")
+	a.jeq(0x86dd, "in6", "drop")
+
+	a.label("in4") // the inner IPv4 header: TCP only
+	a.op(bpf.LoadIndirect{Off: 23, Size: 1})
+	a.jeq(6, "", "drop")
+	a.op(bpf.LoadIndirect{Off: 20, Size: 2})
+	a.jset(0x1fff, "drop", "")
+	a.ipv4Skip()
+	a.ja("ports")
+
+	a.label("in6") // the inner IPv6 header: TCP first only
+	a.op(bpf.LoadIndirect{Off: 20, Size: 1})
 	a.jeq(6, "", "drop")
 	a.op(bpf.TXA{})
 	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAdd, Val: 40})
@@ -60,6 +123,15 @@ func Filter(ports []uint16, snaplen uint32) ([]bpf.RawInstruction, error) {
 	a.label("accept")
 	a.op(bpf.RetConstant{Val: snaplen})
 	return a.assemble()
+}
+
+// ipv4Skip moves X past the IPv4 header at X+14 (its IHL).
+func (a *asm) ipv4Skip() {
+	a.op(bpf.LoadIndirect{Off: 14, Size: 1}) // version + IHL
+	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: 0x0f})
+	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpShiftLeft, Val: 2})
+	a.op(bpf.ALUOpX{Op: bpf.ALUOpAdd})
+	a.op(bpf.TAX{})
 }
 
 // asm is a tiny assembler with named jump targets; "" means the next

@@ -139,7 +139,7 @@ func benchFileCfg(b *testing.B, fixture string, reps int, replies bool) {
 		counter := decode.NewCounter(&nopSink{})
 		asm := stream.NewAssembler(cfg, stream.DefaultPorts(), reg, counter)
 		var seg capture.Segment
-		if err := drain(context.Background(), f, &seg, asm, nil, nil); err != io.EOF {
+		if err := drain(context.Background(), f, &seg, asm, nil, nil, nil); err != io.EOF {
 			b.Fatal(err)
 		}
 		asm.Flush()
@@ -209,7 +209,7 @@ func TestSteadyStateAllocs(t *testing.T) {
 					}
 					asm := stream.NewAssembler(cfg, stream.DefaultPorts(), reg, decode.NewCounter(&nopSink{}))
 					var seg capture.Segment
-					if err := drain(context.Background(), f, &seg, asm, nil, nil); err != io.EOF {
+					if err := drain(context.Background(), f, &seg, asm, nil, nil, nil); err != io.EOF {
 						t.Fatal(err)
 					}
 					asm.Flush()

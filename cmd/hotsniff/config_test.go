@@ -25,7 +25,12 @@ func TestConfigErrors(t *testing.T) {
 		env  []string
 		want string
 	}{
-		{"typo in a flag key", "hot_qps: 5\n", nil, `unknown key "hot_qps" (did you mean "hot-qps"?)`},
+		{"typo in a flag key", "Hot-QPS: 5\n", nil, `unknown key "Hot-QPS" (did you mean "hot-qps"?)`},
+		{"one setting twice", "hot_qps: 5\nhot-qps: 6\n", nil, `"hot-qps" and "hot_qps" are the same setting: keep one`},
+		{"rule threshold twice", "rules:\n  - {pattern: \"a*\", hot_qps: 10, hot-qps: 11}\n", nil, "rule 0 (a*): hot-qps and hot_qps are the same setting"},
+		{"bad number", "cold-ratio: fast\n", nil, `cold-ratio: "fast": want a number (e.g. 0.7)`},
+		{"bad duration", "refresh-every: 5\n", nil, `refresh-every: "5": want a duration such as 500ms, 30s or 2m`},
+		{"bad tair", "tair: {sample_max: many}\n", nil, `tair-sample-max: "many": want a whole number`},
 		{"unknown key", "treshold: 5\n", nil, `unknown key "treshold"`},
 		{"typo in a rule", "rules:\n  - {pattern: \"a*\", hotqps: 10}\n", nil, "field hotqps not found"},
 		{"bad rule proto", "rules:\n  - {pattern: \"a*\", hot_qps: 10, proto: mongo}\n", nil, `unknown proto "mongo"`},
@@ -33,7 +38,8 @@ func TestConfigErrors(t *testing.T) {
 		{"bad port", "port: [redis=99999]\n", nil, "99999"},
 		{"not yaml", "rules: [\n", nil, "parse config"},
 		{"bad env", "", []string{"HOTSNIFF_HOT_QPS", "abc"}, "HOTSNIFF_HOT_QPS"},
-		{"negative threshold", "hot-qps: -3\n", nil, "hot_qps"},
+		{"negative threshold", "hot-qps: -3\n", nil, "check hot-qps: must be a positive number"},
+		{"bad env duration", "", []string{"HOTSNIFF_INVALIDATE_GAP", "soon"}, `HOTSNIFF_INVALIDATE_GAP="soon": want a duration`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -41,7 +47,7 @@ func TestConfigErrors(t *testing.T) {
 				t.Setenv(c.env[0], c.env[1])
 			}
 			_, errOut, code := runCLI(t, "replay", "--config", cfg(c.body), fixture)
-			if code != 2 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, c.want) {
+			if code != 2 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, c.want) || strings.Contains(errOut, "strconv") {
 				t.Fatalf("exit %d, stderr %q; want exit 2 and one line containing %q", code, errOut, c.want)
 			}
 		})

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"io"
 	"os"
 	"os/signal"
 	"time"
@@ -40,7 +41,14 @@ A summary line goes to stderr. "-" reads standard input.`,
 			if err != nil {
 				return err
 			}
-			out := bufio.NewWriterSize(cmd.OutOrStdout(), 256<<10)
+			prog := newProgress(cmd.ErrOrStderr(), sf.progress)
+			var stdout io.Writer = cmd.OutOrStdout()
+			if prog != nil {
+				bw := prog.writer(stdout)
+				defer bw.Flush()
+				stdout = bw
+			}
+			out := bufio.NewWriterSize(stdout, 256<<10)
 			defer out.Flush()
 			var sink decode.Sink
 			var counts *countSink
@@ -62,14 +70,16 @@ A summary line goes to stderr. "-" reads standard input.`,
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
 			start := time.Now()
-			tot, err := readFiles(ctx, args, asm, newProgress(cmd.ErrOrStderr(), sf.progress), nil)
+			// Output goes out whenever the input runs dry, so decode -
+			// behind tcpdump -w - streams.
+			tot, err := readFiles(ctx, args, asm, readOpts{prog: prog, flush: func() { out.Flush() }})
 			if counts != nil {
 				counts.write(out)
 			}
 			if bsink != nil {
 				bsink.write(out)
 			}
-			summary(cmd.ErrOrStderr(), tot, counter, asm.Stats(), time.Since(start))
+			summary(cmd.ErrOrStderr(), tot, counter, asm.Stats(), time.Since(start), err)
 			return err
 		},
 	}

@@ -72,6 +72,9 @@ func applyConfig(cmd *cobra.Command, path string) error {
 		if err := yaml.Unmarshal(b, &fromFile); err != nil {
 			return usagef("parse config %s: %v", path, err)
 		}
+		if fromFile, err = normalizeConfig(path, fromFile); err != nil {
+			return err
+		}
 	}
 	var errs []string
 	if err := checkConfigKeys(cmd, path, fromFile); err != nil {
@@ -84,7 +87,7 @@ func applyConfig(cmd *cobra.Command, path string) error {
 		env := "HOTSNIFF_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v, ok := os.LookupEnv(env); ok {
 			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Sprintf("%s=%q: %v", env, v, err))
+				errs = append(errs, fmt.Sprintf("%s=%q: %s", env, v, expects(f)))
 			}
 			return
 		}
@@ -98,7 +101,7 @@ func applyConfig(cmd *cobra.Command, path string) error {
 		}
 		for _, x := range vals {
 			if err := f.Value.Set(fmt.Sprint(x)); err != nil {
-				errs = append(errs, fmt.Sprintf("%s: %s: %v", path, f.Name, err))
+				errs = append(errs, fmt.Sprintf("%s: %s: %q: %s", path, f.Name, fmt.Sprint(x), expects(f)))
 			}
 		}
 	})

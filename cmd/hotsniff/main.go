@@ -29,7 +29,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(flagErrorFunc)
 	root.AddCommand(
 		newDecodeCmd(),
 		newReplayCmd(),

@@ -12,5 +12,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv("HOTSNIFF_TEST_MAIN") == "1" {
 		os.Exit(runWith(os.Args[1:], os.Stdout, os.Stderr))
 	}
+	if os.Getenv("HOTSNIFF_FLEET_APP") == "1" {
+		os.Exit(fleetApp())
+	}
 	os.Exit(m.Run())
 }

@@ -51,27 +51,35 @@ func withoutReplies(reg *decode.Registry) *decode.Registry {
 type fileTotals struct {
 	capture.Stats
 	Files int
+	ports *portTally
+}
+
+// readOpts are readFiles' optional parts.
+type readOpts struct {
+	prog *progress
+	pace *pacer
+	// flush is called whenever the input is about to wait for more data
+	// (a pipe from tcpdump -w -): output written so far goes out then.
+	flush func()
 }
 
 // readFiles feeds every segment of the files, in order, to asm and flushes
-// it at the end. tick, when set, is called with the packet time of every
-// segment (replay's detector runs on packet time). A corrupt or truncated
-// file stops the run with an error naming it, after everything before the
-// damage was processed.
-func readFiles(ctx context.Context, paths []string, asm *stream.Assembler, prog *progress, pace *pacer) (fileTotals, error) {
-	var tot fileTotals
+// it at the end. A corrupt or truncated file stops the run with an error
+// naming it, after everything before the damage was processed.
+func readFiles(ctx context.Context, paths []string, asm *stream.Assembler, o readOpts) (fileTotals, error) {
+	tot := fileTotals{ports: new(portTally)}
 	var seg capture.Segment
 	defer asm.Flush()
 	for _, path := range paths {
-		f, err := capture.OpenFile(path)
+		f, err := capture.OpenFileOptions(path, capture.Options{BeforeRead: o.flush})
 		if err != nil {
 			return tot, err
 		}
 		tot.Files++
-		if prog != nil {
-			prog.startFile(path, f.Size())
+		if o.prog != nil {
+			o.prog.startFile(path, f.Size())
 		}
-		err = drain(ctx, f, &seg, asm, prog, pace)
+		err = drain(ctx, f, &seg, asm, o.prog, o.pace, tot.ports)
 		st := f.Stats()
 		tot.Packets += st.Packets
 		tot.Segments += st.Segments
@@ -79,8 +87,8 @@ func readFiles(ctx context.Context, paths []string, asm *stream.Assembler, prog 
 		tot.Malformed += st.Malformed
 		tot.Bytes += st.Bytes
 		f.Close()
-		if prog != nil {
-			prog.finishFile(st)
+		if o.prog != nil {
+			o.prog.finishFile(st)
 		}
 		if !errors.Is(err, io.EOF) {
 			return tot, err
@@ -91,8 +99,8 @@ func readFiles(ctx context.Context, paths []string, asm *stream.Assembler, prog 
 
 // drain feeds every segment of src to asm until the source ends (io.EOF)
 // or fails, or ctx is cancelled. This is the per-packet loop: it allocates
-// nothing.
-func drain(ctx context.Context, src capture.Source, seg *capture.Segment, asm *stream.Assembler, prog *progress, pace *pacer) error {
+// nothing. ports, when set, counts the segments seen per TCP port.
+func drain(ctx context.Context, src capture.Source, seg *capture.Segment, asm *stream.Assembler, prog *progress, pace *pacer, ports *portTally) error {
 	for n := 1; ; n++ {
 		if err := src.Next(seg); err != nil {
 			return err
@@ -101,6 +109,9 @@ func drain(ctx context.Context, src capture.Source, seg *capture.Segment, asm *s
 			if err := pace.wait(ctx, seg.TS); err != nil {
 				return err
 			}
+		}
+		if ports != nil {
+			ports.add(seg)
 		}
 		asm.Add(seg)
 		if n&4095 == 0 {
@@ -140,8 +151,13 @@ func (p *pacer) wait(ctx context.Context, ts int64) error {
 	return nil
 }
 
-// summary is the one-line account of a decode or replay run on stderr.
-func summary(w io.Writer, tot fileTotals, c *decode.Counter, st stream.Stats, elapsed time.Duration) {
+// summary is the one-line account of a decode or replay run on stderr,
+// followed by a hint when nothing in the files was on a mapped port. A run
+// that failed before reading a packet prints only its error.
+func summary(w io.Writer, tot fileTotals, c *decode.Counter, st stream.Stats, elapsed time.Duration, runErr error) bool {
+	if runErr != nil && tot.Packets == 0 {
+		return false
+	}
 	req, keys, reads, writes, errs := c.Totals()
 	var rb, ru uint64
 	for i := range c.ReplyBytes {
@@ -154,4 +170,8 @@ func summary(w io.Writer, tot fileTotals, c *decode.Counter, st stream.Stats, el
 	}
 	fmt.Fprintf(w, "hotsniff: %d packets (%d tcp segments, %d skipped, %d malformed), %d requests, %d keys (%d reads, %d writes)%s, %d decode errors, %d stream gaps, %d flows in %s\n",
 		tot.Packets, tot.Segments, tot.Skipped, tot.Malformed, req, keys, reads, writes, replies, errs, st.TotalGaps(), st.FlowsCreated, elapsed.Round(time.Millisecond))
+	if hint := noMatchHint(tot, st); hint != "" {
+		fmt.Fprintf(w, "hotsniff: %s\n", hint)
+	}
+	return true
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +21,7 @@ type progress struct {
 	start     time.Time
 	last      time.Time
 	drawn     bool
+	line      string // last drawn, for redrawing after output
 	lastPkts  uint64
 	lastBytes uint64
 }
@@ -76,7 +78,81 @@ func (p *progress) update(st capture.Stats) {
 		line = fmt.Sprintf("%s [%s] %3.0f%% %s/%s  %.0f pkt/s  ETA %s", p.name, bar, frac*100, humanBytes(st.Bytes), humanBytes(uint64(p.size)), pps, eta)
 	}
 	fmt.Fprintf(p.w, "\r\033[K%s", line)
-	p.drawn, p.last = true, now
+	p.drawn, p.last, p.line = true, now, line
+}
+
+// clear erases the bar, if drawn, and reports whether it was.
+func (p *progress) clear() bool {
+	if !p.drawn {
+		return false
+	}
+	fmt.Fprint(p.w, "\r\033[K")
+	p.drawn = false
+	return true
+}
+
+func (p *progress) redraw() {
+	fmt.Fprintf(p.w, "\r\033[K%s", p.line)
+	p.drawn = true
+}
+
+// writer wraps w, the output that may share the terminal with the bar, so
+// that output never lands on the bar's line: the bar is cleared before
+// complete lines are written and redrawn after; a partial line is held
+// until its end arrives (or Flush).
+func (p *progress) writer(w io.Writer) *barWriter { return &barWriter{w: w, p: p} }
+
+type barWriter struct {
+	w    io.Writer
+	p    *progress
+	tail []byte
+	err  error
+}
+
+// maxTail bounds what is held of a line without its newline.
+const maxTail = 1 << 20
+
+func (b *barWriter) Write(d []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	i := bytes.LastIndexByte(d, '\n')
+	if i < 0 && len(b.tail)+len(d) <= maxTail {
+		b.tail = append(b.tail, d...)
+		return len(d), nil
+	}
+	if i < 0 {
+		i = len(d) - 1
+	}
+	redraw := b.p.clear()
+	if len(b.tail) > 0 {
+		if _, b.err = b.w.Write(b.tail); b.err != nil {
+			return 0, b.err
+		}
+		b.tail = b.tail[:0]
+	}
+	if _, b.err = b.w.Write(d[:i+1]); b.err != nil {
+		return 0, b.err
+	}
+	b.tail = append(b.tail, d[i+1:]...)
+	if redraw {
+		b.p.redraw()
+	}
+	return len(d), nil
+}
+
+// Flush writes a held partial line.
+func (b *barWriter) Flush() error {
+	if b.err != nil || len(b.tail) == 0 {
+		return b.err
+	}
+	redraw := b.p.clear()
+	_, b.err = b.w.Write(b.tail)
+	b.tail = b.tail[:0]
+	if redraw {
+		b.p.redraw()
+	}
+	return b.err
 }
 
 func (p *progress) finishFile(capture.Stats) {

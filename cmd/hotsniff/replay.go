@@ -2,9 +2,7 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/detect"
@@ -33,20 +30,9 @@ func (d *detectFlags) register(cmd *cobra.Command) {
 	f.Float64Var(&d.cfg.HotQPS, "hot-qps", 1000, "a key is hot when its weighted request rate at one server reaches this per second")
 	f.Float64Var(&d.cfg.HotBytes, "hot-bytes", 0, "also hot when the reply bytes attributed to a key at one server reach this per second (0: off)")
 	f.StringVar(&d.cfg.Detector, "detector", detect.DetectorDefault, "detection algorithm: default, or tair (Tair's server-side pipeline, for comparison)")
-	f.DurationVar(&d.cfg.TTL, "ttl", 60*time.Second, "how long a client may treat a key as hot without a refresh (ttl_ms)")
-	f.DurationVar(&d.cfg.Window, "window", 0, "rate measurement window (0: chosen from --hot-qps)")
-	f.IntVar(&d.cfg.MaxHot, "max-hot", 1024, "most keys hot at once (least recently seen is dropped)")
+	registerTuning(f, &d.cfg)
 	f.StringVar(&d.output, "output", "jsonl", "event format on stdout: jsonl or text")
 	f.StringVar(&d.node, "node", "", "node name in events (default: the host name; env HOTSNIFF_NODE)")
-}
-
-// rulesFile is the part of --config that is not flags (those are applied
-// by applyConfig). Fields of a rule are checked strictly: a misspelt
-// "hot_qps" must not silently leave a rule at the default threshold.
-type rulesFile struct {
-	Rules  []detect.Rule  `yaml:"rules"`
-	Ignore []string       `yaml:"ignore"`
-	Flags  map[string]any `yaml:",inline"`
 }
 
 // build validates the flags and reads rules and the ignore list from the
@@ -56,18 +42,9 @@ func (d *detectFlags) build(configPath string) (detect.Config, error) {
 	if d.output != publish.FormatJSONL && d.output != publish.FormatText {
 		return cfg, usagef("--output %q: want jsonl or text", d.output)
 	}
-	if configPath != "" {
-		b, err := os.ReadFile(configPath)
-		if err != nil {
-			return cfg, usagef("read config: %v", err)
-		}
-		var rf rulesFile
-		dec := yaml.NewDecoder(bytes.NewReader(b))
-		dec.KnownFields(true)
-		if err := dec.Decode(&rf); err != nil && !errors.Is(err, io.EOF) {
-			return cfg, usagef("parse config %s: %v", configPath, err)
-		}
-		cfg.Rules, cfg.Ignore = rf.Rules, rf.Ignore
+	var err error
+	if cfg.Rules, cfg.Ignore, err = loadRules(configPath); err != nil {
+		return cfg, err
 	}
 	if d.node == "" {
 		d.node = os.Getenv("HOTSNIFF_NODE")
@@ -128,7 +105,14 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
 
-			out := bufio.NewWriter(cmd.OutOrStdout())
+			prog := newProgress(cmd.ErrOrStderr(), sf.progress)
+			var stdout io.Writer = cmd.OutOrStdout()
+			if prog != nil {
+				bw := prog.writer(stdout)
+				defer bw.Flush()
+				stdout = bw
+			}
+			out := bufio.NewWriter(stdout)
 			defer out.Flush()
 			w, err := publish.NewWriter(out, df.output, df.node)
 			if err != nil {
@@ -163,7 +147,7 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 			} else if speed > 0 {
 				pace = &pacer{speed: speed}
 			}
-			tot, rerr := readFiles(ctx, args, asm, newProgress(cmd.ErrOrStderr(), sf.progress), pace)
+			tot, rerr := readFiles(ctx, args, asm, readOpts{prog: prog, pace: pace, flush: func() { out.Flush() }})
 			out.Flush()
 			if pub != nil {
 				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -173,10 +157,11 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 				cancel()
 			}
 			det.Flush()
-			summary(cmd.ErrOrStderr(), tot, counter, asm.Stats(), time.Since(start))
-			ds := det.Stats()
-			fmt.Fprintf(cmd.ErrOrStderr(), "hotsniff: %d hot, %d refreshes, %d cold, %d invalidates; %d keys hot at the end\n",
-				ds.Hot, ds.Refreshes, ds.Cold, ds.Invalidates, ds.HotKeys)
+			if summary(cmd.ErrOrStderr(), tot, counter, asm.Stats(), time.Since(start), rerr) {
+				ds := det.Stats()
+				fmt.Fprintf(cmd.ErrOrStderr(), "hotsniff: %d hot, %d refreshes, %d cold, %d invalidates; %d keys hot at the end\n",
+					ds.Hot, ds.Refreshes, ds.Cold, ds.Invalidates, ds.HotKeys)
+			}
 			if err := w.Err(); err != nil && rerr == nil {
 				rerr = fmt.Errorf("write events: %w", err)
 			}

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -29,7 +30,6 @@ import (
 	"github.com/hotsniff/hotsniff/bpf"
 	"github.com/hotsniff/hotsniff/capture"
 	"github.com/hotsniff/hotsniff/capture/afpacket"
-	"github.com/hotsniff/hotsniff/capture/ebpfsrc"
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/event"
@@ -40,17 +40,18 @@ import (
 
 // captureFlags choose how `run` captures.
 type captureFlags struct {
-	ifaces    []string
-	mode      string
-	ringSize  int
-	maxCopy   int
-	listen    string
-	check     bool
-	replies   bool
-	replyCopy int
-	pprof     bool
-	procs     int
-	nice      int
+	ifaces     []string
+	mode       string
+	cgroupPath string
+	ringSize   int
+	maxCopy    int
+	listen     string
+	check      bool
+	replies    bool
+	replyCopy  int
+	pprof      bool
+	procs      int
+	nice       int
 }
 
 func newRunCmd() *cobra.Command {
@@ -91,6 +92,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			if cf.check {
 				fmt.Fprintf(cmd.OutOrStdout(), "config ok: ports %v, capture %s, hot-qps %g, detector %s, %d rules, %d ignore patterns\n",
 					ports.List(), mode, dcfg.HotQPS, dcfg.Detector, len(dcfg.Rules), len(dcfg.Ignore))
+				fmt.Fprintln(cmd.OutOrStdout(), tuningSummary(dcfg))
 				return nil
 			}
 			if cf.procs > 0 {
@@ -114,8 +116,9 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	df.register(cmd)
 	rf.register(cmd.Flags())
 	f := cmd.Flags()
-	f.StringArrayVar(&cf.ifaces, "iface", nil, "interface to capture on (repeatable; default: every physical interface that is up, else every non-loopback one)")
-	f.StringVar(&cf.mode, "capture", "auto", "capture mode: auto (XDP on physical NICs, TC on veth and loopback, AF_PACKET when eBPF is unavailable), xdp, tc, afpacket")
+	f.StringArrayVar(&cf.ifaces, "iface", nil, "interface name or pattern to capture on (repeatable; patterns such as 'cali*' are followed as interfaces appear and go; default: the physical interfaces that are up plus pods' interfaces: "+strings.Join(defaultPodPatterns, " ")+")")
+	f.StringVar(&cf.mode, "capture", "auto", "capture mode: auto (cgroup when cgroup v2 is mounted and no --iface is given, else XDP on physical NICs and TC on veth and loopback; AF_PACKET when eBPF is unavailable), cgroup, xdp, tc, afpacket")
+	f.StringVar(&cf.cgroupPath, "cgroup-path", "", "cgroup v2 hierarchy the cgroup mode attaches to (default: /sys/fs/cgroup, else /sys/fs/cgroup/unified; in a container, the host's hierarchy mounted in)")
 	f.IntVar(&cf.ringSize, "ring-size", 0, "eBPF ring buffer size per CPU (or AF_PACKET ring per interface) in bytes; 0: 2 MiB per online CPU for eBPF (at most 64 MiB in all, at least 512 KiB each; small rings stay in the CPU cache; offline CPUs get one page), 32 MiB for AF_PACKET")
 	f.IntVar(&cf.maxCopy, "max-copy", 256<<10, "most payload bytes copied from one packet by eBPF (GRO/GSO super-packets); the rest is counted as truncated")
 	f.StringVar(&cf.listen, "listen", ":9464", "address for /metrics, /hotkeys, /healthz, /readyz (empty: none)")
@@ -266,48 +269,45 @@ func (d *daemon) run(ctx context.Context) error {
 	return perr
 }
 
-// openCapture attaches eBPF (or opens AF_PACKET) on the interfaces.
+// openCapture attaches eBPF at the cgroup root or on the interfaces (see
+// capturemode.go), or opens AF_PACKET.
 func (d *daemon) openCapture() error {
-	ifaces := d.cf.ifaces
-	if len(ifaces) == 0 {
-		var err error
-		if ifaces, err = defaultIfaces(); err != nil {
-			return err
-		}
-		d.log.Info("no --iface given", "ifaces", ifaces)
-	}
-	for _, name := range ifaces {
-		if _, err := net.InterfaceByName(name); err != nil {
-			return usagef("--iface %s: %v", name, err)
-		}
-	}
 	ports := d.ports.List()
+	cfg := bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Replies: d.cf.replies,
+		ReplyHeads: !d.cf.replies && d.cf.replyCopy > 0, ReplyCopy: uint32(max(d.cf.replyCopy, 0)), Logger: d.base}
+	if d.chooseCgroup() {
+		err := d.openCgroup(cfg)
+		if err == nil {
+			return nil
+		}
+		if d.mode == bpf.ModeCgroup {
+			return fmt.Errorf("start cgroup capture: %w", err)
+		}
+		d.log.Warn("cgroup capture unavailable, capturing on interfaces", "err", err)
+	}
+	names, patterns, err := d.ifaceSpec()
+	if err != nil {
+		return err
+	}
 	if d.mode != bpf.ModeAFPacket {
-		c, err := bpf.Open(bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Replies: d.cf.replies,
-			ReplyHeads: !d.cf.replies && d.cf.replyCopy > 0, ReplyCopy: uint32(max(d.cf.replyCopy, 0)), Logger: d.base})
+		err := d.openInterfaces(cfg, names, patterns)
 		if err == nil {
-			for _, name := range ifaces {
-				if _, aerr := c.Attach(name, d.mode); aerr != nil {
-					err = aerr
-					break
-				}
-			}
-		}
-		if err == nil {
-			src, serr := ebpfsrc.New(c)
-			if serr == nil {
-				d.src, d.bpfCap, d.modeName = src, c, string(d.mode)
-				return nil
-			}
-			err = serr
-		}
-		if c != nil {
-			c.Close()
+			return nil
 		}
 		if d.mode != bpf.ModeAuto {
 			return fmt.Errorf("start %s capture: %w", d.mode, err)
 		}
 		d.log.Warn("eBPF unavailable, falling back to AF_PACKET", "err", err)
+	}
+	ifaces, err := expand(names, patterns)
+	if err != nil {
+		return err
+	}
+	if len(ifaces) == 0 {
+		return usagef("no interface matches --iface %v", patterns)
+	}
+	if len(patterns) > 0 {
+		d.log.Warn("afpacket captures the interfaces matching --iface patterns at start only; interfaces created later need an eBPF mode", "ifaces", ifaces)
 	}
 	src, err := afpacket.Open(afpacket.Config{Ifaces: ifaces, Ports: ports, Blocks: max(1, cmp.Or(d.cf.ringSize, afpacketRingSize)/(1<<20)), Logger: d.base})
 	if err != nil {
@@ -409,6 +409,7 @@ func (d *daemon) tick(now time.Time, asm *stream.Assembler, counter *decode.Coun
 	d.hotMu.Unlock()
 	d.lat = det.DrainLatencies(d.lat[:0])
 	d.updateMetrics(asm.Stats(), counter, hot, pub)
+	d.col.Update(func(s *metrics.Snapshot) { s.Absorbed = absorbedMetrics(det.Stats()) })
 }
 
 func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.Event, pub *publish.Publisher) {
@@ -437,6 +438,7 @@ func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.E
 			}
 		}
 		s.LostBytes, s.Flows, s.Buffered, s.FlowsEvicted = st.BytesLost, st.FlowsActive, st.BufferedBytes, st.FlowsEvicted+st.MemEvictions
+		s.DuplicateBytes = st.BytesRetransmitted
 		if pub != nil {
 			ps := pub.Stats()
 			s.Published, s.PublishErrors, s.PublishDropped, s.PublishLag = ps.Published, ps.Errors, ps.Dropped, ps.LastLag.Seconds()

@@ -12,7 +12,6 @@ import (
 
 	"github.com/gdamore/tcell/v2"
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
 	"golang.org/x/term"
 
 	"github.com/hotsniff/hotsniff/detect"
@@ -34,6 +33,7 @@ type topFlags struct {
 	reverse  bool
 	filter   string
 	coldFor  time.Duration
+	tuning   detect.Config
 }
 
 func newTopCmd() *cobra.Command {
@@ -82,6 +82,7 @@ table and exits (a replay is run to its end first).`,
 	fs.BoolVar(&f.reverse, "reverse", false, "reverse the initial sort order")
 	fs.StringVar(&f.filter, "filter", "", "initial filter: substring of key, proto or server")
 	fs.DurationVar(&f.coldFor, "cold-for", 30*time.Second, "how long a key that left the hot set stays listed as cold")
+	registerTuning(fs, &f.tuning)
 	return cmd
 }
 
@@ -162,26 +163,18 @@ func newTopReplay(f *topFlags, paths []string) (*topview.ReplaySource, error) {
 	if err != nil {
 		return nil, err
 	}
-	var dcfg detect.Config
-	if f.stream.configPath != "" {
-		// Rules, ignore lists and tuning come from the config file (keys as
-		// in docs/detection.md); applyConfig has already read and checked it.
-		b, err := os.ReadFile(f.stream.configPath)
-		if err != nil {
-			return nil, usagef("read config: %v", err)
-		}
-		if err := yaml.Unmarshal(b, &dcfg); err != nil {
-			return nil, usagef("parse config %s: %v", f.stream.configPath, err)
-		}
+	// Tuning comes from the flags (which applyConfig filled from the file
+	// and the environment), rules and ignore lists from the file.
+	dcfg := f.tuning
+	if dcfg.Rules, dcfg.Ignore, err = loadRules(f.stream.configPath); err != nil {
+		return nil, err
 	}
-	if f.hotQPS > 0 {
-		dcfg.HotQPS = f.hotQPS
-	}
+	dcfg.HotQPS = f.hotQPS
 	if f.hotBytes > 0 {
 		dcfg.HotBytes = f.hotBytes
 	}
 	if !(dcfg.HotQPS > 0) {
-		return nil, usagef("--replay needs --hot-qps N (a positive rate), or hot_qps in --config")
+		return nil, usagef("--replay needs --hot-qps N (a positive rate), or hot-qps in --config")
 	}
 	dcfg.Detector = f.detector
 	delay := 100 * time.Millisecond

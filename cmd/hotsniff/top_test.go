@@ -38,7 +38,7 @@ func runTopCLI(t *testing.T, args ...string) (string, string, int) {
 
 const topDoc = `{"v":1,"node":"cache-node-3","ts":"2026-11-29T18:00:00.123456Z","hot_qps":1000,"keys":[
  {"v":1,"seq":7,"type":"hot","proto":"redis","server":"10.0.0.5:6379","ns":"0","key":"item:7","qps":1200,"ttl_ms":60000,"ts":"2026-11-29T18:00:00Z","source":"detected","node":"cache-node-3"},
- {"v":1,"seq":9,"type":"hot","proto":"redis","server":"10.0.0.5:6379","ns":"0","key":"item:42","qps":1843.5,"ttl_ms":60000,"ts":"2026-11-29T18:00:00Z","source":"detected","node":"cache-node-3"}]}`
+ {"v":1,"seq":9,"type":"hot","proto":"redis","server":"10.0.0.5:6379","ns":"0","key":"item:42","qps":1843.5,"absorbed_qps":1800,"ttl_ms":60000,"ts":"2026-11-29T18:00:00Z","source":"detected","node":"cache-node-3"}]}`
 
 func TestTopOnceHTTP(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -56,9 +56,9 @@ func TestTopOnceHTTP(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	want := "hotsniff top · " + addr + ` · node cache-node-3 · 2026-11-29T18:00:00.123456Z · 2 hot ≥1000 qps
-  RATE  TREND  PROTO  SERVER         NS  STATE  SOURCE    BYTES/S  KEY
-1843.5  █ ·    redis  10.0.0.5:6379  0   hot    detected        -  item:42
-1200.0  █ ·    redis  10.0.0.5:6379  0   hot    detected        -  item:7
+  RATE  TREND  PROTO  SERVER         NS  STATE  SOURCE    LOCAL  BYTES/S  KEY
+1843.5  █ ·    redis  10.0.0.5:6379  0   hot    detected  97%          -  item:42
+1200.0  █ ·    redis  10.0.0.5:6379  0   hot    detected  -            -  item:7
 `
 	if out != want {
 		t.Errorf("stdout:\n%s\nwant:\n%s", out, want)
@@ -96,7 +96,7 @@ func TestTopReplayOnce(t *testing.T) {
 	}
 	// At the end item:hot has cooled (it is read during the first 2 s only)
 	// and is listed as cold; nothing else was ever hot.
-	if fs := strings.Fields(lines[2]); len(fs) != 10 || fs[3] != "redis" || fs[4] != "127.0.0.1:6379" || fs[6] != "cold" || fs[9] != "item:hot" {
+	if fs := strings.Fields(lines[2]); len(fs) != 11 || fs[3] != "redis" || fs[4] != "127.0.0.1:6379" || fs[6] != "cold" || fs[10] != "item:hot" {
 		t.Errorf("row = %q", lines[2])
 	}
 }

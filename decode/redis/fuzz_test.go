@@ -23,7 +23,21 @@ var reasons = map[string]bool{
 // checkSink records like recSink and checks every callback's invariants.
 type checkSink struct {
 	recSink
-	t testing.TB
+	t   testing.TB
+	abs []string // absorbed-demand reports, as reportString
+}
+
+func (c *checkSink) Absorbed(f *decode.Flow, a *decode.Absorbed) {
+	switch a.Reject {
+	case "", decode.AbsorbedUnpaired:
+		if a.Hits < 1 || a.WindowMS < 1 || len(a.Key) > fuzzCfg.MaxKeyLen {
+			c.t.Fatalf("report %+v out of bounds", a)
+		}
+	case decode.AbsorbedMalformed:
+	default:
+		c.t.Fatalf("report reject reason %q not in the fixed set", a.Reject)
+	}
+	c.abs = append(c.abs, reportString(a))
 }
 
 func (c *checkSink) Request(f *decode.Flow, q *decode.Request) {
@@ -88,7 +102,7 @@ func fuzzFeed(t *testing.T, data []byte, mid bool, sizes func() int) *checkSink 
 			buf = buf[:0]
 		default:
 			buf = append(buf[:0], buf[got:]...)
-			if limit := max(fuzzCfg.MaxKeyLen+2, fuzzCfg.MaxInlineLen, 64); len(buf) > limit {
+			if limit := max(fuzzCfg.MaxKeyLen+reportOverhead+2, fuzzCfg.MaxInlineLen, 64); len(buf) > limit {
 				t.Fatalf("left %d bytes unconsumed, bound %d", len(buf), limit)
 			}
 		}
@@ -99,6 +113,7 @@ func fuzzFeed(t *testing.T, data []byte, mid bool, sizes func() int) *checkSink 
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(resp("GET", "k")+resp("MGET", "a", "b")), uint64(0))
 	f.Add([]byte("GET \"a\\x41\" 'b'\r\n*1\r\n$4\r\nPING\r\n"), uint64(7))
+	f.Add([]byte(resp("GET", "k")+resp("ECHO", "hotsniff:absorbed:1 120 50 k")+resp("ECHO", "hotsniff:absorbed:1 1 1 k")), uint64(9))
 	f.Fuzz(func(t *testing.T, data []byte, seed uint64) {
 		mid := seed&1 == 1
 		whole := fuzzFeed(t, data, mid, func() int { return len(data) })
@@ -111,8 +126,8 @@ func FuzzParse(f *testing.F) {
 		for _, e := range whole.errs {
 			clean = clean && e == ReasonResync
 		}
-		if clean && (!reflect.DeepEqual(whole.reqs, split.reqs) || !reflect.DeepEqual(whole.errs, split.errs)) {
-			t.Fatalf("split decode differs:\nwhole %v %q\nsplit %v %q", whole.reqs, whole.errs, split.reqs, split.errs)
+		if clean && (!reflect.DeepEqual(whole.reqs, split.reqs) || !reflect.DeepEqual(whole.errs, split.errs) || !reflect.DeepEqual(whole.abs, split.abs)) {
+			t.Fatalf("split decode differs:\nwhole %v %q %q\nsplit %v %q %q", whole.reqs, whole.errs, whole.abs, split.reqs, split.errs, split.abs)
 		}
 	})
 }
@@ -149,5 +164,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	}
 	write("inline", []byte("SET \"a b\\x00\" 'c\\'d'\r\nGET k\n\r\nHMGET h a b\r\n"), 4)
 	write("garbage", []byte("*2\r\n$3\r\nGET\r\n$-1\r\n*x\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$99999\r\n"), 6)
+	write("absorbed-paired", []byte(resp("GET", "item:hot")+resp("ECHO", "hotsniff:absorbed:1 4213 50 item:hot")+resp("HGETALL", "h k")+resp("ECHO", "hotsniff:absorbed:1 7 1000 h k")), 10)
+	write("absorbed-rejected", []byte(resp("MGET", "a", "b")+resp("ECHO", "hotsniff:absorbed:1 5 5 a")+resp("GET", "a")+resp("ECHO", "hotsniff:absorbed:1 0 5 a")+resp("ECHO", "hotsniff:absorbed:2 5 5 a")+resp("ECHO", "hello")), 11)
 	write("eval-xread-sort", []byte(resp("EVAL", "s", "2", "a", "b", "c")+resp("XREAD", "COUNT", "1", "STREAMS", "x", "y", "0", "0")+resp("SORT", "k", "LIMIT", "0", "1", "STORE", "d")+resp("SELECT", "3")+resp("GET", "k")), 8)
 }

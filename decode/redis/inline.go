@@ -59,6 +59,8 @@ func (p *parser) inline(b []byte, pos int) (next int, more bool) {
 		i = n
 	}
 	p.st = stIdle
+	// A quoted word aliases scratch, which the next quoted word reuses.
+	p.settlePairs()
 	return next, false
 }
 

@@ -96,6 +96,12 @@ type parser struct {
 	lastIdx  int
 
 	req decode.Request
+	// cur is the key of the request being decoded when it reads exactly
+	// one key, prev that of the request before it: an absorbed-demand
+	// report (report.go) counts only right after a read of its key.
+	cur, prev pairKey
+	curKeys   int
+	abs       decode.Absorbed
 	// scratch holds an unescaped quoted inline argument; it grows to at most
 	// MaxInlineLen.
 	scratch []byte
@@ -109,6 +115,7 @@ func newParser(cfg Config, midStream bool) *parser {
 // Gap drops the request in progress and resynchronises.
 func (p *parser) Gap() {
 	p.st = stIdle
+	p.forgetPairs()
 	if !p.resync {
 		p.resync = true
 		p.resyncCounted = false
@@ -122,9 +129,16 @@ func (p *parser) Gap() {
 // Bytes it may leave unconsumed, to be offered again: an incomplete header
 // or resynchronisation candidate (under 80 bytes), an incomplete key
 // argument (at most MaxKeyLen+2), an incomplete inline line (under
-// MaxInlineLen). A value it does not need is skipped by returning more than
-// len(b).
+// MaxInlineLen), an incomplete absorbed-demand report (at most
+// MaxKeyLen+reportOverhead+2). A value it does not need is skipped by
+// returning more than len(b).
 func (p *parser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
+	n := p.parse(b, f, s)
+	p.settlePairs()
+	return n
+}
+
+func (p *parser) parse(b []byte, f *decode.Flow, s decode.Sink) int {
 	p.f, p.s = f, s
 	pos := 0
 	for {
@@ -251,6 +265,7 @@ func (p *parser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 func (p *parser) fail(reason string) {
 	p.s.Error(p.f, reason)
 	p.st = stIdle
+	p.forgetPairs()
 	if !p.resync {
 		p.resync = true
 		p.s.Error(p.f, ReasonResync)
@@ -261,6 +276,7 @@ func (p *parser) fail(reason string) {
 func (p *parser) startRequest(argc int) {
 	p.argc = argc
 	p.argi = 0
+	p.prev, p.cur, p.curKeys = p.cur, pairKey{}, 0
 	p.cmd = cmdUnknown
 	p.keysOn = false
 	p.st = stArgHeader
@@ -276,6 +292,9 @@ func (p *parser) wants(n int) bool {
 	}
 	if p.cmd == idxSelect {
 		return i == 1 && n <= maxIntArg
+	}
+	if p.cmd == idxEcho {
+		return i == 1 && p.arityOK && n <= p.cfg.MaxKeyLen+reportOverhead
 	}
 	if !p.keysOn {
 		return false
@@ -339,6 +358,10 @@ func (p *parser) arg(a []byte, have bool) {
 			if n, ok := parseInt(a); ok && n >= 0 && n <= 1<<31-1 {
 				p.ns = int32(n)
 			}
+		}
+	case p.cmd == idxEcho:
+		if i == 1 && have && p.arityOK {
+			p.report(a)
 		}
 	case p.keysOn:
 		p.keyArg(int32(i), a, have)
@@ -577,6 +600,7 @@ func (p *parser) keyArg(i int32, a []byte, have bool) {
 	if !isKey {
 		return
 	}
+	p.noteKey(a, have && len(a) <= p.cfg.MaxKeyLen)
 	if !have || len(a) > p.cfg.MaxKeyLen {
 		p.s.Error(p.f, ReasonKeyTooLong)
 		return

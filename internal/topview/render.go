@@ -129,29 +129,25 @@ func fmtThreshold(q float64) string {
 // column layout
 const (
 	wRate   = 8
-	wBytes  = 8
 	wTrend  = 7 // sparkline, space, arrow
 	wProto  = 8
 	wState  = 5
 	wSource = 8
+	wLocal  = 5
+	wBytes  = 7
 	minKey  = 16
 )
 
-// Column indexes.
-const (
-	colRate = iota
-	colTrend
-	colProto
-	colServer
-	colNS
-	colState
-	colSource
-	colBytes
-	colKey
-	numCols
-)
+// nCols is the number of columns; the key is the last.
+const nCols = 10
 
-var titles = [numCols]string{"RATE", "TREND", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "BYTES/S", "KEY"}
+// colBytes is the BYTES/S column: reply bytes per second attributed to the
+// key (bytes_ps), right-aligned like RATE.
+const colBytes = 8
+
+// LOCAL is the share of RATE that client shims served from memory and
+// reported (absorbed_qps / qps).
+var titles = [nCols]string{"RATE", "TREND", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "LOCAL", "BYTES/S", "KEY"}
 
 // fmtBytes formats a byte rate in at most 7 characters: "-" when unknown.
 func fmtBytes(b float64) string {
@@ -169,34 +165,37 @@ func fmtBytes(b float64) string {
 }
 
 // cells returns a row's column texts, in title order.
-func (r *row) cells() [numCols]string {
-	rate, bytes, trend := "-", "-", r.spark()+" "+r.trend().Arrow()
-	state := "cold"
+func (r *row) cells() [nCols]string {
+	rate, trend := "-", r.spark()+" "+r.trend().Arrow()
+	state, local, bytes := "cold", "-", "-"
 	if r.hot {
-		rate, bytes, state = fmtRate(r.ev.QPS), fmtBytes(r.ev.BytesPS), "hot"
+		rate, state, bytes = fmtRate(r.ev.QPS), "hot", fmtBytes(r.ev.BytesPS)
+		if r.ev.AbsorbedQPS > 0 && r.ev.QPS > 0 {
+			local = strconv.Itoa(int(min(r.ev.AbsorbedQPS/r.ev.QPS, 1)*100)) + "%"
+		}
 	}
 	src := r.ev.Source
 	if src == "" {
 		src = event.SourceDetected
 	}
-	return [numCols]string{rate, trend, r.ev.Proto, r.ev.Server, r.ev.NS, state, src, bytes, r.keyText}
+	return [nCols]string{rate, trend, r.ev.Proto, r.ev.Server, r.ev.NS, state, src, local, bytes, r.keyText}
 }
 
 // colWidths lays the columns out in w cells; the key takes what is left.
 // On a narrow screen the bytes column is dropped, the server column shrinks
-// (elided in the middle), then source, trend, ns and proto are dropped
-// (width 0), in that order.
-func colWidths(rows []*row, w int) [numCols]int {
+// (elided in the middle), then local, source, trend, ns and proto are
+// dropped (width 0), in that order.
+func colWidths(rows []*row, w int) [nCols]int {
 	sw, nw := width("SERVER"), width("NS")
 	for _, r := range rows {
 		sw = max(sw, width(r.ev.Server))
 		nw = max(nw, width(r.ev.NS))
 	}
 	sw, nw = min(sw, 47), min(nw, 6)
-	ws := [numCols]int{wRate, wTrend, wProto, sw, nw, wState, wSource, wBytes, 0}
+	ws := [nCols]int{wRate, wTrend, wProto, sw, nw, wState, wSource, wLocal, wBytes, 0}
 	fixed := func() int {
 		n := 0
-		for _, x := range ws[:colKey] {
+		for _, x := range ws[:nCols-1] {
 			if x > 0 {
 				n += x + 1 // and its separator
 			}
@@ -207,15 +206,15 @@ func colWidths(rows []*row, w int) [numCols]int {
 		ws[colBytes] = 0 // the first to go: most events have no bytes_ps
 	}
 	if k := w - fixed(); k < minKey {
-		ws[colServer] = max(ws[colServer]-(minKey-k), min(ws[colServer], 12))
+		ws[3] = max(ws[3]-(minKey-k), min(ws[3], 12))
 	}
-	for _, drop := range []int{colSource, colTrend, colNS, colProto} {
+	for _, drop := range []int{7, 6, 1, 4, 2} {
 		if w-fixed() >= minKey {
 			break
 		}
 		ws[drop] = 0
 	}
-	ws[colKey] = max(w-fixed(), 1)
+	ws[nCols-1] = max(w-fixed(), 1)
 	return ws
 }
 
@@ -230,7 +229,7 @@ func (m *Model) sortArrow() string {
 	return "▲"
 }
 
-var sortTitle = [...]int{SortRate: colRate, SortBytes: colBytes, SortKey: colKey, SortProto: colProto, SortServer: colServer, SortState: colState}
+var sortTitle = [...]int{SortRate: 0, SortKey: nCols - 1, SortProto: 2, SortServer: 3, SortState: 5, SortBytes: colBytes}
 
 // Frame lays out the whole screen in w×h cells: a header, a status line,
 // the column titles, as many rows as fit from the scroll position, and
@@ -263,7 +262,7 @@ func (m *Model) Frame(w, h int) []Line {
 		if len(tl) > 0 {
 			tl = append(tl, Span{" ", StyleTitle})
 		}
-		tl = append(tl, Span{pad(t, ws[i], i == colRate || i == colBytes), style})
+		tl = append(tl, Span{pad(t, ws[i], i == 0 || i == colBytes), style})
 	}
 	out = append(out, fitLine(tl, w))
 
@@ -280,7 +279,7 @@ func (m *Model) Frame(w, h int) []Line {
 	return out[:h]
 }
 
-func (m *Model) rowLine(r *row, ws [numCols]int) Line {
+func (m *Model) rowLine(r *row, ws [nCols]int) Line {
 	c := r.cells()
 	base := StyleNormal
 	if !r.hot {
@@ -295,10 +294,10 @@ func (m *Model) rowLine(r *row, ws [numCols]int) Line {
 			l = append(l, Span{" ", base})
 		}
 		s := base
-		if i == colState && r.hot {
+		if i == 5 && r.hot {
 			s = StyleHot
 		}
-		l = append(l, Span{pad(t, ws[i], i == colRate || i == colBytes), s})
+		l = append(l, Span{pad(t, ws[i], i == 0 || i == colBytes), s})
 	}
 	return l
 }
@@ -428,12 +427,12 @@ func (m *Model) WritePlain(w io.Writer) error {
 		b.WriteString(strings.TrimSpace(st))
 		b.WriteByte('\n')
 	}
-	cells := make([][numCols]string, 0, len(rows)+1)
+	cells := make([][nCols]string, 0, len(rows)+1)
 	cells = append(cells, titles)
 	for _, r := range rows {
 		cells = append(cells, r.cells())
 	}
-	var ws [numCols]int
+	var ws [nCols]int
 	for _, c := range cells {
 		for i, t := range c {
 			ws[i] = max(ws[i], width(t))
@@ -448,7 +447,7 @@ func (m *Model) WritePlain(w io.Writer) error {
 			switch {
 			case i == len(c)-1:
 				l.WriteString(t)
-			case i == colRate || i == colBytes:
+			case i == 0 || i == colBytes:
 				l.WriteString(strings.Repeat(" ", ws[i]-width(t)) + t)
 			default:
 				l.WriteString(t + strings.Repeat(" ", ws[i]-width(t)))

@@ -24,7 +24,7 @@ func TestViewOrderSortReverse(t *testing.T) {
 	if l := f.lines[0]; !strings.Contains(l, "node cache-node-3") || !strings.Contains(l, "3 hot ≥1000 qps") || !strings.Contains(l, "18:00:01Z") || !strings.Contains(l, "fake") {
 		t.Errorf("header = %q", l)
 	}
-	if fs := rowFields(f, "item:c"); len(fs) != 9 || fs[0] != "2000.5" || fs[3] != "redis" || fs[4] != "10.0.0.5:6379" || fs[5] != "0" || fs[6] != "hot" || fs[7] != "detected" {
+	if fs := rowFields(f, "item:c"); len(fs) != 10 || fs[0] != "2000.5" || fs[3] != "redis" || fs[4] != "10.0.0.5:6379" || fs[5] != "0" || fs[6] != "hot" || fs[7] != "detected" {
 		t.Errorf("row item:c = %q", fs)
 	}
 	if l, _ := f.line("RATE▼"); l == "" {

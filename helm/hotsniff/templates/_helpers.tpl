@@ -58,23 +58,24 @@ app.kubernetes.io/component: sniffer
 {{/*
 Linux capabilities of the capture mode, as a JSON list (capability names
 without the CAP_ prefix, sorted):
-  xdp, tc   BPF (load programs, create maps), NET_ADMIN (attach XDP/TC to
-            host interfaces), PERFMON (pointer arithmetic and helpers the
-            verifier allows only to perfmon-capable loaders)
+  xdp, tc,  BPF (load programs, create maps), NET_ADMIN (attach XDP/TC to
+  cgroup    host interfaces, or cgroup_skb programs, a networking program
+            type), PERFMON (pointer arithmetic and helpers the verifier
+            allows only to perfmon-capable loaders)
   afpacket  NET_RAW (open AF_PACKET sockets)
   auto      both sets: it tries eBPF and falls back to AF_PACKET.
 */}}
 {{- define "hotsniff.capabilities" -}}
 {{- $mode := .Values.capture.mode -}}
 {{- $caps := list -}}
-{{- if has $mode (list "auto" "xdp" "tc") -}}
+{{- if has $mode (list "auto" "xdp" "tc" "cgroup") -}}
 {{- $caps = concat $caps (list "BPF" "NET_ADMIN" "PERFMON") -}}
 {{- end -}}
 {{- if has $mode (list "auto" "afpacket") -}}
 {{- $caps = append $caps "NET_RAW" -}}
 {{- end -}}
 {{- if not $caps -}}
-{{- fail (printf "capture.mode %q: want auto, xdp, tc or afpacket" $mode) -}}
+{{- fail (printf "capture.mode %q: want auto, cgroup, xdp, tc or afpacket" $mode) -}}
 {{- end -}}
 {{- $caps = concat $caps .Values.securityContext.extraCapabilities | uniq | sortAlpha -}}
 {{- toJson $caps -}}
@@ -94,9 +95,13 @@ Keys rendered here win over extraConfig.
   "listen" (printf ":%d" (int .Values.metrics.port))
 -}}
 {{- with .Values.capture.interfaces }}{{ $_ := set $cfg "iface" . }}{{ end -}}
+{{- if include "hotsniff.cgroupMount" . }}{{ $_ := set $cfg "cgroup-path" "/host/sys/fs/cgroup" }}{{ end -}}
 {{- if gt (int64 .Values.capture.ringBufferSize) 0 }}{{ $_ := set $cfg "ring-size" (int64 .Values.capture.ringBufferSize) }}{{ end -}}
 {{- with .Values.detection.rules }}{{ $_ := set $cfg "rules" . }}{{ end -}}
 {{- with .Values.detection.ignore }}{{ $_ := set $cfg "ignore" . }}{{ end -}}
+{{- $d := .Values.detection -}}
+{{- range $key, $val := dict "ttl" $d.ttl "refresh-every" $d.refreshEvery "window" $d.window "cold-ratio" $d.coldRatio "buckets" $d.buckets "max-hot" $d.maxHot "invalidate-gap" $d.invalidateGap "absorbed-cap" $d.absorbedCap }}{{ if $val }}{{ $_ := set $cfg $key $val }}{{ end }}{{ end -}}
+{{- with $d.tair }}{{ range $key, $val := dict "tair-buckets" .buckets "tair-sample-max" .sampleMax "tair-sigma-n" .sigmaN "tair-reap-max" .reapMax }}{{ if $val }}{{ $_ := set $cfg $key $val }}{{ end }}{{ end }}{{ end -}}
 {{- $cfg = merge $cfg (deepCopy .Values.extraConfig) -}}
 {{- toYaml $cfg }}
 {{- end }}
@@ -118,4 +123,16 @@ Name of the Secret holding the Redis URL, and its key; empty when none.
 {{- else }}
 {{- print "redis-url" }}
 {{- end }}
+{{- end }}
+
+{{/*
+Non-empty when the pod mounts the host's cgroup hierarchy: modes that may
+capture at the cgroup v2 root (cgroup, and auto without interfaces). The
+container's own /sys/fs/cgroup is its cgroup namespace's, which holds only
+the container itself.
+*/}}
+{{- define "hotsniff.cgroupMount" -}}
+{{- if and .Values.capture.cgroupHostPath (or (eq .Values.capture.mode "cgroup") (and (eq .Values.capture.mode "auto") (not .Values.capture.interfaces))) -}}
+true
+{{- end -}}
 {{- end }}
