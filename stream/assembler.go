@@ -474,3 +474,12 @@ func (r *recorder) Key(f *decode.Flow, req *decode.Request, k decode.Key) {
 }
 
 func (r *recorder) Error(f *decode.Flow, reason string) { r.next.Error(f, reason) }
+
+// Absorbed passes absorbed-demand reports on: the recorder stands between
+// the request parser and the sink, so every optional interface of the sink
+// must go through it.
+func (r *recorder) Absorbed(f *decode.Flow, a *decode.Absorbed) {
+	if n, ok := r.next.(decode.AbsorbedSink); ok {
+		n.Absorbed(f, a)
+	}
+}

@@ -669,3 +669,22 @@ func TestSkipHoles(t *testing.T) {
 		t.Errorf("OnSkip calls %v, want %v", calls, want)
 	}
 }
+
+// TestRecorderPassesOptionalSinks: with reply pairing on, request parsers
+// report through the recorder; the sink's optional interfaces must reach it.
+func TestRecorderPassesOptionalSinks(t *testing.T) {
+	var _ decode.AbsorbedSink = (*recorder)(nil)
+	got := 0
+	r := &recorder{next: absorbedSink{n: &got}}
+	r.Absorbed(&decode.Flow{}, &decode.Absorbed{})
+	if got != 1 {
+		t.Errorf("report not passed on")
+	}
+}
+
+type absorbedSink struct {
+	nopSink
+	n *int
+}
+
+func (a absorbedSink) Absorbed(*decode.Flow, *decode.Absorbed) { *a.n++ }

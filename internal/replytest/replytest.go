@@ -91,6 +91,12 @@ func (r *recorder) Key(f *decode.Flow, q *decode.Request, k decode.Key) {
 
 func (r *recorder) Error(f *decode.Flow, reason string) { r.next.Error(f, reason) }
 
+func (r *recorder) Absorbed(f *decode.Flow, a *decode.Absorbed) {
+	if n, ok := r.next.(decode.AbsorbedSink); ok {
+		n.Absorbed(f, a)
+	}
+}
+
 // Conn is one connection: both parsers, the queue and each direction's
 // unparsed tail and pending skip.
 type Conn struct {
