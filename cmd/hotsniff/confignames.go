@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -184,7 +185,11 @@ func tuningSummary(c detect.Config) string {
 		}
 		return d.String()
 	}
-	return fmt.Sprintf("detector %s: ttl %s, refresh-every %s, window %s, cold-ratio %g, buckets %d, max-hot %d, invalidate-gap %s, tair-buckets %d, tair-sample-max %d, tair-sigma-n %g, tair-reap-max %d",
+	hb := ""
+	if c.HotBytes > 0 {
+		hb = ", hot-bytes " + strconv.FormatFloat(c.HotBytes, 'g', -1, 64)
+	}
+	return fmt.Sprintf("detector %s: ttl %s, refresh-every %s, window %s, cold-ratio %g, buckets %d, max-hot %d, invalidate-gap %s, tair-buckets %d, tair-sample-max %d, tair-sigma-n %g, tair-reap-max %d%s",
 		c.Detector, or(c.TTL, "60s"), or(c.RefreshEvery, "ttl/2"), or(c.Window, "auto"), c.ColdRatio, c.Buckets, c.MaxHot,
-		or(c.InvalidateGap, "1ms"), c.Tair.Buckets, c.Tair.SampleMax, c.Tair.SigmaN, c.Tair.ReapMax)
+		or(c.InvalidateGap, "1ms"), c.Tair.Buckets, c.Tair.SampleMax, c.Tair.SigmaN, c.Tair.ReapMax, hb)
 }

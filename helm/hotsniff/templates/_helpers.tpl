@@ -100,7 +100,7 @@ Keys rendered here win over extraConfig.
 {{- with .Values.detection.rules }}{{ $_ := set $cfg "rules" . }}{{ end -}}
 {{- with .Values.detection.ignore }}{{ $_ := set $cfg "ignore" . }}{{ end -}}
 {{- $d := .Values.detection -}}
-{{- range $key, $val := dict "ttl" $d.ttl "refresh-every" $d.refreshEvery "window" $d.window "cold-ratio" $d.coldRatio "buckets" $d.buckets "max-hot" $d.maxHot "invalidate-gap" $d.invalidateGap "absorbed-cap" $d.absorbedCap }}{{ if $val }}{{ $_ := set $cfg $key $val }}{{ end }}{{ end -}}
+{{- range $key, $val := dict "ttl" $d.ttl "refresh-every" $d.refreshEvery "window" $d.window "cold-ratio" $d.coldRatio "buckets" $d.buckets "max-hot" $d.maxHot "invalidate-gap" $d.invalidateGap "absorbed-cap" $d.absorbedCap "hot-bytes" $d.hotBytes }}{{ if $val }}{{ $_ := set $cfg $key $val }}{{ end }}{{ end -}}
 {{- with $d.tair }}{{ range $key, $val := dict "tair-buckets" .buckets "tair-sample-max" .sampleMax "tair-sigma-n" .sigmaN "tair-reap-max" .reapMax }}{{ if $val }}{{ $_ := set $cfg $key $val }}{{ end }}{{ end }}{{ end -}}
 {{- $cfg = merge $cfg (deepCopy .Values.extraConfig) -}}
 {{- toYaml $cfg }}
