@@ -1,5 +1,7 @@
 package decode
 
+import "unsafe"
+
 // Reply attribution: the request parser of a connection records each
 // request (and the keys of reads) in the connection's Pending queue, and the
 // reply parser takes them off in the order the server answers, attributing
@@ -30,8 +32,14 @@ type PendingConfig struct {
 	// (default 1024). Requests beyond it are remembered only as a count:
 	// their replies keep the queue aligned but are attributed to nothing.
 	MaxRequests int
-	// MaxKeyBytes is the most key bytes held for them (default 256 KiB).
+	// MaxKeyBytes is the most key bytes held for them (default 256 KiB);
+	// at most MaxKeyBytes/8 keys (and at least 64) are held.
 	MaxKeyBytes int
+	// MaxTotalBytes bounds the memory all queues of one stream hold
+	// together (default 64 MiB): a queue that would grow beyond it keeps
+	// requests only as a count and keys not at all (counted like the
+	// per-queue bounds).
+	MaxTotalBytes int64
 	// QuietNS is how long (packet time) a connection joined mid-stream, or
 	// that lost bytes, must be silent in both directions before a request
 	// is taken to start a fresh, aligned exchange (default 1 ms): after such
@@ -44,6 +52,7 @@ const (
 	DefaultPendingRequests = 1024
 	DefaultPendingKeyBytes = 256 << 10
 	DefaultQuietNS         = int64(1e6)
+	DefaultPendingTotal    = int64(64 << 20)
 )
 
 func (c PendingConfig) withDefaults() PendingConfig {
@@ -55,6 +64,9 @@ func (c PendingConfig) withDefaults() PendingConfig {
 	}
 	if c.QuietNS <= 0 {
 		c.QuietNS = DefaultQuietNS
+	}
+	if c.MaxTotalBytes <= 0 {
+		c.MaxTotalBytes = DefaultPendingTotal
 	}
 	return c
 }
@@ -68,6 +80,8 @@ type PendingStats struct {
 	KeysDropped uint64
 	// Desyncs counts times a queue was thrown away because bytes were lost.
 	Desyncs uint64
+	// Held is the memory all queues hold now (capacity, bytes).
+	Held int64
 }
 
 // Entry is one request awaiting its reply.
@@ -81,7 +95,8 @@ type Entry struct {
 	// anon is how many requests follow this one that were not kept.
 	anon  uint32
 	keys0 int32
-	nkeys int32
+	nkeys int32 // keys kept, in keys[keys0:]
+	extra int32 // keys after those, not kept (bounds)
 }
 
 type pendKey struct {
@@ -107,6 +122,7 @@ type Pending struct {
 	anon  uint32 // unkept requests ahead of ents[e0]
 	open  bool   // the last entry is still receiving keys
 
+	held    int64 // capacity of ents, keys and arena, in bytes (counted in st.Held)
 	synced  bool
 	epoch   uint32
 	lastReq int64 // packet time of the latest request
@@ -134,7 +150,37 @@ func (q *Pending) Reset(synced bool) {
 	if cap(q.keys) > 4096 {
 		q.keys = nil
 	}
+	if cap(q.ents) > 256 {
+		q.ents = nil
+	}
+	q.account()
 }
+
+// Release frees what the queue holds: its flow is gone for good.
+func (q *Pending) Release() {
+	q.clear()
+	q.ents, q.keys, q.arena = nil, nil, nil
+	q.account()
+}
+
+const (
+	entrySize   = int64(unsafe.Sizeof(Entry{}))
+	pendKeySize = int64(unsafe.Sizeof(pendKey{}))
+)
+
+// account brings st.Held up to date with the queue's capacity.
+func (q *Pending) account() {
+	h := int64(cap(q.ents))*entrySize + int64(cap(q.keys))*pendKeySize + int64(cap(q.arena))
+	q.st.Held += h - q.held
+	q.held = h
+}
+
+// room reports whether growing the queue by n more bytes of capacity keeps
+// all queues within MaxTotalBytes.
+func (q *Pending) room(n int64) bool { return q.st.Held+n <= q.cfg.MaxTotalBytes }
+
+// newCap is the capacity a slice of length l grows to for n more elements.
+func newCap(c, l, n int) int { return max(2*c, l+n, 16) }
 
 func (q *Pending) clear() {
 	q.ents = q.ents[:0]
@@ -189,15 +235,27 @@ func (q *Pending) Push(ts int64, r *Request) {
 		q.synced = true
 		q.epoch++
 	}
-	if len(q.ents)-q.e0 >= q.cfg.MaxRequests {
-		q.st.Overflow++
-		q.ents[len(q.ents)-1].anon++
-		return
-	}
 	if q.e0 > 0 && len(q.ents) == cap(q.ents) {
 		n := copy(q.ents, q.ents[q.e0:])
 		q.ents = q.ents[:n]
 		q.e0 = 0
+	}
+	full := len(q.ents)-q.e0 >= q.cfg.MaxRequests
+	if !full && len(q.ents) == cap(q.ents) {
+		c := newCap(cap(q.ents), len(q.ents), 1)
+		if full = !q.room(int64(c-cap(q.ents)) * entrySize); !full {
+			q.ents = append(make([]Entry, 0, c), q.ents...)
+			q.account()
+		}
+	}
+	if full {
+		q.st.Overflow++
+		if len(q.ents) > q.e0 {
+			q.ents[len(q.ents)-1].anon++
+		} else {
+			q.anon++
+		}
+		return
 	}
 	q.ents = append(q.ents, Entry{Op: r.Op, NS: r.NS, ID: r.ID, Write: r.Write, Quiet: r.Quiet, keys0: int32(len(q.keys))})
 	q.open = !r.Write
@@ -209,12 +267,8 @@ func (q *Pending) AddKey(k Key) {
 		return
 	}
 	e := &q.ents[len(q.ents)-1]
-	if len(q.arena)-q.a0+len(k.Bytes) > q.cfg.MaxKeyBytes {
-		// Keep the key's place, without its bytes: its share of the reply
-		// goes to no key, and the other keys keep their elements.
-		q.st.KeysDropped++
-		q.keys = append(q.keys, pendKey{off: -1, weight: k.Weight})
-		e.nkeys++
+	if e.extra > 0 || len(q.arena)-q.a0+len(k.Bytes) > q.cfg.MaxKeyBytes || len(q.keys)-q.k0 >= max(q.cfg.MaxKeyBytes/8, 64) {
+		q.dropKey(e)
 		return
 	}
 	if q.a0 > 0 && len(q.arena)+len(k.Bytes) > cap(q.arena) {
@@ -235,10 +289,41 @@ func (q *Pending) AddKey(k Key) {
 		}
 		q.k0 = 0
 	}
+	var grow int64
+	ka, kk := cap(q.arena), cap(q.keys)
+	if len(q.arena)+len(k.Bytes) > ka {
+		ka = newCap(ka, len(q.arena), len(k.Bytes))
+		grow += int64(ka - cap(q.arena))
+	}
+	if len(q.keys) == kk {
+		kk = newCap(kk, len(q.keys), 1)
+		grow += int64(kk-cap(q.keys)) * pendKeySize
+	}
+	if grow > 0 {
+		if !q.room(grow) {
+			q.dropKey(e)
+			return
+		}
+		if ka > cap(q.arena) {
+			q.arena = append(make([]byte, 0, ka), q.arena...)
+		}
+		if kk > cap(q.keys) {
+			q.keys = append(make([]pendKey, 0, kk), q.keys...)
+		}
+		q.account()
+	}
 	off := len(q.arena)
 	q.arena = append(q.arena, k.Bytes...)
 	q.keys = append(q.keys, pendKey{off: int32(off), n: int32(len(k.Bytes)), weight: k.Weight, prefix: k.Prefix})
 	e.nkeys++
+}
+
+// dropKey counts a key not kept: it and the request's later keys keep
+// their places (NumKeys) without bytes, so their share of the reply goes to
+// no key while the keys before keep their elements.
+func (q *Pending) dropKey(e *Entry) {
+	q.st.KeysDropped++
+	e.extra++
 }
 
 // Head returns the oldest request awaiting a reply, or nil when the queue
@@ -316,16 +401,16 @@ func (q *Pending) Take(i int) {
 	q.ents[q.e0+i].done = true
 }
 
-// NumKeys is how many read keys e holds.
-func (e *Entry) NumKeys() int { return int(e.nkeys) }
+// NumKeys is how many read keys e has, kept or not.
+func (e *Entry) NumKeys() int { return int(e.nkeys + e.extra) }
 
 // Key returns the i-th read key of e; ok is false for a key whose bytes
 // were not kept.
 func (q *Pending) Key(e *Entry, i int) (k Key, ok bool) {
-	pk := q.keys[int(e.keys0)+i]
-	if pk.off < 0 {
+	if i >= int(e.nkeys) {
 		return Key{}, false
 	}
+	pk := q.keys[int(e.keys0)+i]
 	return Key{Bytes: q.arena[pk.off : pk.off+pk.n : pk.off+pk.n], Weight: pk.weight, Prefix: pk.prefix}, true
 }
 
@@ -334,7 +419,7 @@ func (q *Pending) Key(e *Entry, i int) (k Key, ok bool) {
 // shares sum to n. It returns the bytes that went to no key (e is a write
 // or keyless, or a key was not kept).
 func (q *Pending) Attribute(f *Flow, rs ReplySink, e *Entry, n uint64) uint64 {
-	nk := uint64(e.nkeys)
+	nk := uint64(e.NumKeys())
 	if nk == 0 || n == 0 {
 		return n
 	}
@@ -366,7 +451,7 @@ func Share(n, nk uint64, i int) uint64 {
 // AttributeKey gives n reply bytes to the i-th read key of e (an element of
 // a multi-key reply). It reports false when that key was not kept.
 func (q *Pending) AttributeKey(f *Flow, rs ReplySink, e *Entry, i int, n uint64) bool {
-	if i >= int(e.nkeys) {
+	if i >= e.NumKeys() {
 		return false
 	}
 	k, ok := q.Key(e, i)

@@ -80,8 +80,8 @@ type Collector struct {
 
 	packets, dropped, truncated, requests, keys, decodeErrs, gaps, lost, dup,
 	flows, buffered, evicted, hot, published, pubErrs, pubDropped, pubLag *prometheus.Desc
-	absReports, absHits, absRejected                          *prometheus.Desc
-	replyBytes, replyUnpaired, pendingDropped, pendingDesyncs *prometheus.Desc
+	absReports, absHits, absRejected                                       *prometheus.Desc
+	replyBytes, replyUnpaired, pendingDropped, pendingDesyncs, pendingHeld *prometheus.Desc
 }
 
 // New returns a Collector; register it with a prometheus.Registry.
@@ -122,6 +122,7 @@ func New() *Collector {
 		pendingDropped: d("reply_pairing_dropped_total",
 			"Requests (what=request) or keys (what=key) not queued for reply pairing because a connection's queue was full.", "what"),
 		pendingDesyncs: d("reply_pairing_resets_total", "Times a connection's request queue was thrown away after lost bytes."),
+		pendingHeld:    d("reply_pairing_held_bytes", "Memory the per-connection request queues hold now (bounded, 64 MiB by default)."),
 	}
 }
 
@@ -139,7 +140,7 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs} {
+	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs, c.pendingHeld} {
 		ch <- d
 	}
 	c.lat.Describe(ch)
@@ -178,6 +179,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.pendingDropped, float64(s.Pending.Overflow), "request")
 	counter(c.pendingDropped, float64(s.Pending.KeysDropped), "key")
 	counter(c.pendingDesyncs, float64(s.Pending.Desyncs))
+	gauge(c.pendingHeld, float64(s.Pending.Held))
 	for k, v := range s.DecodeErrors {
 		counter(c.decodeErrs, float64(v), k.Proto.String(), k.Reason)
 	}

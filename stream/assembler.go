@@ -426,6 +426,8 @@ func (a *Assembler) drop(fl *flow) {
 	*fl = flow{h: [2]half{{ooo: fl.h[0].ooo}, {ooo: fl.h[1].ooo}}, pend: fl.pend}
 	if len(a.free) < maxFreeFlows {
 		a.free = append(a.free, fl)
+	} else if fl.pend != nil {
+		fl.pend.Release() // its memory no longer counts toward the bound
 	}
 }
 

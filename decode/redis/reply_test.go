@@ -188,12 +188,14 @@ func TestReplyQueueBounds(t *testing.T) {
 	conn := replytest.NewConn(New(Config{}), decode.PendingConfig{MaxRequests: 2, MaxKeyBytes: 5})
 	conn.Requests(1, []byte(respCmd("GET", "ab")+respCmd("MGET", "cd", "toolong", "e")+respCmd("GET", "f")+respCmd("GET", "g")))
 	conn.Replies(2, []byte(bulk("1")+"*3\r\n"+bulk("2")+bulk("3")+bulk("4")+bulk("5")+bulk("6")))
-	want := map[string]uint64{"0/ab": 7, "0/cd": 2 + 7, "0/e": 1 + 7}
+	// toolong does not fit: it and the MGET's later keys keep their places
+	// (cd keeps its element) without bytes.
+	want := map[string]uint64{"0/ab": 7, "0/cd": 2 + 7}
 	if fmt.Sprint(conn.S.Bytes) != fmt.Sprint(want) {
 		t.Fatalf("%v, want %v", conn.S.Bytes, want)
 	}
-	if st := conn.Stats(); st.Overflow != 2 || st.KeysDropped != 1 {
-		t.Errorf("stats %+v, want 2 overflows and 1 key dropped", st)
+	if st := conn.Stats(); st.Overflow != 2 || st.KeysDropped != 2 {
+		t.Errorf("stats %+v, want 2 overflows and 2 keys dropped", st)
 	}
 	if conn.F.Pending.Len() != 0 {
 		t.Errorf("%d left", conn.F.Pending.Len())
@@ -227,4 +229,34 @@ func FuzzReply(f *testing.F) {
 	f.Fuzz(func(t *testing.T, req, rep []byte, seed byte) {
 		replytest.Check(t, New(Config{}), req, rep, seed, 0)
 	})
+}
+
+// TestReplyTotalBound: all queues of a stream together stay within
+// MaxTotalBytes; what does not fit is counted and pairing stays aligned.
+func TestReplyTotalBound(t *testing.T) {
+	cfg := decode.PendingConfig{MaxTotalBytes: 4096}
+	conn := replytest.NewConn(New(Config{}), cfg)
+	var req, rep strings.Builder
+	for i := range 200 {
+		req.WriteString(respCmd("GET", fmt.Sprintf("key:%03d", i)))
+		rep.WriteString(bulk("v"))
+	}
+	conn.Requests(1, []byte(req.String()))
+	if st := conn.Stats(); st.Held > 4096 || st.Overflow == 0 {
+		t.Fatalf("held %d bytes (bound 4096), %d overflows", st.Held, st.Overflow)
+	}
+	conn.Replies(2, []byte(rep.String()))
+	// Every kept request got its own reply, none another's.
+	for k, n := range conn.S.Bytes {
+		if n != 7 {
+			t.Errorf("%s: %d bytes, want 7", k, n)
+		}
+	}
+	if len(conn.S.Bytes) == 0 || conn.F.Pending.Len() != 0 {
+		t.Errorf("%d keys attributed, %d requests left", len(conn.S.Bytes), conn.F.Pending.Len())
+	}
+	conn.F.Pending.Release()
+	if st := conn.Stats(); st.Held != 0 {
+		t.Errorf("held %d after Release", st.Held)
+	}
 }
