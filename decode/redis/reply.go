@@ -52,7 +52,7 @@ type replyParser struct {
 	perElem bool
 	elem    int
 	elemAt  uint64 // bytes when the current top-level element started
-	given   uint64 // bytes given to elements
+	given   uint64 // bytes given to elements (and counted)
 	hdr     uint64 // framing bytes of an MGET reply, shared between its keys
 }
 
@@ -209,9 +209,11 @@ func (p *replyParser) done(f *decode.Flow, q *decode.Pending, rs decode.ReplySin
 			// one call: one call per key per reply.
 			e, _ := q.Head()
 			n := p.bytes - p.elemAt + decode.Share(p.hdr, uint64(e.NumKeys()), p.elem)
-			if q.AttributeKey(f, rs, e, p.elem, n) {
-				p.given += n
-			}
+			// Counted as it is attributed, so the totals never lag the
+			// keys (the element may be a value still being skipped).
+			kept := q.AttributeKey(f, rs, e, p.elem, n)
+			rs.Reply(f, n, kept)
+			p.given += n
 			p.elem++
 		}
 		if p.stack[p.depth-1]--; p.stack[p.depth-1] > 0 {
@@ -244,10 +246,14 @@ func (p *replyParser) done(f *decode.Flow, q *decode.Pending, rs decode.ReplySin
 		// From here on the server pushes messages nobody requested.
 		p.dead = true
 	}
-	if !p.perElem {
+	if p.perElem {
+		if rest := p.bytes - p.given; rest > 0 {
+			rs.Reply(f, rest, true)
+		}
+	} else {
 		q.Attribute(f, rs, e, p.bytes)
+		rs.Reply(f, p.bytes, true)
 	}
-	rs.Reply(f, p.bytes, true)
 	q.Pop()
 	return true
 }
