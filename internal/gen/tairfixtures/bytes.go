@@ -17,7 +17,7 @@ import (
 // an mget of three keys (one of them missing) and a prefix_gets of four
 // skeys, and the server answers each batch in a shuffled order (Tair pairs
 // responses by channel id, not by position), responses cut at the MSS.
-// Values have known sizes (item:big 20 000 bytes, item:N 10×(N+1)). The
+// Values have known sizes (item:big 4 000 bytes, item:N 10×(N+1)). The
 // reply-bytes truth gives each response frame (16-byte header and body) to
 // the request with its channel id, split evenly between the request's read
 // lines (an mget's keys; a prefix_gets' one pkey line).
@@ -26,7 +26,7 @@ func genBytes(fx *fixture) {
 	val := func(n int) w.Entry { return w.Plain(strings.Repeat("t", n)) }
 	size := func(k string) int {
 		if k == "item:big" {
-			return 20000
+			return 4000
 		}
 		n, _ := strconv.Atoi(strings.TrimPrefix(k, "item:"))
 		return 10 * (n + 1)
