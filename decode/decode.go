@@ -173,7 +173,7 @@ func (r *Registry) Get(p Proto) Decoder {
 	return nil
 }
 
-// CountKey is how `hotsniff decode --count` prints a key (CONTRACT §1):
+// CountKey is how `hotsniff decode --count` prints a key (docs/events.md, "Per-key counts"):
 // as is when it is valid UTF-8 of printable runes (space included), else
 // Go-quoted, so one line always holds exactly one key. Fixture generators
 // use it to write their truth files in the same form.

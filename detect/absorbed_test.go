@@ -201,3 +201,13 @@ func TestAbsorbedAllocs(t *testing.T) {
 		t.Fatalf("%v allocs per report", n)
 	}
 }
+
+func TestAbsorbedCapConfig(t *testing.T) {
+	if _, err := New(Config{HotQPS: T, AbsorbedCap: -1}, nil); err == nil {
+		t.Error("negative absorbed_cap accepted")
+	}
+	d, err := New(Config{HotQPS: T}, nil)
+	if err != nil || d.Config().AbsorbedCap != 1000 {
+		t.Errorf("default absorbed_cap %v, %v", d.Config().AbsorbedCap, err)
+	}
+}

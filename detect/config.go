@@ -98,19 +98,20 @@ type TairConfig struct {
 }
 
 const (
-	defaultTTL     = 60 * time.Second
-	defaultBuckets = 4096
-	defaultMaxHot  = 1024
-	defaultCold    = 0.7
-	defaultInvGap  = time.Millisecond
-	// defaultAbsorbedCap: a key read locally at 1000× its threshold is far
-	// beyond any hot key seen in practice; the bound is for broken or
-	// forged reports, not for real demand.
-	defaultAbsorbedCap = 1000
-	minWindow          = 400 * time.Millisecond
-	maxWindow          = 20 * time.Second
-	countsAtHotRate    = 800 // requests a key at the threshold adds per window
+	defaultTTL      = 60 * time.Second
+	defaultBuckets  = 4096
+	defaultMaxHot   = 1024
+	defaultCold     = 0.7
+	defaultInvGap   = time.Millisecond
+	minWindow       = 400 * time.Millisecond
+	maxWindow       = 20 * time.Second
+	countsAtHotRate = 800 // requests a key at the threshold adds per window
 )
+
+// defaultAbsorbedCap: a key read locally at 1000× its threshold is far
+// beyond any hot key seen in practice; the bound is for broken or forged
+// reports, not for real demand.
+const defaultAbsorbedCap = 1000
 
 // withDefaults validates c and fills in the defaults.
 func (c Config) withDefaults() (Config, error) {

@@ -1,5 +1,5 @@
 // Package detect finds hot keys in the stream of decoded reads and emits
-// hot, cold and invalidate events (CONTRACT §2).
+// hot, cold and invalidate events (docs/events.md).
 //
 // Two detectors share the hot list and event logic:
 //

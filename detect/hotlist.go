@@ -7,7 +7,7 @@ import (
 	"github.com/hotsniff/hotsniff/decode"
 )
 
-// hotEntry is one hot key. About 200 bytes plus the key.
+// hotEntry is one hot key. 248 bytes plus the key.
 type hotEntry struct {
 	h      uint64
 	key    []byte

@@ -1,4 +1,4 @@
-// Package metrics exposes hotsniff's counters to Prometheus (CONTRACT §4).
+// Package metrics exposes hotsniff's counters to Prometheus (the metrics README.md lists).
 //
 // The capture pipeline runs on one goroutine and keeps plain counters; it
 // hands a copy to the Collector about once a second (Update). Scrapes read

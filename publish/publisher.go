@@ -1,5 +1,5 @@
 // Package publish sends hot-key events to a Redis pub/sub channel and keeps
-// the channel's snapshot key current (CONTRACT §2, docs/channel-protocol.md),
+// the channel's snapshot key current (docs/events.md, docs/channel-protocol.md),
 // or writes them to a stream as JSONL or a text table.
 package publish
 

@@ -11,17 +11,23 @@ import (
 // bytesSink sums, per (proto, ns, key) over reads, the reply bytes
 // attributed to the key and its occurrences in requests, for --bytes.
 type bytesSink struct {
-	byNS map[nsKey]map[string]*[2]uint64 // [bytes, reads]
+	byNS map[bytesNS]map[string]*[2]uint64 // [bytes, reads]
 }
 
-func newBytesSink() *bytesSink { return &bytesSink{byNS: map[nsKey]map[string]*[2]uint64{}} }
+// bytesNS is a protocol and namespace.
+type bytesNS struct {
+	proto decode.Proto
+	ns    int32
+}
+
+func newBytesSink() *bytesSink { return &bytesSink{byNS: map[bytesNS]map[string]*[2]uint64{}} }
 
 func (c *bytesSink) Request(*decode.Flow, *decode.Request) {}
 func (c *bytesSink) Error(*decode.Flow, string)            {}
 func (c *bytesSink) Reply(*decode.Flow, uint64, bool)      {}
 
 func (c *bytesSink) slot(p decode.Proto, ns int32, k []byte) *[2]uint64 {
-	nk := nsKey{p, ns}
+	nk := bytesNS{p, ns}
 	m := c.byNS[nk]
 	if m == nil {
 		m = map[string]*[2]uint64{}

@@ -114,7 +114,7 @@ func loadRules(path string) ([]detect.Rule, []string, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&rf); err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, usagef("parse config %s: %v", path, err)
+		return nil, nil, usagef("config %s: %s", path, yamlMessage(err))
 	}
 	rules := make([]detect.Rule, 0, len(rf.Rules))
 	for i, r := range rf.Rules {
@@ -138,6 +138,29 @@ func loadRules(path string) ([]detect.Rule, []string, error) {
 		rules = append(rules, dr)
 	}
 	return rules, rf.Ignore, nil
+}
+
+// yamlReplacer words the YAML decoder's type errors for the config file's
+// reader, who knows rules and lists, not Go types.
+var yamlReplacer = strings.NewReplacer(
+	"yaml: unmarshal errors:", "",
+	"field ", "unknown field ",
+	" not found in type main.ruleSpec", " in a rule (want pattern, hot-qps, proto)",
+	"into float64", "into a number",
+	"into []main.ruleSpec", "into a list of rules ({pattern: ..., hot-qps: ...})",
+	"into main.ruleSpec", "into a rule ({pattern: ..., hot-qps: ...})",
+	"into []string", "into a list of patterns",
+	"into string", "into text",
+	"cannot unmarshal !!str", "cannot read the text",
+	"cannot unmarshal !!int", "cannot read the number",
+	"cannot unmarshal !!float", "cannot read the number",
+	"cannot unmarshal !!map", "cannot read a map",
+	"cannot unmarshal !!seq", "cannot read a list",
+	"cannot unmarshal !!bool", "cannot read the boolean",
+)
+
+func yamlMessage(err error) string {
+	return strings.Join(strings.Fields(yamlReplacer.Replace(err.Error())), " ")
 }
 
 // pflagInvalid matches pflag's message for a value that does not parse.

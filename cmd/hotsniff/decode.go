@@ -23,8 +23,8 @@ func newDecodeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "decode [flags] FILE...",
 		Short: "Print every request decoded from pcap/pcapng files (gzip too), one JSON object per key",
-		Long: `Prints one JSON line per key that a request names (CONTRACT §3): reads and
-writes, with the pick-key rules deciding "key" and "weight". With --count, prints
+		Long: `Prints one JSON line per key that a request names (fields: docs/events.md):
+reads and writes, with the pick-key rules deciding "key" and "weight". With --count, prints
 one line per (proto, ns, key) over reads only:
 COUNT<TAB>WEIGHT<TAB>PROTO<TAB>NS<TAB>KEY, sorted by WEIGHT descending.
 With --bytes, prints one line per (proto, ns, key) over reads:

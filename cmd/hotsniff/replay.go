@@ -94,7 +94,7 @@ func newReplayCmd() *cobra.Command {
 		Short: "Detect hot keys in pcap/pcapng files, with packet time as the clock",
 		Long: `Reads pcap or pcapng files (gzip-compressed too), decodes every request, runs
 hot-key detection with packet timestamps as the clock (same file, same output)
-and writes hot-key events (CONTRACT §2) on stdout. With --redis-url the events
+and writes hot-key events (fields: docs/events.md) on stdout. With --redis-url the events
 are also published on the channel and kept in the snapshot. No root needed.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

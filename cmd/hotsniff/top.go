@@ -34,10 +34,13 @@ type topFlags struct {
 	filter   string
 	coldFor  time.Duration
 	tuning   detect.Config
+	top      int
 }
 
-func newTopCmd() *cobra.Command {
-	var f topFlags
+func newTopCmd() *cobra.Command { return newTopCmdWith(new(topFlags)) }
+
+// newTopCmdWith builds the command around f (tests read the parsed flags).
+func newTopCmdWith(f *topFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "top [flags] | top --replay [flags] FILE...",
 		Short: "Live terminal view of the hottest keys of a running daemon, or of a replay",
@@ -50,8 +53,10 @@ the view says so and keeps retrying.
 
 With --replay it runs the capture files through replay's pipeline in process
 (packet timestamps as the clock) and samples the hot set every --interval of
-packet time, at --speed (default: up to 10 frames a second; 1 = real time).
-The last frame stays until you quit.
+packet time, at --speed (default 1: the recorded pace; 0: as fast as 10
+frames a second). p pauses the replay itself. The last frame stays until you
+quit. --top N lists the N hottest keys: with --replay whether or not they
+cross the threshold (those below it show state "-").
 
 Keys: q or ctrl-c quit; s cycles the sort column (rate, key, proto, server,
 state), S back; r reverses; / filters (substring of key, proto or server,
@@ -62,10 +67,10 @@ When stdout is not a terminal, or with --once, it prints one plain-text
 table and exits (a replay is run to its end first).`,
 		Example: `  hotsniff top --addr 127.0.0.1:9464
   hotsniff top --once --addr cache-node-3:9464 --sort key
-  hotsniff top --replay --hot-qps 1000 capture.pcap.gz
-  hotsniff top --replay --hot-qps 1000 --speed 1 --interval 250ms a.pcap b.pcap`,
+  hotsniff top --replay --hot-qps 1000 --top 10 capture.pcap.gz
+  hotsniff top --replay --hot-qps 1000 --speed 10 --interval 250ms a.pcap b.pcap`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runTop(cmd, &f, args)
+			return runTop(cmd, f, args)
 		},
 	}
 	f.stream.register(cmd)
@@ -73,7 +78,8 @@ table and exits (a replay is run to its end first).`,
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:9464", "daemon to poll: host:port (or http[s]:// URL) of 'hotsniff run --listen'")
 	fs.DurationVar(&f.interval, "interval", time.Second, "time between two samples (wall time; packet time with --replay)")
 	fs.BoolVar(&f.replay, "replay", false, "replay the capture files given as arguments instead of polling a daemon")
-	fs.Float64Var(&f.speed, "speed", 0, "replay speed: 1 = real time, 10 = ten times faster; 0 = up to 10 frames a second")
+	fs.Float64Var(&f.speed, "speed", 1, "with --replay: 1 = the recorded pace, 10 = ten times faster; 0 = as fast as 10 frames a second")
+	fs.IntVar(&f.top, "top", 0, "list the N hottest keys: with --replay whether or not they are hot (keys below the threshold show state -); from a daemon, the N hottest hot keys. 0: every hot key")
 	fs.Float64Var(&f.hotQPS, "hot-qps", 0, "with --replay: a key is hot when its weighted read rate at one server reaches this (required)")
 	fs.StringVar(&f.detector, "detector", detect.DetectorDefault, "with --replay: detection algorithm, default or tair")
 	fs.BoolVar(&f.once, "once", false, "print one plain-text table and exit (also when stdout is not a terminal)")
@@ -95,6 +101,9 @@ func runTop(cmd *cobra.Command, f *topFlags, args []string) error {
 	}
 	if f.speed < 0 {
 		return usagef("--speed %v: must not be negative", f.speed)
+	}
+	if f.top < 0 {
+		return usagef("--top %d: must not be negative", f.top)
 	}
 	if f.coldFor < 0 {
 		return usagef("--cold-for %v: must not be negative", f.coldFor)
@@ -135,7 +144,7 @@ func runTop(cmd *cobra.Command, f *topFlags, args []string) error {
 		}
 		src, label = hs, f.addr
 	}
-	m := topview.NewModel(label, topview.Options{ColdFor: f.coldFor, Sort: sortCol, Reverse: f.reverse, Filter: f.filter})
+	m := topview.NewModel(label, topview.Options{ColdFor: f.coldFor, Sort: sortCol, Reverse: f.reverse, Filter: f.filter, TopN: f.top})
 
 	out := cmd.OutOrStdout()
 	if f.once || !isTerminal(out) {
@@ -183,7 +192,7 @@ func newTopReplay(f *topFlags, paths []string) (*topview.ReplaySource, error) {
 	}
 	rs, err := topview.NewReplaySource(topview.ReplayConfig{
 		Paths: paths, Ports: ports, Stream: scfg, Registry: registry(),
-		Detect: dcfg, Interval: f.interval, FrameDelay: delay,
+		Detect: dcfg, Interval: f.interval, FrameDelay: delay, TopN: f.top,
 	})
 	if err != nil {
 		return nil, usageError{err}

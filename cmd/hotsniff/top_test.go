@@ -2,13 +2,18 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/hotsniff/hotsniff/internal/topview"
 )
 
 // runTopCLI runs `hotsniff top ARGS` in-process (stdout is a buffer, not a
@@ -124,5 +129,76 @@ func TestTopUsageErrors(t *testing.T) {
 	_, errs, code := runTopCLI(t, "--replay", "--hot-qps", "1000", "no-such-file.pcap")
 	if code != 1 || !strings.Contains(errs, "no-such-file.pcap") {
 		t.Errorf("missing file: exit %d, %q", code, errs)
+	}
+}
+
+// TestTopReadmeExample runs the README's `top --replay` example as written
+// (from the repository root) and checks a viewer sees something before the
+// replay ends: it runs at the recorded pace, item:hot shows hot in frames
+// before the last, and --top lists keys below the threshold from the first
+// frame on.
+func TestTopReadmeExample(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, l := range strings.Split(string(readme), "\n") {
+		if i := strings.Index(l, "go run ./cmd/hotsniff top --replay"); i >= 0 {
+			l, _, _ = strings.Cut(l[i:], "#")
+			args = strings.Fields(l)[4:] // after "go run ./cmd/hotsniff top"
+			break
+		}
+	}
+	if args == nil {
+		t.Fatal("README has no `go run ./cmd/hotsniff top --replay` example")
+	}
+	for i, a := range args {
+		if strings.HasPrefix(a, "testdata/") {
+			args[i] = "../../" + a
+		}
+	}
+	f := new(topFlags)
+	cmd := newTopCmdWith(f)
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyConfig(cmd, f.stream.configPath); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := newTopReplay(f, cmd.Flags().Args())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	if f.speed != 1 || f.top == 0 {
+		t.Errorf("the example replays at speed %v with --top %d: a viewer sees only the end", f.speed, f.top)
+	}
+	rs.NoDelay()
+	var frames []topview.Snapshot
+	for {
+		s, err := rs.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = append(frames, s)
+	}
+	if len(frames) < 3 {
+		t.Fatalf("%d frames", len(frames))
+	}
+	hotBefore := false
+	for _, s := range frames[:len(frames)-1] {
+		for _, e := range s.Keys {
+			hotBefore = hotBefore || string(e.Key) == "item:hot"
+		}
+	}
+	if !hotBefore {
+		t.Error("item:hot is never hot before the last frame")
+	}
+	if n := len(frames[0].Keys) + len(frames[0].Warm); n < f.top {
+		t.Errorf("first frame lists %d keys, want %d", n, f.top)
 	}
 }

@@ -1,7 +1,10 @@
 // Package tair decodes the classic Tair binary protocol (the C++
 // Taobao/Alibaba data server, default port 5191; not the Redis-compatible
-// cloud "Tair", which is RESP). The byte-level spec it follows is
-// /work/shared/docs/tair-protocol.md; section numbers in comments refer to it.
+// cloud "Tair", which is RESP). It follows the project's byte-level notes on
+// the protocol, restated from the open-source server alibaba/tair 3.2.4 and
+// the Taobao Java client 2.3.4.71; "spec §N" in comments refers to their
+// sections (header §1, entries §3, requests §4-§6, responses §7, hot-key
+// feedback §8).
 // No Tair server or client could be run while writing it: it is tested
 // against the spec's worked examples and against packets made by the
 // independent encoder in tairwire, which was written from the same spec.

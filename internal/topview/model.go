@@ -5,13 +5,12 @@ import (
 	"encoding/base64"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/termtext"
 )
 
 // SortCol is a column the table can be sorted by.
@@ -59,6 +58,10 @@ type Options struct {
 	Reverse bool
 	// Filter is the initial filter.
 	Filter string
+	// TopN, when positive, lists only the TopN rows with the highest rate
+	// (hot keys and, from sources that report them, keys below the
+	// threshold), plus the keys that recently left the hot set.
+	TopN int
 }
 
 // row is one key on screen.
@@ -68,13 +71,14 @@ type row struct {
 	keyText   string // the key as shown (quoted or b64: as needed)
 	hist      []float64
 	hot       bool
-	coldSince time.Time
-	seen      uint64 // generation of the last snapshot that listed it
+	warm      bool      // listed by the source among the hottest, below the threshold
+	coldSince time.Time // when it left the hot set; zero if it never was hot
+	seen      uint64    // generation of the last snapshot that listed it
 }
 
-// rate is the sort rate: cold rows sink below every hot one.
+// rate is the sort rate: cold rows sink below every listed one.
 func (r *row) rate() float64 {
-	if !r.hot {
+	if !r.hot && !r.warm {
 		return -1
 	}
 	return r.ev.QPS
@@ -210,13 +214,12 @@ func KeyText(k []byte) string {
 	if !utf8.Valid(k) {
 		return "b64:" + base64.StdEncoding.EncodeToString(k)
 	}
-	s := string(k)
-	for _, r := range s {
-		if !unicode.IsPrint(r) {
-			return strconv.Quote(s)
-		}
+	// Spaces stay readable here (the key is the last column); every
+	// other non-printable character is escaped by the shared helper.
+	if s := string(k); termtext.Strip(s) == s {
+		return s
 	}
-	return s
+	return termtext.Key(k)
 }
 
 // Apply takes a snapshot: its keys are hot, listed keys missing from it turn
@@ -252,7 +255,26 @@ func (m *Model) Apply(s Snapshot) {
 			r.hist = r.hist[:len(r.hist)-1]
 		}
 		r.ev = e
-		r.hot = true
+		r.hot, r.warm, r.coldSince = true, false, time.Time{}
+		r.seen = m.gen
+		r.hist = appendHist(r.hist, e.QPS)
+	}
+	for i := range s.Warm {
+		e := s.Warm[i]
+		id := rowID(&e)
+		r := m.rows[id]
+		if r == nil {
+			r = &row{id: id, keyText: KeyText(e.Key)}
+			m.rows[id] = r
+		}
+		if r.seen == m.gen {
+			continue // hot in this snapshot
+		}
+		if r.hot { // it just left the hot set
+			r.coldSince = s.TS
+		}
+		r.ev = e
+		r.hot, r.warm = false, true
 		r.seen = m.gen
 		r.hist = appendHist(r.hist, e.QPS)
 	}
@@ -260,7 +282,14 @@ func (m *Model) Apply(s Snapshot) {
 	for id, r := range m.rows {
 		switch {
 		case r.seen == m.gen:
-			m.nHot++
+			if r.hot {
+				m.nHot++
+			}
+		case r.warm && r.coldSince.IsZero():
+			delete(m.rows, id) // no longer among the hottest
+		case r.warm:
+			r.warm = false
+			r.hist = appendHist(r.hist, 0)
 		case r.hot:
 			r.hot = false
 			r.coldSince = s.TS
@@ -418,6 +447,9 @@ func (m *Model) rowsView() []*row {
 		}
 		m.view = append(m.view, r)
 	}
+	if n := m.opt.TopN; n > 0 {
+		m.view = topRows(m.view, n)
+	}
 	slices.SortFunc(m.view, m.compare)
 	m.dirty = false
 	return m.view
@@ -458,4 +490,27 @@ func stateRank(r *row) int {
 		return 1
 	}
 	return 0
+}
+
+// topRows keeps the n listed (hot or warm) rows of highest rate, and every
+// cold row.
+func topRows(rows []*row, n int) []*row {
+	slices.SortFunc(rows, func(a, b *row) int {
+		if c := cmp.Compare(b.rate(), a.rate()); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	out := rows[:0]
+	kept := 0
+	for _, r := range rows {
+		if r.hot || r.warm {
+			if kept == n {
+				continue
+			}
+			kept++
+		}
+		out = append(out, r)
+	}
+	return out
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/rivo/uniseg"
 
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/termtext"
 )
 
 // Style is the role of a piece of text; the runner maps it to colors.
@@ -168,17 +169,26 @@ func fmtBytes(b float64) string {
 func (r *row) cells() [nCols]string {
 	rate, trend := "-", r.spark()+" "+r.trend().Arrow()
 	state, local, bytes := "cold", "-", "-"
-	if r.hot {
+	switch {
+	case r.hot:
 		rate, state, bytes = fmtRate(r.ev.QPS), "hot", fmtBytes(r.ev.BytesPS)
 		if r.ev.AbsorbedQPS > 0 && r.ev.QPS > 0 {
 			local = strconv.Itoa(int(min(r.ev.AbsorbedQPS/r.ev.QPS, 1)*100)) + "%"
+		}
+	case r.warm:
+		rate = fmtRate(r.ev.QPS)
+		if r.coldSince.IsZero() {
+			state = "-" // below the threshold, never hot
 		}
 	}
 	src := r.ev.Source
 	if src == "" {
 		src = event.SourceDetected
 	}
-	return [nCols]string{rate, trend, r.ev.Proto, r.ev.Server, r.ev.NS, state, src, local, bytes, r.keyText}
+	// Fields come from /hotkeys or the channel, which an attacker may
+	// forge: escaped here, at render time, so no control sequence reaches
+	// the terminal (the key is escaped when its row is made).
+	return [nCols]string{rate, trend, termtext.Field(r.ev.Proto), termtext.Field(r.ev.Server), termtext.Field(r.ev.NS), state, termtext.Field(src), local, bytes, r.keyText}
 }
 
 // colWidths lays the columns out in w cells; the key takes what is left.
@@ -188,8 +198,8 @@ func (r *row) cells() [nCols]string {
 func colWidths(rows []*row, w int) [nCols]int {
 	sw, nw := width("SERVER"), width("NS")
 	for _, r := range rows {
-		sw = max(sw, width(r.ev.Server))
-		nw = max(nw, width(r.ev.NS))
+		sw = max(sw, width(termtext.Field(r.ev.Server)))
+		nw = max(nw, width(termtext.Field(r.ev.NS)))
 	}
 	sw, nw = min(sw, 47), min(nw, 6)
 	ws := [nCols]int{wRate, wTrend, wProto, sw, nw, wState, wSource, wLocal, wBytes, 0}
@@ -282,7 +292,7 @@ func (m *Model) Frame(w, h int) []Line {
 func (m *Model) rowLine(r *row, ws [nCols]int) Line {
 	c := r.cells()
 	base := StyleNormal
-	if !r.hot {
+	if !r.hot && !r.warm {
 		base = StyleCold
 	}
 	var l Line
@@ -348,7 +358,7 @@ func (m *Model) headerText(w int, full bool) string {
 	var tail []string
 	if m.got {
 		if m.node != "" {
-			tail = append(tail, "node "+m.node)
+			tail = append(tail, "node "+termtext.Field(m.node))
 		}
 		ts := m.ts.UTC().Format("15:04:05Z")
 		if full {
@@ -360,7 +370,7 @@ func (m *Model) headerText(w int, full bool) string {
 	}
 	rest := " · " + strings.Join(tail, " · ")
 	lead := " hotsniff top · "
-	src := m.source
+	src := termtext.Strip(m.source)
 	if !full {
 		src = elide(src, max(w-width(lead)-width(rest), 8))
 	}
@@ -369,7 +379,7 @@ func (m *Model) headerText(w int, full bool) string {
 
 func (m *Model) statusText(n int) (string, Style) {
 	if m.status != "" && m.statusErr {
-		s := " ✖ " + m.status
+		s := " ✖ " + termtext.Strip(m.status)
 		if !m.ended {
 			s += " (retrying"
 			if m.got {
@@ -381,7 +391,7 @@ func (m *Model) statusText(n int) (string, Style) {
 	}
 	cold := 0
 	for _, r := range m.view {
-		if !r.hot {
+		if !r.hot && !r.coldSince.IsZero() {
 			cold++
 		}
 	}
@@ -393,7 +403,7 @@ func (m *Model) statusText(n int) (string, Style) {
 		s += " · PAUSED (p resumes)"
 	}
 	if m.status != "" {
-		s += " · " + m.status
+		s += " · " + termtext.Strip(m.status)
 	}
 	return s, StyleInfo
 }
