@@ -69,6 +69,10 @@ volatile const __u8 replies = 0;
 // reply_copy is the most bytes a reply segment yields in REPLIES_HEADS mode,
 // counted from where its next reply header may start.
 volatile const __u32 reply_copy = 4096;
+// REPLY_TAIL bytes at the end of a longer reply segment are copied too, as
+// a record of their own: what follows a value in the same segment (
+// memcached's END after a VALUE block, small replies after a large one).
+#define REPLY_TAIL 512
 // raw_ip is 1 on devices without a link-layer header (tun, wireguard).
 volatile const __u8 raw_ip = 0;
 
@@ -632,15 +636,15 @@ static __always_inline void copy_out_x(void *ctx, int xdp, struct counters *cnt,
 // reply_heads trims a reply segment to what reply parsing needs
 // (REPLIES_HEADS): bytes inside the skip user space registered for the flow
 // are dropped (the segment starts after them, or yields nothing), and at
-// most reply_copy bytes are copied from there; the rest is reported as
-// Missing. User space parses the reply headers in what it gets and skips
+// most reply_copy bytes are copied from there plus the segment's last
+// REPLY_TAIL bytes (*tail); the middle is reported as Missing. User space parses the reply headers in what it gets and skips
 // values by sequence arithmetic: a value's uncopied bytes fall inside the
 // skip it asks for. A header beyond the copied part (replies of medium
 // values packed in one large segment) is lost: user space then stops
 // pairing that connection's replies until it is quiet again. All reply
 // bytes not copied are counted in reply_bytes.
 static __always_inline void reply_heads(struct rec_hdr *h, struct counters *cnt, __u32 *pay_off,
-					__u32 *avail, __u32 *wire, __u32 *uncopied)
+					__u32 *avail, __u32 *wire, __u32 *uncopied, __u32 *tail)
 {
 	struct skip_key k = {};
 	__builtin_memcpy(k.saddr, h->saddr, 16);
@@ -663,13 +667,31 @@ static __always_inline void reply_heads(struct rec_hdr *h, struct counters *cnt,
 	}
 	__u32 keep = reply_copy;
 	if (*wire > keep) {
-		cnt->reply_bytes += *wire - keep;
-		*uncopied = *wire - keep;
+		__u32 rest = *wire - keep;
+		if (*avail >= *wire) {
+			// The tail is in the packet: copy it after the head.
+			*tail = rest < REPLY_TAIL ? rest : REPLY_TAIL;
+			rest -= *tail;
+		}
+		cnt->reply_bytes += rest;
+		*uncopied = rest;
 		*wire = keep;
 		if (*avail > keep)
 			*avail = keep;
 	}
 }
+
+// copy_reply_tail sends the tail reply_heads set aside, after the head
+// (which then carries no FIN: the tail does).
+#define COPY_REPLY_TAIL(CTX, XDP)                                                      \
+	do {                                                                           \
+		__u8 fl = h.flags;                                                     \
+		h.flags &= ~F_FIN;                                                     \
+		copy_out_x(CTX, XDP, cnt, &h, p.pay_off, avail, wire, uncopied);       \
+		h.seq += wire + uncopied;                                              \
+		h.flags = fl & ~F_SYN;                                                 \
+		copy_out_x(CTX, XDP, cnt, &h, p.pay_off + wire + uncopied, tail, tail, 0); \
+	} while (0)
 
 static __always_inline void handle_skb(struct __sk_buff *skb, __u32 hook)
 {
@@ -703,13 +725,17 @@ static __always_inline void handle_skb(struct __sk_buff *skb, __u32 hook)
 	__u32 len = skb->len;
 	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;
 	__u32 wire = p.pay_len == 0xffffffff ? avail : p.pay_len;
-	__u32 uncopied = 0;
+	__u32 uncopied = 0, tail = 0;
 	if (p.reply && replies == REPLIES_HEADS) {
-		reply_heads(&h, cnt, &p.pay_off, &avail, &wire, &uncopied);
+		reply_heads(&h, cnt, &p.pay_off, &avail, &wire, &uncopied, &tail);
 	} else if (p.reply && replies == REPLIES_OFF) {
 		// Count the reply's bytes and keep only its control flags.
 		cnt->reply_bytes += wire;
 		avail = wire = 0;
+	}
+	if (tail) {
+		COPY_REPLY_TAIL(skb, 0);
+		return;
 	}
 	copy_out_x(skb, 0, cnt, &h, p.pay_off, avail, wire, uncopied);
 }
@@ -755,13 +781,17 @@ int hotsniff_xdp(struct xdp_md *ctx)
 	__u32 len = bpf_xdp_get_buff_len(ctx);
 	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;
 	__u32 wire = p.pay_len == 0xffffffff ? avail : p.pay_len;
-	__u32 uncopied = 0;
+	__u32 uncopied = 0, tail = 0;
 	if (p.reply && replies == REPLIES_HEADS) {
-		reply_heads(&h, cnt, &p.pay_off, &avail, &wire, &uncopied);
+		reply_heads(&h, cnt, &p.pay_off, &avail, &wire, &uncopied, &tail);
 	} else if (p.reply && replies == REPLIES_OFF) {
 		// Count the reply's bytes and keep only its control flags.
 		cnt->reply_bytes += wire;
 		avail = wire = 0;
+	}
+	if (tail) {
+		COPY_REPLY_TAIL(ctx, 1);
+		return XDP_PASS;
 	}
 	copy_out_x(ctx, 1, cnt, &h, p.pay_off, avail, wire, uncopied);
 	return XDP_PASS;

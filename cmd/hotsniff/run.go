@@ -384,11 +384,13 @@ func (d *daemon) pipeline(asm *stream.Assembler, counter *decode.Counter, det *d
 		dl.SetDeadline(next)
 	}
 	lastMetrics := time.Time{}
+	heads := d.bpfCap != nil && d.bpfCap.ReplyHeads()
 	for n := 1; ; n++ {
 		err := d.src.Next(&seg)
 		switch {
 		case err == nil:
-			if seg.Missing > 0 {
+			// With reply heads, reply segments leave bytes out on purpose.
+			if seg.Missing > 0 && (!heads || d.ports.Lookup(seg.Src.Port()) == decode.ProtoUnknown) {
 				d.truncSegs++
 			}
 			asm.Add(&seg)
