@@ -94,6 +94,9 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			if err := checkWebConfig(cf.webCfg); err != nil {
 				return err
 			}
+			if cf.replyCopy < 0 {
+				return usagef("--reply-copy %d: must be 0 (no reply payload) or a number of bytes", cf.replyCopy)
+			}
 			if cf.nice < -20 || cf.nice > 19 {
 				return usagef("--nice %d: must be between -20 and 19", cf.nice)
 			}
