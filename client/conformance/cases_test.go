@@ -229,7 +229,7 @@ var cases = []tcase{
 				e.t.Errorf("WATCH, GET, MULTI, GET, EXEC: %v; Redis saw %v, want watch 1 get 2", v, d)
 			}
 		}},
-	{name: "pipeline-not-served", what: "reads inside a pipeline go to Redis",
+	{name: "pipeline-read", what: "a pipelined GET of a hot key returns the current value, and reaches Redis at most once (Go serves it locally; Python and Node send it)",
 		run: func(e *env) {
 			e.set("k", "v1")
 			e.publish(e.ev(event.TypeHot, "k"))
@@ -237,7 +237,7 @@ var cases = []tcase{
 			e.warm("k", "v1")
 			var v any
 			d := e.remote(func() { v = e.a.do(map[string]any{"op": "pipeline_get", "key": "k"})["value"] })
-			if d["get"] != 1 || v != "v1" {
+			if d["get"] > 1 || v != "v1" {
 				e.t.Errorf("pipelined GET: %v, Redis saw %v", v, d)
 			}
 		}},

@@ -96,7 +96,7 @@ func Screenshot(t testing.TB, ctx context.Context, name string) string {
 func WaitSelector(ctx context.Context, selector string) error {
 	q, _ := json.Marshal(selector)
 	for {
-		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector(` + string(q) + `) !== null`))
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector(`+string(q)+`) !== null`))
 		if err == nil && ok {
 			return nil
 		}
