@@ -59,6 +59,7 @@ type Stats struct {
 	LatencySumNs   uint64 // sum of (promotion time - time the key was located), packet time
 	LatencyMaxNs   uint64 // largest such latency
 	LastPacketTime int64  // newest packet time seen (Unix ns)
+	ReplyBytes     uint64 // reply bytes attributed to read keys
 
 	// Absorbed-demand reports (absorbed.go): credited, the local reads they
 	// added, and those not credited by reason. Capped reports are credited
@@ -96,6 +97,7 @@ type Detector struct {
 
 	def  *windowed // default detector, or nil
 	tair *tairDet  // tair detector, or nil
+	bdet *windowed // reply-bytes detector (HotBytes set, default detector), or nil
 
 	st Stats
 
@@ -150,6 +152,9 @@ func New(cfg Config, out Emitter) (*Detector, error) {
 		d.tair = newTair(d, c.Tair)
 	} else {
 		d.def = newWindowed(d, c)
+		if m := d.rules.minBytes(); m > 0 {
+			d.bdet = newWindowedFor(d, c, m, true)
+		}
 	}
 	return d, nil
 }
@@ -170,28 +175,8 @@ func (d *Detector) Error(*decode.Flow, string) {}
 // Key implements decode.Sink: one key occurrence. It allocates nothing
 // unless an event is emitted.
 func (d *Detector) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
-	late := false
-	if f.TS > d.now {
-		if f.TS < d.epochEnd {
-			d.now = f.TS // common case: same sub-window, no division
-		} else {
-			d.setClock(f.TS)
-		}
-	} else if f.TS < d.now-d.sub {
-		if f.TS < d.now-clockReset {
-			d.resetClock(f.TS)
-		} else {
-			late = true
-		}
-	}
-	if f.Server != d.seedServer || f.Proto != d.seedProto || r.NS != d.seedNS {
-		d.seedServer, d.seedProto, d.seedNS = f.Server, f.Proto, r.NS
-		d.seed = identitySeed(f.Server, f.Proto, r.NS)
-	}
-	h := xxhash.Sum64(k.Bytes) ^ d.seed
-	if h == 0 {
-		h = 1 // 0 marks an empty slot
-	}
+	late := d.clock(f.TS)
+	h := d.identity(f, r.NS, k.Bytes)
 	if r.Write {
 		d.st.Writes++
 		if d.gate[h>>(64-gateBits)] != 0 {
@@ -230,6 +215,37 @@ func (d *Detector) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 	} else {
 		d.tair.observe(h, f, r.NS, k, w)
 	}
+}
+
+// clock moves the clock to ts and reports whether ts is too late to count.
+func (d *Detector) clock(ts int64) (late bool) {
+	if ts > d.now {
+		if ts < d.epochEnd {
+			d.now = ts // common case: same sub-window, no division
+		} else {
+			d.setClock(ts)
+		}
+	} else if ts < d.now-d.sub {
+		if ts < d.now-clockReset {
+			d.resetClock(ts)
+		} else {
+			return true
+		}
+	}
+	return false
+}
+
+// identity is the identity hash of a key at f's server in namespace ns.
+func (d *Detector) identity(f *decode.Flow, ns int32, key []byte) uint64 {
+	if f.Server != d.seedServer || f.Proto != d.seedProto || ns != d.seedNS {
+		d.seedServer, d.seedProto, d.seedNS = f.Server, f.Proto, ns
+		d.seed = identitySeed(f.Server, f.Proto, ns)
+	}
+	h := xxhash.Sum64(key) ^ d.seed
+	if h == 0 {
+		h = 1 // 0 marks an empty slot
+	}
+	return h
 }
 
 // Tick tells the detector that time has passed without traffic (the live
@@ -306,12 +322,19 @@ func (d *Detector) scan() {
 		}
 		var cold bool
 		e.qps = d.rate(&e.win, e.since, 2*d.sub)
+		if e.bthr > 0 || e.bwin.sum > 0 {
+			e.bwin.advance(d.epoch)
+			e.bps = d.rate(&e.bwin, e.bsince, 2*d.sub)
+		}
 		e.abs.advance(d.epoch)
 		e.absQPS = min(d.rate(&e.abs, e.since, 2*d.sub), e.qps)
 		if d.def != nil {
 			// The conservative rate (span at least W/2) only under-reads
 			// a young entry, which was just measured above its threshold.
 			cold = d.now-e.lastSeen >= d.lifetime || d.rate(&e.win, e.since, d.win/2) < d.cfg.ColdRatio*e.thr
+			if cold && e.bthr > 0 && d.now-e.lastSeen < d.lifetime {
+				cold = d.rate(&e.bwin, e.bsince, d.win/2) < d.cfg.ColdRatio*e.bthr
+			}
 		} else {
 			cold = d.now >= e.expires
 		}
@@ -346,7 +369,7 @@ func (d *Detector) rate(w *window, since, floor int64) float64 {
 }
 
 // promote makes a key hot and emits its first hot event.
-func (d *Detector) promote(h uint64, f *decode.Flow, ns int32, k decode.Key, thr, qps float64, prefix bool, located int64, w *window, since int64) *hotEntry {
+func (d *Detector) promote(h uint64, f *decode.Flow, ns int32, k decode.Key, thr, qps float64, prefix bool, located int64, w *window, since int64, b *bytesInit) *hotEntry {
 	if d.hot.full() {
 		v := d.hot.lru()
 		d.st.Evictions++
@@ -363,6 +386,12 @@ func (d *Detector) promote(h uint64, f *decode.Flow, ns int32, k decode.Key, thr
 	e.lastSeen, e.lastEmit = d.now, d.now
 	e.expires = d.now + d.lifetime
 	e.resetWrites(d.now, d.epoch)
+	if b != nil {
+		e.bthr, e.bsince, e.bps = b.thr, b.since, b.bps
+		if b.win != nil {
+			e.bwin = *b.win
+		}
+	}
 	e.gate = uint32(h >> (64 - gateBits))
 	d.gate[e.gate]++
 	d.st.Hot++
@@ -433,6 +462,9 @@ func (d *Detector) toEvent(e *hotEntry, typ string, qps float64) event.Event {
 		AbsorbedQPS: math.Round(absorbed*10) / 10,
 		WriteQPS:    math.Round(e.wr.qps*10) / 10,
 		Uncacheable: e.wr.uncacheable,
+		BytesPS:     e.bytesPS(typ),
+		ValueBytes:  e.valueBytes(typ, qps),
+		Reason:      e.reason(typ, qps),
 	}
 }
 

@@ -23,6 +23,12 @@ type hotEntry struct {
 	// counted in win; absQPS is its rate as of the last scan.
 	abs    window
 	absQPS float64
+	// Reply bytes (detect/bytes.go): threshold (0: none), window since
+	// bsince, and the last measured rate.
+	bthr   float64
+	bwin   window
+	bsince int64
+	bps    float64
 	gate   uint32 // index of the gate counter (bucket) it is registered in
 
 	since     int64 // start of the measurement in win (ns)

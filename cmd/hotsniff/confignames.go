@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -87,7 +88,11 @@ type ruleSpec struct {
 	Pattern   string   `yaml:"pattern"`
 	HotQPS    *float64 `yaml:"hot-qps"`
 	HotQPSOld *float64 `yaml:"hot_qps"`
-	Proto     string   `yaml:"proto"`
+	// HotBytes is the rule's reply-bytes threshold (hot-bytes, or
+	// hot_bytes like hot_qps).
+	HotBytes    *float64 `yaml:"hot-bytes"`
+	HotBytesOld *float64 `yaml:"hot_bytes"`
+	Proto       string   `yaml:"proto"`
 }
 
 // rulesFile is the part of --config that is not flags (those are applied
@@ -123,6 +128,14 @@ func loadRules(path string) ([]detect.Rule, []string, error) {
 			dr.HotQPS = *r.HotQPS
 		case r.HotQPSOld != nil:
 			dr.HotQPS = *r.HotQPSOld
+		}
+		switch {
+		case r.HotBytes != nil && r.HotBytesOld != nil:
+			return nil, nil, usagef("config %s: rule %d (%s): hot-bytes and hot_bytes are the same setting: keep one", path, i, r.Pattern)
+		case r.HotBytes != nil:
+			dr.HotBytes = *r.HotBytes
+		case r.HotBytesOld != nil:
+			dr.HotBytes = *r.HotBytesOld
 		}
 		rules = append(rules, dr)
 	}
@@ -197,7 +210,11 @@ func tuningSummary(c detect.Config) string {
 		}
 		return d.String()
 	}
-	return fmt.Sprintf("detector %s: ttl %s, refresh-every %s, window %s, cold-ratio %g, buckets %d, max-hot %d, invalidate-gap %s, tair-buckets %d, tair-sample-max %d, tair-sigma-n %g, tair-reap-max %d",
+	hb := ""
+	if c.HotBytes > 0 {
+		hb = ", hot-bytes " + strconv.FormatFloat(c.HotBytes, 'g', -1, 64)
+	}
+	return fmt.Sprintf("detector %s: ttl %s, refresh-every %s, window %s, cold-ratio %g, buckets %d, max-hot %d, invalidate-gap %s, tair-buckets %d, tair-sample-max %d, tair-sigma-n %g, tair-reap-max %d%s",
 		c.Detector, or(c.TTL, "60s"), or(c.RefreshEvery, "ttl/2"), or(c.Window, "auto"), c.ColdRatio, c.Buckets, c.MaxHot,
-		or(c.InvalidateGap, "1ms"), c.Tair.Buckets, c.Tair.SampleMax, c.Tair.SigmaN, c.Tair.ReapMax)
+		or(c.InvalidateGap, "1ms"), c.Tair.Buckets, c.Tair.SampleMax, c.Tair.SigmaN, c.Tair.ReapMax, hb)
 }

@@ -28,6 +28,7 @@ type detectFlags struct {
 func (d *detectFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.Float64Var(&d.cfg.HotQPS, "hot-qps", 1000, "a key is hot when its weighted request rate at one server reaches this per second")
+	f.Float64Var(&d.cfg.HotBytes, "hot-bytes", 0, "also hot when the reply bytes attributed to a key at one server reach this per second (0: off)")
 	f.StringVar(&d.cfg.Detector, "detector", detect.DetectorDefault, "detection algorithm: default, or tair (Tair's server-side pipeline, for comparison)")
 	registerTuning(f, &d.cfg)
 	f.StringVar(&d.output, "output", "jsonl", "event format on stdout: jsonl or text")

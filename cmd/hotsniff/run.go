@@ -52,6 +52,7 @@ type captureFlags struct {
 	health     string
 	check      bool
 	replies    bool
+	replyCopy  int
 	pprof      bool
 	procs      int
 	nice       int
@@ -96,6 +97,9 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			}
 			if err := checkWebConfig(cf.webCfg); err != nil {
 				return err
+			}
+			if cf.replyCopy < 0 {
+				return usagef("--reply-copy %d: must be 0 (no reply payload) or a number of bytes", cf.replyCopy)
 			}
 			if cf.nice < -20 || cf.nice > 19 {
 				return usagef("--nice %d: must be between -20 and 19", cf.nice)
@@ -144,7 +148,8 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	// third of the daemon's CPU, and on a 64-core node it is worse.
 	f.IntVar(&cf.procs, "gomaxprocs", 1, "threads running Go code at once (GOMAXPROCS); 0 keeps Go's default (the GOMAXPROCS variable, else the CPU count or limit)")
 	f.IntVar(&cf.nice, "nice", 10, "CPU priority of the daemon's threads, -20 (highest) to 19: by default it yields to the cache server when the CPU is saturated")
-	f.BoolVar(&cf.replies, "capture-replies", false, "eBPF: copy server replies too (not needed to find hot keys; replies are most of the bytes)")
+	f.BoolVar(&cf.replies, "capture-replies", false, "eBPF: copy server replies whole (exact reply bytes whatever the traffic; replies are most of the bytes)")
+	f.IntVar(&cf.replyCopy, "reply-copy", bpf.DefaultReplyCopy, "eBPF without --capture-replies: copy at most this many bytes of each reply segment, enough to read reply headers and attribute reply bytes to keys (0: copy no reply payload; no reply bytes)")
 	return cmd
 }
 
@@ -158,19 +163,20 @@ func (f *redisFlags) resolvedURL() string {
 
 // daemon is one `hotsniff run`.
 type daemon struct {
-	log    *slog.Logger
-	base   *slog.Logger // for other packages, which add their own component
-	sf     streamFlags
-	df     detectFlags
-	rf     redisFlags
-	cf     captureFlags
-	chf    channelFlags
-	mode   bpf.Mode
-	ports  *stream.Ports
-	scfg   stream.Config
-	dcfg   detect.Config
-	target *publish.Target
-	stdout io.Writer
+	log     *slog.Logger
+	base    *slog.Logger // for other packages, which add their own component
+	sf      streamFlags
+	df      detectFlags
+	rf      redisFlags
+	cf      captureFlags
+	chf     channelFlags
+	mode    bpf.Mode
+	ports   *stream.Ports
+	scfg    stream.Config
+	skipErr bool // a reply skip update failed (logged once)
+	dcfg    detect.Config
+	target  *publish.Target
+	stdout  io.Writer
 
 	src       capture.Source
 	bpfCap    *bpf.Capture
@@ -227,8 +233,21 @@ func (d *daemon) run(ctx context.Context) error {
 	d.col = metrics.New()
 	counter := decode.NewCounter(det)
 	reg := registry()
-	if d.bpfCap != nil && !d.cf.replies {
+	switch {
+	case d.bpfCap != nil && d.bpfCap.ReplyHeads():
+		// The programs copy reply heads; large values are skipped in the
+		// kernel once the reply parser has read their header.
+		c := d.bpfCap
+		d.scfg.SkipNotify = 2 * int(c.ReplyCopy())
+		d.scfg.OnSkip = func(f *decode.Flow, start, end uint32) {
+			if err := c.SetReplySkip(f.Server, f.Client, start, end); err != nil && !d.skipErr {
+				d.skipErr = true
+				d.log.Warn("reply skips: kernel map update failed; replies are still decoded, at full copy cost", "err", err)
+			}
+		}
+	case d.bpfCap != nil && !d.cf.replies:
 		reg = withoutReplies(reg)
+		d.scfg.Replies = false // no reply parser drains the queues
 	}
 	asm := stream.NewAssembler(d.scfg, d.ports, reg, counter)
 
@@ -285,7 +304,8 @@ var errLostOnClose = errors.New("Redis did not take them before the shutdown dea
 // capturemode.go), or opens AF_PACKET.
 func (d *daemon) openCapture() error {
 	ports := d.ports.List()
-	cfg := bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Replies: d.cf.replies, Logger: d.base}
+	cfg := bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Replies: d.cf.replies,
+		ReplyHeads: !d.cf.replies && d.cf.replyCopy > 0, ReplyCopy: uint32(max(d.cf.replyCopy, 0)), Logger: d.base}
 	if d.mode != bpf.ModeAFPacket {
 		// Kernels before 5.11 charge BPF maps to the locked memory limit;
 		// later ones ignore it. Without CAP_SYS_RESOURCE this fails and
@@ -378,11 +398,13 @@ func (d *daemon) pipeline(asm *stream.Assembler, counter *decode.Counter, det *d
 		dl.SetDeadline(next)
 	}
 	lastMetrics := time.Time{}
+	heads := d.bpfCap != nil && d.bpfCap.ReplyHeads()
 	for n := 1; ; n++ {
 		err := d.src.Next(&seg)
 		switch {
 		case err == nil:
-			if seg.Missing > 0 {
+			// With reply heads, reply segments leave bytes out on purpose.
+			if seg.Missing > 0 && (!heads || d.ports.Lookup(seg.Src.Port()) == decode.ProtoUnknown) {
 				d.truncSegs++
 			}
 			asm.Add(&seg)
@@ -446,10 +468,15 @@ func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.E
 			s.Keys, s.Gaps, s.HotKeys = map[decode.Proto]uint64{}, map[decode.Proto]uint64{}, map[decode.Proto]int{}
 		}
 		clear(s.HotKeys)
+		if s.ReplyBytes == nil {
+			s.ReplyBytes, s.ReplyUnpaired = map[decode.Proto]uint64{}, map[decode.Proto]uint64{}
+		}
 		for _, p := range decode.Protos() {
 			s.Keys[p] = c.Reads[p] + c.Writes[p]
 			s.Gaps[p] = st.Gaps[p]
+			s.ReplyBytes[p], s.ReplyUnpaired[p] = c.ReplyBytes[p], c.Unpaired[p]
 		}
+		s.Pending = st.Pending
 		for i := range hot {
 			if p, ok := decode.ParseProto(hot[i].Proto); ok {
 				s.HotKeys[p]++

@@ -26,6 +26,7 @@ type topFlags struct {
 	replay   bool
 	speed    float64
 	hotQPS   float64
+	hotBytes float64
 	detector string
 	once     bool
 	sort     string
@@ -90,7 +91,8 @@ table and exits (a replay is run to its end first).`,
 	fs.Float64Var(&f.hotQPS, "hot-qps", 0, "with --replay: a key is hot when its weighted read rate at one server reaches this (required)")
 	fs.StringVar(&f.detector, "detector", detect.DetectorDefault, "with --replay: detection algorithm, default or tair")
 	fs.BoolVar(&f.once, "once", false, "print one plain-text table and exit (also when stdout is not a terminal)")
-	fs.StringVar(&f.sort, "sort", "rate", "initial sort column: rate, key, proto, server or state")
+	fs.Float64Var(&f.hotBytes, "hot-bytes", 0, "with --replay: also hot when the reply bytes attributed to a key at one server reach this per second (0: off)")
+	fs.StringVar(&f.sort, "sort", "rate", "initial sort column: rate, key, proto, server, state or bytes (reply bytes per second)")
 	fs.BoolVar(&f.reverse, "reverse", false, "reverse the initial sort order")
 	fs.StringVar(&f.filter, "filter", "", "initial filter: substring of key, proto or server")
 	fs.DurationVar(&f.coldFor, "cold-for", 30*time.Second, "how long a key that left the hot set stays listed as cold")
@@ -205,6 +207,9 @@ func newTopReplay(f *topFlags, paths []string) (*topview.ReplaySource, error) {
 		return nil, err
 	}
 	dcfg.HotQPS = f.hotQPS
+	if f.hotBytes > 0 {
+		dcfg.HotBytes = f.hotBytes
+	}
 	if !(dcfg.HotQPS > 0) {
 		return nil, usagef("--replay needs --hot-qps N (a positive rate), or hot-qps in --config")
 	}

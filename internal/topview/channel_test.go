@@ -31,7 +31,7 @@ func rowsOf(f frame, key string) [][]string {
 // NODE, WRITE/S, CACHE, PROTO, SERVER, NS, STATE, SOURCE, LOCAL, KEY).
 func byNode(rows [][]string, node string) []string {
 	for _, r := range rows {
-		if len(r) == 13 && r[3] == node {
+		if len(r) == 14 && r[3] == node {
 			return r
 		}
 	}

@@ -23,10 +23,11 @@ const (
 	SortProto
 	SortServer
 	SortState
+	SortBytes
 	numSort
 )
 
-var sortNames = [...]string{"rate", "key", "proto", "server", "state"}
+var sortNames = [...]string{"rate", "key", "proto", "server", "state", "bytes"}
 
 func (c SortCol) String() string { return sortNames[c] }
 
@@ -84,6 +85,14 @@ func (r *row) rate() float64 {
 		return -1
 	}
 	return r.ev.QPS
+}
+
+// byteRate is the reply-bytes sort rate: cold rows sink below every hot one.
+func (r *row) byteRate() float64 {
+	if !r.hot {
+		return -1
+	}
+	return r.ev.BytesPS
 }
 
 // Trend is the direction of a row's rate over its last samples.
@@ -451,13 +460,15 @@ func (m *Model) rowsView() []*row {
 	return m.view
 }
 
-// compare orders rows by the sort column (rate and state: highest first;
+// compare orders rows by the sort column (rate, bytes and state: highest first;
 // the others ascending), then by rate, then by identity.
 func (m *Model) compare(a, b *row) int {
 	var c int
 	switch m.sortCol {
 	case SortRate:
 		c = cmp.Compare(b.rate(), a.rate())
+	case SortBytes:
+		c = cmp.Compare(b.byteRate(), a.byteRate())
 	case SortKey:
 		c = strings.Compare(a.keyText, b.keyText)
 	case SortProto:

@@ -135,20 +135,25 @@ const (
 	wState  = 5
 	wSource = 8
 	wLocal  = 5
+	wBytes  = 7
 	minKey  = 16
 )
 
 // nCols is the number of columns of the plain layout; the key is the last.
-const nCols = 9
+const nCols = 10
+
+// colBytes is the BYTES/S column of the plain layout: reply bytes per
+// second attributed to the key (bytes_ps), right-aligned like RATE.
+const colBytes = 8
 
 // LOCAL is the share of RATE that client shims served from memory and
 // reported (absorbed_qps / qps).
-var titles = []string{"RATE", "TREND", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "LOCAL", "KEY"}
+var titles = []string{"RATE", "TREND", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "LOCAL", "BYTES/S", "KEY"}
 
 // The fleet view (several nodes, from the channel) inserts three columns
 // after TREND: the publishing node, the key's write rate and whether shims
 // may cache it.
-var fleetTitles = []string{"RATE", "TREND", "NODE", "WRITE/S", "CACHE", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "LOCAL", "KEY"}
+var fleetTitles = []string{"RATE", "TREND", "NODE", "WRITE/S", "CACHE", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "LOCAL", "BYTES/S", "KEY"}
 
 const (
 	wWrite = 8
@@ -171,13 +176,28 @@ func (m *Model) titles() []string {
 	return titles
 }
 
+// fmtBytes formats a byte rate in at most 7 characters: "-" when unknown.
+func fmtBytes(b float64) string {
+	switch {
+	case b <= 0:
+		return "-"
+	case b < 1e4:
+		return strconv.FormatFloat(b, 'f', 0, 64)
+	case b < 1e6:
+		return strconv.FormatFloat(b/1e3, 'f', 1, 64) + "k"
+	case b < 1e9:
+		return strconv.FormatFloat(b/1e6, 'f', 1, 64) + "M"
+	}
+	return strconv.FormatFloat(b/1e9, 'f', 1, 64) + "G"
+}
+
 // cells returns a row's column texts, in title order.
 func (m *Model) cells(r *row) []string {
 	rate, trend := "-", r.spark()+" "+r.trend().Arrow()
-	state, local := "cold", "-"
+	state, local, bytes := "cold", "-", "-"
 	switch {
 	case r.hot:
-		rate, state = fmtRate(r.ev.QPS), "hot"
+		rate, state, bytes = fmtRate(r.ev.QPS), "hot", fmtBytes(r.ev.BytesPS)
 		if r.ev.AbsorbedQPS > 0 && r.ev.QPS > 0 {
 			local = strconv.Itoa(int(min(r.ev.AbsorbedQPS/r.ev.QPS, 1)*100)) + "%"
 		}
@@ -195,7 +215,7 @@ func (m *Model) cells(r *row) []string {
 	// forge: escaped here, at render time, so no control sequence reaches
 	// the terminal (the key is escaped when its row is made).
 	if !m.opt.Fleet {
-		return []string{rate, trend, termtext.Field(r.ev.Proto), termtext.Field(r.ev.Server), termtext.Field(r.ev.NS), state, termtext.Field(src), local, r.keyText}
+		return []string{rate, trend, termtext.Field(r.ev.Proto), termtext.Field(r.ev.Server), termtext.Field(r.ev.NS), state, termtext.Field(src), local, bytes, r.keyText}
 	}
 	write, cache := "-", "yes"
 	if r.ev.WriteQPS > 0 {
@@ -204,11 +224,11 @@ func (m *Model) cells(r *row) []string {
 	if r.ev.Uncacheable {
 		cache = "no"
 	}
-	return []string{rate, trend, termtext.Field(r.ev.Node), write, cache, termtext.Field(r.ev.Proto), termtext.Field(r.ev.Server), termtext.Field(r.ev.NS), state, termtext.Field(src), local, r.keyText}
+	return []string{rate, trend, termtext.Field(r.ev.Node), write, cache, termtext.Field(r.ev.Proto), termtext.Field(r.ev.Server), termtext.Field(r.ev.NS), state, termtext.Field(src), local, bytes, r.keyText}
 }
 
 // colWidths lays the columns out in w cells; the key takes what is left.
-// On a narrow screen the server column shrinks (elided in the middle), then
+// On a narrow screen the bytes column is dropped, the server column shrinks (elided in the middle), then
 // local, source, trend, (write rate,) ns and proto are dropped (width 0),
 // in that order.
 func (m *Model) colWidths(rows []*row, w int) []int {
@@ -219,9 +239,9 @@ func (m *Model) colWidths(rows []*row, w int) []int {
 		dw = max(dw, width(termtext.Field(r.ev.Node)))
 	}
 	sw, nw, dw = min(sw, 47), min(nw, 6), min(dw, 24)
-	ws := []int{wRate, wTrend, wProto, sw, nw, wState, wSource, wLocal, 0}
+	ws := []int{wRate, wTrend, wProto, sw, nw, wState, wSource, wLocal, wBytes, 0}
 	if m.opt.Fleet {
-		ws = []int{wRate, wTrend, dw, wWrite, wCache, wProto, sw, nw, wState, wSource, wLocal, 0}
+		ws = []int{wRate, wTrend, dw, wWrite, wCache, wProto, sw, nw, wState, wSource, wLocal, wBytes, 0}
 	}
 	last := len(ws) - 1
 	fixed := func() int {
@@ -232,6 +252,9 @@ func (m *Model) colWidths(rows []*row, w int) []int {
 			}
 		}
 		return n
+	}
+	if w-fixed() < minKey {
+		ws[m.col(colBytes)] = 0 // the first to go: most events have no bytes_ps
 	}
 	srv := m.col(3)
 	if k := w - fixed(); k < minKey {
@@ -252,7 +275,7 @@ func (m *Model) colWidths(rows []*row, w int) []int {
 }
 
 func (m *Model) sortArrow() string {
-	desc := m.sortCol == SortRate || m.sortCol == SortState
+	desc := m.sortCol == SortRate || m.sortCol == SortBytes || m.sortCol == SortState
 	if m.reverse {
 		desc = !desc
 	}
@@ -262,7 +285,7 @@ func (m *Model) sortArrow() string {
 	return "▲"
 }
 
-var sortTitle = [...]int{SortRate: 0, SortKey: nCols - 1, SortProto: 2, SortServer: 3, SortState: 5}
+var sortTitle = [...]int{SortRate: 0, SortKey: nCols - 1, SortProto: 2, SortServer: 3, SortState: 5, SortBytes: colBytes}
 
 // Frame lays out the whole screen in w×h cells: a header, a status line,
 // the column titles, as many rows as fit from the scroll position, and
@@ -295,7 +318,7 @@ func (m *Model) Frame(w, h int) []Line {
 		if len(tl) > 0 {
 			tl = append(tl, Span{" ", StyleTitle})
 		}
-		tl = append(tl, Span{pad(t, ws[i], i == 0), style})
+		tl = append(tl, Span{pad(t, ws[i], i == 0 || i == m.col(colBytes)), style})
 	}
 	out = append(out, fitLine(tl, w))
 
@@ -330,7 +353,7 @@ func (m *Model) rowLine(r *row, ws []int) Line {
 		if i == m.col(5) && r.hot {
 			s = StyleHot
 		}
-		l = append(l, Span{pad(t, ws[i], i == 0), s})
+		l = append(l, Span{pad(t, ws[i], i == 0 || i == m.col(colBytes)), s})
 	}
 	return l
 }
@@ -484,7 +507,7 @@ func (m *Model) WritePlain(w io.Writer) error {
 			switch {
 			case i == len(c)-1:
 				l.WriteString(t)
-			case i == 0:
+			case i == 0 || i == m.col(colBytes):
 				l.WriteString(strings.Repeat(" ", ws[i]-width(t)) + t)
 			default:
 				l.WriteString(t + strings.Repeat(" ", ws[i]-width(t)))

@@ -77,6 +77,8 @@ func run(out, only string) error {
 		{"midstream", nil}, // special: capture starts while traffic is flowing
 		{"hotkey", hotkey},
 		{"writehot", writehot},
+		{"bytes-mix", bytesMix},
+		{"bytes-bench", benchBytes},
 	}
 	ctx := context.Background()
 	for _, g := range gens {
@@ -86,6 +88,7 @@ func run(out, only string) error {
 		pcap := filepath.Join(out, g.name+".pcap")
 		golden := filepath.Join(out, g.name+".count.golden")
 		truth := fixture.NewTruth()
+		btruth = fixture.NewBytesTruth()
 		if g.name == "midstream" {
 			err = midstream(ctx, pcap, truth)
 		} else {
@@ -97,7 +100,12 @@ func run(out, only string) error {
 		if err := truth.Write(golden); err != nil {
 			return err
 		}
-		if g.name == "hotkey" || g.name == "writehot" {
+		if btruth.Len() > 0 {
+			if err := btruth.Write(filepath.Join(out, g.name+".bytes.golden")); err != nil {
+				return err
+			}
+		}
+		if g.name == "hotkey" || g.name == "writehot" || g.name == "bytes-mix" {
 			// Kept gzipped: it is the largest capture, and it exercises the
 			// reader's transparent gunzip.
 			if out, err := exec.Command("gzip", "-9", "-f", pcap).CombinedOutput(); err != nil {
