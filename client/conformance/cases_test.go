@@ -30,10 +30,12 @@ type tcase struct {
 // not passing. Remove an entry as soon as the shim gains the feature.
 var pending = map[string]map[string]string{
 	"go": {
-		"watch-not-served": "the Go shim serves reads on a redis.Tx after WATCH (issue 14 fixes it)",
-		"batch-v2":         "the Go subscriber decodes v1 events only (issue 17 adds the batch envelope)",
-		"cacheable-false":  "the Go shim ignores cacheable:false (issue 17)",
+		"batch-v2":        "the Go subscriber decodes v1 events only (issue 17 adds the batch envelope)",
+		"cacheable-false": "the Go shim ignores cacheable:false (issue 17)",
 	},
+	"python":       {"pipeline-served": "pipelines are sent to Redis whole (correct, not served locally)"},
+	"node-ioredis": {"pipeline-served": "pipelines are sent to Redis whole (correct, not served locally)"},
+	"node-redis":   {"pipeline-served": "pipelines are sent to Redis whole (correct, not served locally)"},
 }
 
 var cases = []tcase{
@@ -229,7 +231,21 @@ var cases = []tcase{
 				e.t.Errorf("WATCH, GET, MULTI, GET, EXEC: %v; Redis saw %v, want watch 1 get 2", v, d)
 			}
 		}},
-	{name: "pipeline-not-served", what: "reads inside a pipeline go to Redis",
+	{name: "pipeline-read", what: "a read inside a non-transactional pipeline returns the current value, also right after a write through the same client",
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			if v := e.a.do(map[string]any{"op": "pipeline_get", "key": "k"})["value"]; v != "v1" {
+				e.t.Errorf("pipelined GET = %v, want v1", v)
+			}
+			e.a.do(map[string]any{"op": "set", "key": "k", "value": "v2"})
+			if v := e.a.do(map[string]any{"op": "pipeline_get", "key": "k"})["value"]; v != "v2" {
+				e.t.Errorf("pipelined GET after SET v2 = %v", v)
+			}
+		}},
+	{name: "pipeline-served", what: "a hot read inside a non-transactional pipeline is answered locally",
 		run: func(e *env) {
 			e.set("k", "v1")
 			e.publish(e.ev(event.TypeHot, "k"))
@@ -237,8 +253,8 @@ var cases = []tcase{
 			e.warm("k", "v1")
 			var v any
 			d := e.remote(func() { v = e.a.do(map[string]any{"op": "pipeline_get", "key": "k"})["value"] })
-			if d["get"] != 1 || v != "v1" {
-				e.t.Errorf("pipelined GET: %v, Redis saw %v", v, d)
+			if d["get"] != 0 || v != "v1" {
+				e.t.Errorf("pipelined GET: %v, Redis saw %v, want nothing", v, d)
 			}
 		}},
 	{name: "mget-partial", what: "MGET serves hot members locally and sends only the rest",
