@@ -33,9 +33,17 @@ var pending = map[string]map[string]string{
 		"batch-v2":        "the Go subscriber decodes v1 events only (issue 17 adds the batch envelope)",
 		"cacheable-false": "the Go shim ignores cacheable:false (issue 17)",
 	},
-	"python":       {"pipeline-served": "pipelines are sent to Redis whole (correct, not served locally)"},
-	"node-ioredis": {"pipeline-served": "pipelines are sent to Redis whole (correct, not served locally)"},
-	"node-redis":   {"pipeline-served": "pipelines are sent to Redis whole (correct, not served locally)"},
+	"python":       otherShimsPending,
+	"node-ioredis": otherShimsPending,
+	"node-redis":   otherShimsPending,
+}
+
+// otherShimsPending is what the Python and Node shims lack of the Go
+// shim's issue-14 fixes.
+var otherShimsPending = map[string]string{
+	"pipeline-served":      "pipelines are sent to Redis whole (correct, not served locally)",
+	"mget-nil-not-cached":  "an MGET nil is cached as a missing key",
+	"big-hash-sized-first": "a hot hash is fetched whole with HGETALL before its size is checked",
 }
 
 var cases = []tcase{
@@ -274,6 +282,44 @@ var cases = []tcase{
 			d = e.remote(func() { vals, _ = e.a.do(map[string]any{"op": "mget", "keys": []string{"a", "a"}})["values"].([]any) })
 			if fmt.Sprint(vals) != "[va va]" || len(d) != 0 {
 				e.t.Errorf("MGET a a = %v; Redis saw %v, want nothing", vals, d)
+			}
+		}},
+	{name: "mget-nil-not-cached", what: "an MGET nil is not cached as missing (MGET also answers nil for a key of another type): a later GET gets WRONGTYPE",
+		run: func(e *env) {
+			e.s.cacheC.HSet(context.Background(), "h", "f", "v")
+			e.publish(e.ev(event.TypeHot, "h"))
+			e.sync()
+			for range 3 {
+				if vals := e.a.do(map[string]any{"op": "mget", "keys": []string{"h"}})["values"]; fmt.Sprint(vals) != "[<nil>]" {
+					e.t.Errorf("MGET h = %v", vals)
+				}
+			}
+			e.a.mu.Lock()
+			e.a.send(map[string]any{"op": "get", "key": "h"})
+			var out map[string]any
+			e.a.read(&out)
+			e.a.mu.Unlock()
+			if msg, _ := out["error"].(string); !strings.Contains(msg, "WRONGTYPE") {
+				e.t.Errorf("GET of a hash after MGETs = %v, want the server's WRONGTYPE", out)
+			}
+		}},
+	{name: "big-hash-sized-first", what: "a hot hash with more fields than the maximum (1000 by default) is sized with HLEN, never fetched whole, and the verdict is kept",
+		run: func(e *env) {
+			args := make([]any, 0, 3000)
+			for i := range 1500 {
+				args = append(args, "f"+strconv.Itoa(i), "v")
+			}
+			e.s.cacheC.HSet(context.Background(), "big", args...)
+			e.publish(e.ev(event.TypeHot, "big"))
+			e.sync()
+			var vals []any
+			d := e.remote(func() {
+				for range 5 {
+					vals = append(vals, e.a.do(map[string]any{"op": "hget", "key": "big", "field": "f7"})["value"])
+				}
+			})
+			if fmt.Sprint(vals) != "[v v v v v]" || d["hgetall"] != 0 || d["hlen"] != 1 {
+				e.t.Errorf("HGET big f7 x5 = %v; Redis saw %v, want hlen 1, no hgetall", vals, d)
 			}
 		}},
 	{name: "hash-reads", what: "HGET/HMGET/HGETALL of a hot hash are served from one cached HGETALL; HSET drops it",
