@@ -397,7 +397,7 @@ func (c *Capture) Attach(iface string, mode Mode) (*Attachment, error) {
 		a.close()
 		return nil, err
 	}
-	if err := removeStaleFilters(l); err != nil {
+	if err := removeStaleFilters(l, c.log); err != nil {
 		c.log.Warn("remove stale tc filters", "iface", iface, "err", err)
 	}
 	if mode == ModeXDP {
@@ -474,67 +474,21 @@ func (a *Attachment) attachXDP(ifindex int) error {
 	return nil
 }
 
-// filterPrefix names our legacy clsact filters so a restart finds and
-// removes those a killed predecessor left behind.
-const filterPrefix = "hotsniff_"
-
 func (a *Attachment) attachTC(l netlink.Link, dir ebpf.AttachType, prog *ebpf.Program) error {
 	// TCX (6.6+) attachments are bpf_links: the kernel removes them when
 	// the last fd closes, even if we are SIGKILLed.
-	tl, err := link.AttachTCX(link.TCXOptions{Interface: l.Attrs().Index, Program: prog, Attach: dir})
-	if err == nil {
-		a.TCX = true
-		a.links = append(a.links, tl)
-		return nil
-	}
-	if !errors.Is(err, ebpf.ErrNotSupported) {
-		return fmt.Errorf("attach tcx to %s: %w", a.Iface, err)
-	}
-	// Legacy path: a clsact qdisc and a direct-action bpf filter.
-	qd := &netlink.GenericQdisc{
-		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
-		QdiscType:  "clsact",
-	}
-	if err := netlink.QdiscReplace(qd); err != nil {
-		return fmt.Errorf("add clsact qdisc to %s: %w", a.Iface, err)
-	}
-	parent := uint32(netlink.HANDLE_MIN_INGRESS)
-	name := filterPrefix + "ingress"
-	if dir == ebpf.AttachTCXEgress {
-		parent, name = netlink.HANDLE_MIN_EGRESS, filterPrefix+"egress"
-	}
-	f := &netlink.BpfFilter{
-		FilterAttrs: netlink.FilterAttrs{
-			LinkIndex: l.Attrs().Index, Parent: parent, Handle: 1,
-			Protocol: 0x0300, Priority: 1, // ETH_P_ALL, first in line
-		},
-		Fd: prog.FD(), Name: name, DirectAction: true,
-	}
-	if err := netlink.FilterReplace(f); err != nil {
-		return fmt.Errorf("add tc filter to %s: %w", a.Iface, err)
-	}
-	a.filters = append(a.filters, f)
-	return nil
-}
-
-// removeStaleFilters deletes legacy clsact filters a previous hotsniff left
-// (a bpf_link cannot outlive its process; a netlink filter can).
-func removeStaleFilters(l netlink.Link) error {
-	var errs []error
-	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
-		fs, err := netlink.FilterList(l, parent)
-		if err != nil {
-			continue // no clsact qdisc: nothing of ours
+	if !forceClsact {
+		tl, err := link.AttachTCX(link.TCXOptions{Interface: l.Attrs().Index, Program: prog, Attach: dir})
+		if err == nil {
+			a.TCX = true
+			a.links = append(a.links, tl)
+			return nil
 		}
-		for _, f := range fs {
-			if bf, ok := f.(*netlink.BpfFilter); ok && strings.HasPrefix(bf.Name, filterPrefix) {
-				if err := netlink.FilterDel(f); err != nil {
-					errs = append(errs, fmt.Errorf("delete filter %s: %w", bf.Name, err))
-				}
-			}
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return fmt.Errorf("attach tcx to %s: %w", a.Iface, err)
 		}
 	}
-	return errors.Join(errs...)
+	return a.attachClsact(l, dir, prog)
 }
 
 func (a *Attachment) close() error {

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cilium/ebpf/rlimit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -33,6 +34,7 @@ import (
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/webview"
 	"github.com/hotsniff/hotsniff/metrics"
 	"github.com/hotsniff/hotsniff/publish"
 	"github.com/hotsniff/hotsniff/stream"
@@ -46,6 +48,8 @@ type captureFlags struct {
 	ringSize   int
 	maxCopy    int
 	listen     string
+	webCfg     string
+	health     string
 	check      bool
 	replies    bool
 	pprof      bool
@@ -67,7 +71,8 @@ func newRunCmd() *cobra.Command {
 TC into a ring buffer; needs CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON) or AF_PACKET
 (needs CAP_NET_RAW), decodes every request, detects hot keys and publishes
 them on the Redis channel (or prints them when --redis-url is unset). Serves
-/metrics, /hotkeys, /healthz and /readyz on --listen. SIGTERM or SIGINT stops
+a web view at /, /metrics, /hotkeys, /healthz and /readyz on --listen, with
+TLS and basic auth from --web-config. SIGTERM or SIGINT stops
 it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -84,6 +89,9 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 				if target, err = publish.ParseURL(url); err != nil {
 					return usageError{err}
 				}
+			}
+			if err := checkWebConfig(cf.webCfg); err != nil {
+				return err
 			}
 			if cf.nice < -20 || cf.nice > 19 {
 				return usagef("--nice %d: must be between -20 and 19", cf.nice)
@@ -120,7 +128,9 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	f.StringVar(&cf.cgroupPath, "cgroup-path", "", "cgroup v2 hierarchy the cgroup mode attaches to (default: /sys/fs/cgroup, else /sys/fs/cgroup/unified; in a container, the host's hierarchy mounted in)")
 	f.IntVar(&cf.ringSize, "ring-size", 0, "eBPF ring buffer size per CPU (or AF_PACKET ring per interface) in bytes; 0: 2 MiB per online CPU for eBPF (at most 64 MiB in all, at least 512 KiB each; small rings stay in the CPU cache; offline CPUs get one page), 32 MiB for AF_PACKET")
 	f.IntVar(&cf.maxCopy, "max-copy", 256<<10, "most payload bytes copied from one packet by eBPF (GRO/GSO super-packets); the rest is counted as truncated")
-	f.StringVar(&cf.listen, "listen", ":9464", "address for /metrics, /hotkeys, /healthz, /readyz (empty: none)")
+	f.StringVar(&cf.listen, "listen", ":9464", "address for / (web view), /metrics, /hotkeys, /healthz, /readyz (empty: none)")
+	f.StringVar(&cf.health, "health-listen", "", "also serve /healthz and /readyz alone, in plain HTTP without the web configuration, on this address (e.g. 127.0.0.1:9465, for the kubelet's probes when --web-config asks for credentials)")
+	f.StringVar(&cf.webCfg, "web-config", "", "web configuration file (Prometheus exporter format: tls_server_config, basic_auth_users) for TLS, client certificates and basic auth on every --listen endpoint; re-read on each request")
 	f.BoolVar(&cf.check, "config-check", false, "load and validate the configuration, print a summary and exit")
 	f.BoolVar(&cf.pprof, "pprof", false, "also serve Go profiling at /debug/pprof/ on --listen")
 	// One pipeline goroutine does the work; the publisher and HTTP are
@@ -223,6 +233,7 @@ func (d *daemon) run(ctx context.Context) error {
 	// The pipeline owns the assembler, decoders and detector: one goroutine,
 	// no locks on the per-packet path.
 	done := make(chan error, 1)
+	d.beat.Store(time.Now().UnixNano()) // /healthz is ok before the first tick
 	go func() { done <- d.pipeline(asm, counter, det, pub) }()
 	d.running.Store(true)
 	d.log.Info("capturing", "mode", d.modeName, "ports", d.ports.List(), "listen", d.cf.listen, "publish", d.target != nil)
@@ -240,10 +251,14 @@ func (d *daemon) run(ctx context.Context) error {
 	asm.Flush()
 	if pub != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := pub.Close(cctx); err != nil {
-			d.log.Warn("publish flush incomplete", "err", err)
-		}
+		before := pub.Stats().Dropped
+		cerr := pub.Close(cctx)
 		cancel()
+		// Subscribers missed what was lost: the exit status says so, as
+		// replay's does, so a supervisor or a script sees it.
+		if lost := pub.Stats().Dropped - before; (cerr != nil || lost > 0) && perr == nil {
+			perr = fmt.Errorf("publish on shutdown: %d event(s) not published to %s: %w", lost, d.target.Redacted, cmp.Or(cerr, errLostOnClose))
+		}
 	}
 	if srv != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -253,18 +268,26 @@ func (d *daemon) run(ctx context.Context) error {
 	return perr
 }
 
+var errLostOnClose = errors.New("Redis did not take them before the shutdown deadline")
+
 // openCapture attaches eBPF at the cgroup root or on the interfaces (see
 // capturemode.go), or opens AF_PACKET.
 func (d *daemon) openCapture() error {
 	ports := d.ports.List()
 	cfg := bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Replies: d.cf.replies, Logger: d.base}
+	if d.mode != bpf.ModeAFPacket {
+		// Kernels before 5.11 charge BPF maps to the locked memory limit;
+		// later ones ignore it. Without CAP_SYS_RESOURCE this fails and
+		// the permission error below says what to do.
+		_ = rlimit.RemoveMemlock()
+	}
 	if d.chooseCgroup() {
 		err := d.openCgroup(cfg)
 		if err == nil {
 			return nil
 		}
 		if d.mode == bpf.ModeCgroup {
-			return fmt.Errorf("start cgroup capture: %w", err)
+			return privilegeError("start cgroup capture", "ebpf", err)
 		}
 		d.log.Warn("cgroup capture unavailable, capturing on interfaces", "err", err)
 	}
@@ -278,9 +301,9 @@ func (d *daemon) openCapture() error {
 			return nil
 		}
 		if d.mode != bpf.ModeAuto {
-			return fmt.Errorf("start %s capture: %w", d.mode, err)
+			return privilegeError(fmt.Sprintf("start %s capture", d.mode), "ebpf", err)
 		}
-		d.log.Warn("eBPF unavailable, falling back to AF_PACKET", "err", err)
+		d.log.Warn("eBPF unavailable, falling back to AF_PACKET", "err", privilegeError("start eBPF capture", "ebpf", err))
 	}
 	ifaces, err := expand(names, patterns)
 	if err != nil {
@@ -294,7 +317,10 @@ func (d *daemon) openCapture() error {
 	}
 	src, err := afpacket.Open(afpacket.Config{Ifaces: ifaces, Ports: ports, Blocks: max(1, cmp.Or(d.cf.ringSize, afpacketRingSize)/(1<<20)), Logger: d.base})
 	if err != nil {
-		return fmt.Errorf("start afpacket capture: %w", err)
+		if d.mode == bpf.ModeAuto && errors.Is(err, os.ErrPermission) {
+			return privilegeError("start capture (eBPF, then AF_PACKET)", "auto", err)
+		}
+		return privilegeError("start afpacket capture", "afpacket", err)
 	}
 	d.src, d.afp, d.modeName = src, src, "afpacket"
 	return nil
@@ -480,28 +506,47 @@ func (d *daemon) serve() (*http.Server, error) {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		// Alive while the pipeline loop turns: it beats at least every tick.
-		if age := time.Since(time.Unix(0, d.beat.Load())); d.running.Load() && age > 10*time.Second {
-			http.Error(w, fmt.Sprintf("pipeline stalled for %s", age.Round(time.Second)), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !d.running.Load() {
-			http.Error(w, "capture not running", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintf(w, "ready: capturing with %s\n", d.modeName)
-	})
+	mux.HandleFunc("/healthz", d.healthz)
+	mux.Handle(webview.IndexPath, webview.Handler())
+	mux.Handle(webview.AssetsPath, webview.Handler())
+	mux.HandleFunc("/readyz", d.readyz)
 	l, err := net.Listen("tcp", d.cf.listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", d.cf.listen, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(l)
+	go serveWeb(l, srv, d.cf.webCfg, d.base.With("component", "http"))
+	if d.cf.health != "" {
+		hl, err := net.Listen("tcp", d.cf.health)
+		if err != nil {
+			srv.Close()
+			return nil, fmt.Errorf("listen %s (--health-listen): %w", d.cf.health, err)
+		}
+		hmux := http.NewServeMux()
+		hmux.HandleFunc("/healthz", d.healthz)
+		hmux.HandleFunc("/readyz", d.readyz)
+		hsrv := &http.Server{Handler: hmux, ReadHeaderTimeout: 5 * time.Second}
+		go hsrv.Serve(hl)
+		srv.RegisterOnShutdown(func() { hsrv.Close() })
+	}
 	return srv, nil
+}
+
+func (d *daemon) healthz(w http.ResponseWriter, _ *http.Request) {
+	// Alive while the pipeline loop turns: it beats at least every tick.
+	if age := time.Since(time.Unix(0, d.beat.Load())); d.running.Load() && age > 10*time.Second {
+		http.Error(w, fmt.Sprintf("pipeline stalled for %s", age.Round(time.Second)), http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+func (d *daemon) readyz(w http.ResponseWriter, _ *http.Request) {
+	if !d.running.Load() {
+		http.Error(w, "capture not running", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintf(w, "ready: capturing with %s\n", d.modeName)
 }
 
 // hotkeysDoc is the /hotkeys document: the current hot set as events.

@@ -5,13 +5,12 @@ import (
 	"encoding/base64"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/termtext"
 )
 
 // SortCol is a column the table can be sorted by.
@@ -206,13 +205,12 @@ func KeyText(k []byte) string {
 	if !utf8.Valid(k) {
 		return "b64:" + base64.StdEncoding.EncodeToString(k)
 	}
-	s := string(k)
-	for _, r := range s {
-		if !unicode.IsPrint(r) {
-			return strconv.Quote(s)
-		}
+	// Spaces stay readable here (the key is the last column); every
+	// other non-printable character is escaped by the shared helper.
+	if s := string(k); termtext.Strip(s) == s {
+		return s
 	}
-	return s
+	return termtext.Key(k)
 }
 
 // Apply takes a snapshot: its keys are hot, listed keys missing from it turn

@@ -9,6 +9,7 @@ import (
 	"github.com/rivo/uniseg"
 
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/termtext"
 )
 
 // Style is the role of a piece of text; the runner maps it to colors.
@@ -164,7 +165,10 @@ func (r *row) cells() [nCols]string {
 	if src == "" {
 		src = event.SourceDetected
 	}
-	return [nCols]string{rate, trend, r.ev.Proto, r.ev.Server, r.ev.NS, state, src, local, r.keyText}
+	// Fields come from /hotkeys or the channel, which an attacker may
+	// forge: escaped here, at render time, so no control sequence reaches
+	// the terminal (the key is escaped when its row is made).
+	return [nCols]string{rate, trend, termtext.Field(r.ev.Proto), termtext.Field(r.ev.Server), termtext.Field(r.ev.NS), state, termtext.Field(src), local, r.keyText}
 }
 
 // colWidths lays the columns out in w cells; the key takes what is left.
@@ -173,8 +177,8 @@ func (r *row) cells() [nCols]string {
 func colWidths(rows []*row, w int) [nCols]int {
 	sw, nw := width("SERVER"), width("NS")
 	for _, r := range rows {
-		sw = max(sw, width(r.ev.Server))
-		nw = max(nw, width(r.ev.NS))
+		sw = max(sw, width(termtext.Field(r.ev.Server)))
+		nw = max(nw, width(termtext.Field(r.ev.NS)))
 	}
 	sw, nw = min(sw, 47), min(nw, 6)
 	ws := [nCols]int{wRate, wTrend, wProto, sw, nw, wState, wSource, wLocal, 0}
@@ -330,7 +334,7 @@ func (m *Model) headerText(w int, full bool) string {
 	var tail []string
 	if m.got {
 		if m.node != "" {
-			tail = append(tail, "node "+m.node)
+			tail = append(tail, "node "+termtext.Field(m.node))
 		}
 		ts := m.ts.UTC().Format("15:04:05Z")
 		if full {
@@ -342,7 +346,7 @@ func (m *Model) headerText(w int, full bool) string {
 	}
 	rest := " · " + strings.Join(tail, " · ")
 	lead := " hotsniff top · "
-	src := m.source
+	src := termtext.Strip(m.source)
 	if !full {
 		src = elide(src, max(w-width(lead)-width(rest), 8))
 	}
@@ -351,7 +355,7 @@ func (m *Model) headerText(w int, full bool) string {
 
 func (m *Model) statusText(n int) (string, Style) {
 	if m.status != "" && m.statusErr {
-		s := " ✖ " + m.status
+		s := " ✖ " + termtext.Strip(m.status)
 		if !m.ended {
 			s += " (retrying"
 			if m.got {
@@ -375,7 +379,7 @@ func (m *Model) statusText(n int) (string, Style) {
 		s += " · PAUSED (p resumes)"
 	}
 	if m.status != "" {
-		s += " · " + m.status
+		s += " · " + termtext.Strip(m.status)
 	}
 	return s, StyleInfo
 }
