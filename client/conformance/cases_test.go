@@ -38,9 +38,7 @@ var pending = map[string]map[string]string{
 // otherShimsPending is what the Python and Node shims lack of the Go
 // shim's issue-14 fixes.
 var otherShimsPending = map[string]string{
-	"pipeline-served":      "pipelines are sent to Redis whole (correct, not served locally)",
-	"mget-nil-not-cached":  "an MGET nil is cached as a missing key",
-	"big-hash-sized-first": "a hot hash is fetched whole with HGETALL before its size is checked",
+	"pipeline-served": "pipelines are sent to Redis whole (correct, not served locally)",
 }
 
 var cases = []tcase{

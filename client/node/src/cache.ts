@@ -62,6 +62,7 @@ export class CacheEntry {
   refreshing = 0; // start of the one fetch in flight (0: none)
   gen = 0; // moves on every invalidation
   uncacheable = false; // a hash larger than maxHashFields
+  sized = false; // a hash's HLEN was checked before its first fetch
   hits = 0; // served locally since the last absorbed report
   reportAt: number;
   constructor(readonly key: string, readonly kind: number, hotUntil: number, t: number) {

@@ -147,7 +147,12 @@ export function installIoredis(redis: any, core: Core): () => void {
         if (!Array.isArray(rv) || rv.length !== idx.length) throw new Error('mget: reply length does not match the keys sent');
         idx.forEach((i, j) => {
           out[i] = rv[j];
-          if (plan[i].act === Act.Fetch) core.store(plan[i].t!, { expires: 0, raw: rv[j] });
+          // A nil is not cached: MGET also answers nil for a key of another
+          // type, and a later GET must get WRONGTYPE.
+          if (plan[i].act === Act.Fetch) {
+            if (rv[j] === null) core.release(plan[i].t!);
+            else core.store(plan[i].t!, { expires: 0, raw: rv[j] });
+          }
         });
         cmd.resolve(out);
       },
@@ -166,6 +171,17 @@ export function installIoredis(redis: any, core: Core): () => void {
   const fetchHash = async (cmd: Cmd, tk: Ticket): Promise<Value | null> => {
     let r: unknown;
     try {
+      if (!tk.e.sized) {
+        // Sized before the first fetch: a hash too big to cache is never
+        // read whole, and the verdict stays with the entry.
+        const n = Number(await send(raw(cmd, 'hlen', [cmd.args[0]])));
+        tk.e.sized = true;
+        if (n > core.maxHashFields) {
+          tk.e.uncacheable = true;
+          core.release(tk);
+          return null;
+        }
+      }
       r = await fetch(cmd, [tk], 'hgetall', [cmd.args[0]]);
     } catch {
       // WRONGTYPE and the like: the caller's own command gets the answer.

@@ -127,7 +127,12 @@ export function installNodeRedis(client: any, core: Core): () => void {
       if (!Array.isArray(rv) || rv.length !== idx.length) throw new Error('mget: reply length does not match the keys sent');
       idx.forEach((i, j) => {
         out[i] = rv[j];
-        if (plan[i].act === Act.Fetch) core.store(plan[i].t!, { expires: 0, raw: rv[j], tag });
+        // A nil is not cached: MGET also answers nil for a key of another
+        // type, and a later GET must get WRONGTYPE.
+        if (plan[i].act === Act.Fetch) {
+          if (rv[j] === null) core.release(plan[i].t!);
+          else core.store(plan[i].t!, { expires: 0, raw: rv[j], tag });
+        }
       });
       return out;
     } catch (err) {
@@ -147,6 +152,17 @@ export function installNodeRedis(client: any, core: Core): () => void {
     const tk = a.t!;
     let r: unknown;
     try {
+      if (!tk.e.sized) {
+        // Sized before the first fetch: a hash too big to cache is never
+        // read whole, and the verdict stays with the entry.
+        const n = Number(await send(['HLEN', args[1]]));
+        tk.e.sized = true;
+        if (n > core.maxHashFields) {
+          tk.e.uncacheable = true;
+          core.release(tk);
+          return send(args, options);
+        }
+      }
       r = await fetch([tk], ['HGETALL', args[1]], options);
     } catch {
       // WRONGTYPE and the like: the caller's own command gets the answer.

@@ -52,7 +52,7 @@ class _Value:
 
 class _Entry:
     __slots__ = ("key", "kind", "hot_until", "val", "refreshing", "gen",
-                 "uncacheable", "hits", "report_at")
+                 "uncacheable", "sized", "hits", "report_at")
 
     def __init__(self, key: bytes, kind: int, hot_until: float, now: float) -> None:
         self.key = key
@@ -62,6 +62,7 @@ class _Entry:
         self.refreshing = 0.0  # start of the one fetch in flight
         self.gen = 0  # moves on every invalidation
         self.uncacheable = False  # a hash larger than max_hash_fields
+        self.sized = False  # a hash's HLEN was checked before its first fetch
         self.hits = 0  # served locally since the last absorbed report
         self.report_at = now
 
@@ -482,7 +483,7 @@ class Shim(Handler):
                     self._release(plan[i][2])
                 raise
             for i in fetch:
-                self._store(plan[i][2], _Value(vals[i]) if len(vals) == len(keys) else None)
+                self._store_mget(plan[i][2], vals[i] if len(vals) == len(keys) else None)
             return vals
         out: List[Any] = [None] * len(keys)
         idx = [i for i, p in enumerate(plan) if p[0] != ACT_HIT]
@@ -504,8 +505,16 @@ class Shim(Handler):
             for j, i in enumerate(idx):
                 out[i] = rv[j]
                 if plan[i][0] == ACT_FETCH:
-                    self._store(plan[i][2], _Value(rv[j]))
+                    self._store_mget(plan[i][2], rv[j])
         return out
+
+    def _store_mget(self, t: _Ticket, v: Any) -> None:
+        """An MGET element: nil is not cached, since MGET also answers nil
+        for a key of another type (a later GET must get WRONGTYPE)."""
+        if v is None:
+            self._release(t)
+        else:
+            self._store(t, _Value(v))
 
     def _mget_read(self, args: Tuple, tickets: List[_Ticket], options: Dict) -> Any:
         """The MGET to Redis. When it names one key and refreshes it, the
@@ -523,6 +532,22 @@ class Shim(Handler):
             return v
         if act == ACT_PASS:
             return None
+        if not t.e.sized:
+            # Sized before the first fetch: a hash too big to cache is
+            # never read whole, and the verdict stays with the entry.
+            try:
+                n = self._orig_execute("HLEN", key_arg)
+            except redis.RedisError:
+                self.m["fetch_errors"] += 1
+                self._release(t)
+                return None
+            with self._lock:
+                t.e.sized = True
+                if n > self.max_hash_fields:
+                    t.e.uncacheable = True
+            if n > self.max_hash_fields:
+                self._release(t)
+                return None
         try:
             m = self._read_with_report(t, ("HGETALL", key_arg), {"keys": [key_arg]} if options else {})
         except redis.RedisError:
