@@ -38,13 +38,13 @@ func TestTopRedisURL(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, l := range lines[2:] {
-		// RATE, TREND (spark and arrow), NODE, WRITE/S, CACHE, PROTO, SERVER, NS, STATE, SOURCE, LOCAL, KEY
+		// RATE, TREND (spark and arrow), NODE, WRITE/S, CACHE, PROTO, SERVER, NS, STATE, SOURCE, LOCAL, BYTES/S, KEY
 		f := strings.Fields(l)
-		if len(f) != 13 {
+		if len(f) != 14 {
 			t.Errorf("row %q", l)
 			continue
 		}
-		node, cache, key := f[3], f[5], f[12]
+		node, cache, key := f[3], f[5], f[13]
 		seen[node+" "+key] = true
 		switch key {
 		case "bench:hot":
