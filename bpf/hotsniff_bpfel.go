@@ -51,11 +51,26 @@ type hotsniffRecHdr struct {
 	Pad2    uint32
 }
 
+type hotsniffSkipKey struct {
+	_     structs.HostLayout
+	Saddr [16]uint8
+	Daddr [16]uint8
+	Sport uint16
+	Dport uint16
+}
+
+type hotsniffSkipRange struct {
+	_     structs.HostLayout
+	Start uint32
+	End   uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	hotsniffMapPorts                  = "ports"
+	hotsniffMapReplySkips             = "reply_skips"
 	hotsniffMapRings                  = "rings"
 	hotsniffMapStats                  = "stats"
 	hotsniffMapWake                   = "wake"
@@ -67,9 +82,12 @@ const (
 	hotsniffVarMaxCopy                = "max_copy"
 	hotsniffVarRawIp                  = "raw_ip"
 	hotsniffVarReplies                = "replies"
+	hotsniffVarReplyCopy              = "reply_copy"
 	hotsniffVarUnusedCounters         = "unused_counters"
 	hotsniffVarUnusedPortBitmap       = "unused_port_bitmap"
 	hotsniffVarUnusedRecHdr           = "unused_rec_hdr"
+	hotsniffVarUnusedSkipKey          = "unused_skip_key"
+	hotsniffVarUnusedSkipRange        = "unused_skip_range"
 	hotsniffVarWakeupBytes            = "wakeup_bytes"
 	hotsniffVarWakeupNs               = "wakeup_ns"
 )
@@ -127,10 +145,11 @@ type hotsniffProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hotsniffMapSpecs struct {
-	Ports *ebpf.MapSpec `ebpf:"ports"`
-	Rings *ebpf.MapSpec `ebpf:"rings"`
-	Stats *ebpf.MapSpec `ebpf:"stats"`
-	Wake  *ebpf.MapSpec `ebpf:"wake"`
+	Ports      *ebpf.MapSpec `ebpf:"ports"`
+	ReplySkips *ebpf.MapSpec `ebpf:"reply_skips"`
+	Rings      *ebpf.MapSpec `ebpf:"rings"`
+	Stats      *ebpf.MapSpec `ebpf:"stats"`
+	Wake       *ebpf.MapSpec `ebpf:"wake"`
 }
 
 // hotsniffVariableSpecs contains global variables before they are loaded into the kernel.
@@ -140,9 +159,12 @@ type hotsniffVariableSpecs struct {
 	MaxCopy          *ebpf.VariableSpec `ebpf:"max_copy"`
 	RawIp            *ebpf.VariableSpec `ebpf:"raw_ip"`
 	Replies          *ebpf.VariableSpec `ebpf:"replies"`
+	ReplyCopy        *ebpf.VariableSpec `ebpf:"reply_copy"`
 	UnusedCounters   *ebpf.VariableSpec `ebpf:"unused_counters"`
 	UnusedPortBitmap *ebpf.VariableSpec `ebpf:"unused_port_bitmap"`
 	UnusedRecHdr     *ebpf.VariableSpec `ebpf:"unused_rec_hdr"`
+	UnusedSkipKey    *ebpf.VariableSpec `ebpf:"unused_skip_key"`
+	UnusedSkipRange  *ebpf.VariableSpec `ebpf:"unused_skip_range"`
 	WakeupBytes      *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 	WakeupNs         *ebpf.VariableSpec `ebpf:"wakeup_ns"`
 }
@@ -167,15 +189,17 @@ func (o *hotsniffObjects) Close() error {
 //
 // It can be passed to loadHotsniffObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hotsniffMaps struct {
-	Ports *ebpf.Map `ebpf:"ports"`
-	Rings *ebpf.Map `ebpf:"rings"`
-	Stats *ebpf.Map `ebpf:"stats"`
-	Wake  *ebpf.Map `ebpf:"wake"`
+	Ports      *ebpf.Map `ebpf:"ports"`
+	ReplySkips *ebpf.Map `ebpf:"reply_skips"`
+	Rings      *ebpf.Map `ebpf:"rings"`
+	Stats      *ebpf.Map `ebpf:"stats"`
+	Wake       *ebpf.Map `ebpf:"wake"`
 }
 
 func (m *hotsniffMaps) Close() error {
 	return _HotsniffClose(
 		m.Ports,
+		m.ReplySkips,
 		m.Rings,
 		m.Stats,
 		m.Wake,
@@ -189,9 +213,12 @@ type hotsniffVariables struct {
 	MaxCopy          *ebpf.Variable `ebpf:"max_copy"`
 	RawIp            *ebpf.Variable `ebpf:"raw_ip"`
 	Replies          *ebpf.Variable `ebpf:"replies"`
+	ReplyCopy        *ebpf.Variable `ebpf:"reply_copy"`
 	UnusedCounters   *ebpf.Variable `ebpf:"unused_counters"`
 	UnusedPortBitmap *ebpf.Variable `ebpf:"unused_port_bitmap"`
 	UnusedRecHdr     *ebpf.Variable `ebpf:"unused_rec_hdr"`
+	UnusedSkipKey    *ebpf.Variable `ebpf:"unused_skip_key"`
+	UnusedSkipRange  *ebpf.Variable `ebpf:"unused_skip_range"`
 	WakeupBytes      *ebpf.Variable `ebpf:"wakeup_bytes"`
 	WakeupNs         *ebpf.Variable `ebpf:"wakeup_ns"`
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -110,6 +111,16 @@ type Config struct {
 	// of the bytes (every value), so the programs then emit a reply only
 	// when it carries SYN, FIN or RST, and count its payload (ReplyBytes).
 	Replies bool
+	// ReplyHeads, when Replies is off, copies only what reply parsing needs
+	// instead of nothing: from each reply segment at most ReplyCopy bytes,
+	// taken after the part of a value user space said it will skip
+	// (SetReplySkip); the rest is reported as Missing and counted in
+	// ReplyBytes. User space reads reply headers and sizes from that and
+	// skips values by sequence arithmetic.
+	ReplyHeads bool
+	// ReplyCopy is the most bytes a reply segment yields with ReplyHeads
+	// (default DefaultReplyCopy).
+	ReplyCopy uint32
 	// Logger receives one line per attachment; default slog.Default().
 	Logger *slog.Logger
 }
@@ -148,6 +159,7 @@ type Capture struct {
 	fullRings int
 	ports     *ebpf.Map
 	wake      *ebpf.Map // shared wakeup state, so attachments do not each wake the reader
+	skips     *ebpf.Map // reply ranges user space skips (ReplyHeads)
 
 	mu     sync.Mutex
 	ifaces []*Attachment
@@ -211,11 +223,21 @@ func Open(cfg Config) (*Capture, error) {
 		return nil, fmt.Errorf("set wakeup_ns: %w", err)
 	}
 	var replies uint8
-	if cfg.Replies {
+	switch {
+	case cfg.Replies:
 		replies = 1
+	case cfg.ReplyHeads:
+		replies = 2
 	}
 	if err := spec.Variables[hotsniffVarReplies].Set(replies); err != nil {
 		return nil, fmt.Errorf("set replies: %w", err)
+	}
+	if cfg.ReplyCopy == 0 {
+		cfg.ReplyCopy = DefaultReplyCopy
+	}
+	cfg.ReplyCopy = min(cfg.ReplyCopy, cfg.MaxCopy)
+	if err := spec.Variables[hotsniffVarReplyCopy].Set(cfg.ReplyCopy); err != nil {
+		return nil, fmt.Errorf("set reply_copy: %w", err)
 	}
 	c := &Capture{cfg: cfg, log: cfg.Logger.With("component", "bpf"), spec: spec, fullRings: nOnline}
 	if err := c.createMaps(online); err != nil {
@@ -268,6 +290,9 @@ func (c *Capture) createMaps(online []bool) error {
 	}
 	if c.wake, err = ebpf.NewMap(c.spec.Maps[hotsniffMapWake]); err != nil {
 		return fmt.Errorf("create wakeup map: %w", err)
+	}
+	if c.skips, err = ebpf.NewMap(c.spec.Maps[hotsniffMapReplySkips]); err != nil {
+		return fmt.Errorf("create reply skips map: %w", err)
 	}
 	return nil
 }
@@ -332,9 +357,10 @@ func (c *Capture) load(objs *hotsniffObjects, rawIP bool) error {
 	}
 	err := spec.LoadAndAssign(objs, &ebpf.CollectionOptions{
 		MapReplacements: map[string]*ebpf.Map{
-			hotsniffMapRings: c.rings,
-			hotsniffMapPorts: c.ports,
-			hotsniffMapWake:  c.wake,
+			hotsniffMapRings:      c.rings,
+			hotsniffMapPorts:      c.ports,
+			hotsniffMapWake:       c.wake,
+			hotsniffMapReplySkips: c.skips,
 		},
 	})
 	if err != nil {
@@ -356,6 +382,43 @@ func (c *Capture) Rings() []*ebpf.Map { return c.ring }
 
 // MaxCopy is the effective per-packet copy limit.
 func (c *Capture) MaxCopy() uint32 { return c.cfg.MaxCopy }
+
+// DefaultReplyCopy is the default Config.ReplyCopy: a pipeline of 16
+// replies of values up to ~250 bytes fits whole, and each segment of a large
+// value costs one record of at most 4 KiB (one ring CHUNK).
+const DefaultReplyCopy = 4096
+
+// ReplyCopy is the effective Config.ReplyCopy.
+func (c *Capture) ReplyCopy() uint32 { return c.cfg.ReplyCopy }
+
+// ReplyHeads reports whether the programs copy only reply heads.
+func (c *Capture) ReplyHeads() bool { return c.cfg.ReplyHeads && !c.cfg.Replies }
+
+// SetReplySkip tells the programs that user space does not need the reply
+// bytes of the connection server→client with sequence numbers in [start,
+// end) (serial arithmetic): the rest of a value whose header it has read.
+// They are then dropped in the kernel instead of copied.
+func (c *Capture) SetReplySkip(server, client netip.AddrPort, start, end uint32) error {
+	var k hotsniffSkipKey
+	a, b := server.Addr().Unmap(), client.Addr().Unmap()
+	if a.Is4() {
+		v := a.As4()
+		copy(k.Saddr[:], v[:])
+	} else {
+		k.Saddr = a.As16()
+	}
+	if b.Is4() {
+		v := b.As4()
+		copy(k.Daddr[:], v[:])
+	} else {
+		k.Daddr = b.As16()
+	}
+	k.Sport, k.Dport = server.Port(), client.Port()
+	if err := c.skips.Put(&k, &hotsniffSkipRange{Start: start, End: end}); err != nil {
+		return fmt.Errorf("update reply skips map: %w", err)
+	}
+	return nil
+}
 
 // SetPorts replaces the captured ports; it takes effect for the next packet.
 func (c *Capture) SetPorts(ports []uint16) error {
@@ -611,6 +674,9 @@ func (c *Capture) Close() error {
 	}
 	if c.wake != nil {
 		errs = append(errs, c.wake.Close())
+	}
+	if c.skips != nil {
+		errs = append(errs, c.skips.Close())
 	}
 	if c.rings != nil {
 		errs = append(errs, c.rings.Close())

@@ -269,6 +269,12 @@ func (s *Shim) matches(e *event.Event) bool {
 	return ok
 }
 
+// cacheable is matches restricted to entries that allow local caching: a
+// key published "cacheable":false (written too often for a local copy to
+// last) is not hot for the shim, so it is neither admitted nor served, and
+// a copy cached before the verdict is dropped when it arrives.
+func (s *Shim) cacheable(e *event.Event) bool { return !e.Uncacheable && s.matches(e) }
+
 // shimHandler feeds the subscriber's changes into the shim, on the
 // subscriber's goroutine.
 type shimHandler struct{ s *Shim }
@@ -283,7 +289,7 @@ func (h shimHandler) Event(e *event.Event) {
 	case event.TypeHot, event.TypeCold:
 		// Ask the subscriber rather than trust this one message: another
 		// node may still report the key hot after this node's cold.
-		until, ok := s.sub.HotUntil("redis", s.ns, e.Key, s.matches)
+		until, ok := s.sub.HotUntil("redis", s.ns, e.Key, s.cacheable)
 		if e.Type == event.TypeHot {
 			s.lastHot.Store(nanotime())
 		}
@@ -300,7 +306,7 @@ func (h shimHandler) Snapshot(*event.Snapshot) {
 		if !s.matches(e) {
 			continue
 		}
-		if until, ok := s.sub.HotUntil("redis", s.ns, e.Key, s.matches); ok {
+		if until, ok := s.sub.HotUntil("redis", s.ns, e.Key, s.cacheable); ok {
 			hot[string(e.Key)] = monoOf(until)
 		}
 	}

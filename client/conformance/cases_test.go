@@ -29,10 +29,6 @@ type tcase struct {
 // skipped for that shim, and the table in docs/client-shim.md shows them as
 // not passing. Remove an entry as soon as the shim gains the feature.
 var pending = map[string]map[string]string{
-	"go": {
-		"batch-v2":        "the Go subscriber decodes v1 events only (issue 17 adds the batch envelope)",
-		"cacheable-false": "the Go shim ignores cacheable:false (issue 17)",
-	},
 	"python":       otherShimsPending,
 	"node-ioredis": otherShimsPending,
 	"node-redis":   otherShimsPending,

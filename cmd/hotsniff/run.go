@@ -52,6 +52,7 @@ type captureFlags struct {
 	health     string
 	check      bool
 	replies    bool
+	replyCopy  int
 	pprof      bool
 	procs      int
 	nice       int
@@ -59,10 +60,11 @@ type captureFlags struct {
 
 func newRunCmd() *cobra.Command {
 	var (
-		sf streamFlags
-		df detectFlags
-		rf redisFlags
-		cf captureFlags
+		sf  streamFlags
+		df  detectFlags
+		rf  redisFlags
+		cf  captureFlags
+		chf channelFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags]",
@@ -90,8 +92,14 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 					return usageError{err}
 				}
 			}
+			if err := chf.apply(&publish.Options{}); err != nil {
+				return err
+			}
 			if err := checkWebConfig(cf.webCfg); err != nil {
 				return err
+			}
+			if cf.replyCopy < 0 {
+				return usagef("--reply-copy %d: must be 0 (no reply payload) or a number of bytes", cf.replyCopy)
 			}
 			if cf.nice < -20 || cf.nice > 19 {
 				return usagef("--nice %d: must be between -20 and 19", cf.nice)
@@ -111,7 +119,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			base := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			d := &daemon{
 				log: base.With("component", "run"), base: base,
-				sf: sf, df: df, rf: rf, cf: cf, mode: mode, ports: ports, scfg: scfg, dcfg: dcfg, target: target,
+				sf: sf, df: df, rf: rf, cf: cf, chf: chf, mode: mode, ports: ports, scfg: scfg, dcfg: dcfg, target: target,
 				stdout: cmd.OutOrStdout(),
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -122,6 +130,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	sf.register(cmd)
 	df.register(cmd)
 	rf.register(cmd.Flags())
+	chf.register(cmd.Flags(), 1000)
 	f := cmd.Flags()
 	f.StringArrayVar(&cf.ifaces, "iface", nil, "interface name or pattern to capture on (repeatable; patterns such as 'cali*' are followed as interfaces appear and go; default: the physical interfaces that are up plus pods' interfaces: "+strings.Join(defaultPodPatterns, " ")+")")
 	f.StringVar(&cf.mode, "capture", "auto", "capture mode: auto (cgroup when cgroup v2 is mounted and no --iface is given, else XDP on physical NICs and TC on veth and loopback; AF_PACKET when eBPF is unavailable), cgroup, xdp, tc, afpacket")
@@ -139,7 +148,8 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	// third of the daemon's CPU, and on a 64-core node it is worse.
 	f.IntVar(&cf.procs, "gomaxprocs", 1, "threads running Go code at once (GOMAXPROCS); 0 keeps Go's default (the GOMAXPROCS variable, else the CPU count or limit)")
 	f.IntVar(&cf.nice, "nice", 10, "CPU priority of the daemon's threads, -20 (highest) to 19: by default it yields to the cache server when the CPU is saturated")
-	f.BoolVar(&cf.replies, "capture-replies", false, "eBPF: copy server replies too (not needed to find hot keys; replies are most of the bytes)")
+	f.BoolVar(&cf.replies, "capture-replies", false, "eBPF: copy server replies whole (exact reply bytes whatever the traffic; replies are most of the bytes)")
+	f.IntVar(&cf.replyCopy, "reply-copy", bpf.DefaultReplyCopy, "eBPF without --capture-replies: copy at most this many bytes of each reply segment, enough to read reply headers and attribute reply bytes to keys (0: copy no reply payload; no reply bytes)")
 	return cmd
 }
 
@@ -153,18 +163,20 @@ func (f *redisFlags) resolvedURL() string {
 
 // daemon is one `hotsniff run`.
 type daemon struct {
-	log    *slog.Logger
-	base   *slog.Logger // for other packages, which add their own component
-	sf     streamFlags
-	df     detectFlags
-	rf     redisFlags
-	cf     captureFlags
-	mode   bpf.Mode
-	ports  *stream.Ports
-	scfg   stream.Config
-	dcfg   detect.Config
-	target *publish.Target
-	stdout io.Writer
+	log     *slog.Logger
+	base    *slog.Logger // for other packages, which add their own component
+	sf      streamFlags
+	df      detectFlags
+	rf      redisFlags
+	cf      captureFlags
+	chf     channelFlags
+	mode    bpf.Mode
+	ports   *stream.Ports
+	scfg    stream.Config
+	skipErr bool // a reply skip update failed (logged once)
+	dcfg    detect.Config
+	target  *publish.Target
+	stdout  io.Writer
 
 	src       capture.Source
 	bpfCap    *bpf.Capture
@@ -192,7 +204,11 @@ func (d *daemon) run(ctx context.Context) error {
 		defer rdb.Close()
 		// Redis may be down now: the publisher queues (bounded) and
 		// reconnects with backoff; capture starts regardless.
-		pub, err = publish.New(rdb, publish.Options{Channel: d.rf.channel, Node: d.df.node, Logger: d.base})
+		opt := publish.Options{Channel: d.rf.channel, Node: d.df.node, Logger: d.base}
+		if err := d.chf.apply(&opt); err != nil {
+			return err
+		}
+		pub, err = publish.New(rdb, opt)
 		if err != nil {
 			return err
 		}
@@ -217,8 +233,21 @@ func (d *daemon) run(ctx context.Context) error {
 	d.col = metrics.New()
 	counter := decode.NewCounter(det)
 	reg := registry()
-	if d.bpfCap != nil && !d.cf.replies {
+	switch {
+	case d.bpfCap != nil && d.bpfCap.ReplyHeads():
+		// The programs copy reply heads; large values are skipped in the
+		// kernel once the reply parser has read their header.
+		c := d.bpfCap
+		d.scfg.SkipNotify = 2 * int(c.ReplyCopy())
+		d.scfg.OnSkip = func(f *decode.Flow, start, end uint32) {
+			if err := c.SetReplySkip(f.Server, f.Client, start, end); err != nil && !d.skipErr {
+				d.skipErr = true
+				d.log.Warn("reply skips: kernel map update failed; replies are still decoded, at full copy cost", "err", err)
+			}
+		}
+	case d.bpfCap != nil && !d.cf.replies:
 		reg = withoutReplies(reg)
+		d.scfg.Replies = false // no reply parser drains the queues
 	}
 	asm := stream.NewAssembler(d.scfg, d.ports, reg, counter)
 
@@ -249,6 +278,7 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	d.running.Store(false)
 	asm.Flush()
+	det.Flush() // merged invalidates still waiting for their interval
 	if pub != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		before := pub.Stats().Dropped
@@ -274,7 +304,8 @@ var errLostOnClose = errors.New("Redis did not take them before the shutdown dea
 // capturemode.go), or opens AF_PACKET.
 func (d *daemon) openCapture() error {
 	ports := d.ports.List()
-	cfg := bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Replies: d.cf.replies, Logger: d.base}
+	cfg := bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Replies: d.cf.replies,
+		ReplyHeads: !d.cf.replies && d.cf.replyCopy > 0, ReplyCopy: uint32(max(d.cf.replyCopy, 0)), Logger: d.base}
 	if d.mode != bpf.ModeAFPacket {
 		// Kernels before 5.11 charge BPF maps to the locked memory limit;
 		// later ones ignore it. Without CAP_SYS_RESOURCE this fails and
@@ -367,11 +398,13 @@ func (d *daemon) pipeline(asm *stream.Assembler, counter *decode.Counter, det *d
 		dl.SetDeadline(next)
 	}
 	lastMetrics := time.Time{}
+	heads := d.bpfCap != nil && d.bpfCap.ReplyHeads()
 	for n := 1; ; n++ {
 		err := d.src.Next(&seg)
 		switch {
 		case err == nil:
-			if seg.Missing > 0 {
+			// With reply heads, reply segments leave bytes out on purpose.
+			if seg.Missing > 0 && (!heads || d.ports.Lookup(seg.Src.Port()) == decode.ProtoUnknown) {
 				d.truncSegs++
 			}
 			asm.Add(&seg)
@@ -417,6 +450,9 @@ func (d *daemon) tick(now time.Time, asm *stream.Assembler, counter *decode.Coun
 	d.hot = hot
 	d.hotMu.Unlock()
 	d.lat = det.DrainLatencies(d.lat[:0])
+	if pub != nil {
+		pub.UpdateRates(hot) // the snapshot carries current rates
+	}
 	d.updateMetrics(asm.Stats(), counter, hot, pub)
 	d.col.Update(func(s *metrics.Snapshot) { s.Absorbed = absorbedMetrics(det.Stats()) })
 }
@@ -432,10 +468,15 @@ func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.E
 			s.Keys, s.Gaps, s.HotKeys = map[decode.Proto]uint64{}, map[decode.Proto]uint64{}, map[decode.Proto]int{}
 		}
 		clear(s.HotKeys)
+		if s.ReplyBytes == nil {
+			s.ReplyBytes, s.ReplyUnpaired = map[decode.Proto]uint64{}, map[decode.Proto]uint64{}
+		}
 		for _, p := range decode.Protos() {
 			s.Keys[p] = c.Reads[p] + c.Writes[p]
 			s.Gaps[p] = st.Gaps[p]
+			s.ReplyBytes[p], s.ReplyUnpaired[p] = c.ReplyBytes[p], c.Unpaired[p]
 		}
+		s.Pending = st.Pending
 		for i := range hot {
 			if p, ok := decode.ParseProto(hot[i].Proto); ok {
 				s.HotKeys[p]++
@@ -446,6 +487,7 @@ func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.E
 		if pub != nil {
 			ps := pub.Stats()
 			s.Published, s.PublishErrors, s.PublishDropped, s.PublishLag = ps.Published, ps.Errors, ps.Dropped, ps.LastLag.Seconds()
+			s.PublishMessages, s.PublishShed, s.PublishDelayed = ps.Messages, ps.Shed, ps.Delayed
 		}
 		for _, l := range d.lat {
 			s.DetectionLatency = append(s.DetectionLatency, l.Seconds())

@@ -61,9 +61,9 @@ func TestTopOnceHTTP(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	want := "hotsniff top · " + addr + ` · node cache-node-3 · 2026-11-29T18:00:00.123456Z · 2 hot ≥1000 qps
-  RATE  TREND  PROTO  SERVER         NS  STATE  SOURCE    LOCAL  KEY
-1843.5  █ ·    redis  10.0.0.5:6379  0   hot    detected  97%    item:42
-1200.0  █ ·    redis  10.0.0.5:6379  0   hot    detected  -      item:7
+  RATE  TREND  PROTO  SERVER         NS  STATE  SOURCE    LOCAL  BYTES/S  KEY
+1843.5  █ ·    redis  10.0.0.5:6379  0   hot    detected  97%          -  item:42
+1200.0  █ ·    redis  10.0.0.5:6379  0   hot    detected  -            -  item:7
 `
 	if out != want {
 		t.Errorf("stdout:\n%s\nwant:\n%s", out, want)
@@ -101,7 +101,7 @@ func TestTopReplayOnce(t *testing.T) {
 	}
 	// At the end item:hot has cooled (it is read during the first 2 s only)
 	// and is listed as cold; nothing else was ever hot.
-	if fs := strings.Fields(lines[2]); len(fs) != 10 || fs[3] != "redis" || fs[4] != "127.0.0.1:6379" || fs[6] != "cold" || fs[9] != "item:hot" {
+	if fs := strings.Fields(lines[2]); len(fs) != 11 || fs[3] != "redis" || fs[4] != "127.0.0.1:6379" || fs[6] != "cold" || fs[10] != "item:hot" {
 		t.Errorf("row = %q", lines[2])
 	}
 }

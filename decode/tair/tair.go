@@ -127,6 +127,7 @@ type Parser struct {
 	counted  bool // ReasonResync reported since synced last went false
 	requests bool
 	req      decode.Request
+	chid     uint32 // channel id of the frame being decoded
 }
 
 var magic = []byte{0x6D, 0x42, 0x64, 0x54}
@@ -179,6 +180,17 @@ func (p *Parser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 			continue
 		}
 		end := off + 16 + int(bodyLen)
+		p.chid = binary.BigEndian.Uint32(h[4:])
+		if !p.requests && p.synced && f.Pending != nil {
+			// Pairing replies: the frame's size is all that is needed, its
+			// body is skipped without being buffered or checked.
+			p.answer(f, s, uint64(16+int(bodyLen)))
+			if end > len(b) {
+				return end
+			}
+			off = end
+			continue
+		}
 		in := p.table.get(pcode)
 		switch in.kind {
 		case kindUnknown:
@@ -299,7 +311,7 @@ func (p *Parser) request(f *decode.Flow, s decode.Sink, op string, ns int32, wri
 	if !p.requests {
 		return
 	}
-	p.req = decode.Request{Op: op, NS: ns, Write: write}
+	p.req = decode.Request{Op: op, NS: ns, Write: write, ID: p.chid}
 	s.Request(f, &p.req)
 }
 
@@ -322,3 +334,32 @@ func confirm(b []byte, end int) status {
 	}
 	return bad
 }
+
+// answer gives a response frame of n bytes to the request with its channel
+// id.
+func (p *Parser) answer(f *decode.Flow, s decode.Sink, n uint64) {
+	rs, ok := s.(decode.ReplySink)
+	if !ok {
+		return
+	}
+	q := f.Pending
+	q.SawReply(f.TS)
+	i := q.Find(p.chid)
+	if i < 0 {
+		rs.Reply(f, n, false)
+		return
+	}
+	e := q.At(i)
+	q.Attribute(f, rs, e, n)
+	rs.Reply(f, n, true)
+	// Tair answers by channel id, in any order: requests before this one
+	// keep waiting, unless so many are older that they were surely lost.
+	q.Take(i)
+	for ; i > maxOutstanding; i-- {
+		q.Pop()
+	}
+}
+
+// maxOutstanding is how many older requests may wait on a connection when a
+// newer one is answered; beyond that the oldest are taken as lost.
+const maxOutstanding = 64

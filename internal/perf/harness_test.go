@@ -72,6 +72,9 @@ func startSniffer(t testing.TB, bin string, p *netnstest.Pair, srv netip.AddrPor
 	// `ip netns exec` execs hotsniff: the pid is hotsniff's own.
 	args := append([]string{"run", "--iface", p.NSIface, "--capture", mode,
 		"--port", "redis=" + strconv.Itoa(int(srv.Port())), "--listen", addr, "--hot-qps", "1000", "--output", "jsonl"}, extra...)
+	// HOTSNIFF_RUN_ARGS adds flags to every run (compare --reply-copy 0,
+	// the default reply heads and --capture-replies side by side).
+	args = append(args, strings.Fields(os.Getenv("HOTSNIFF_RUN_ARGS"))...)
 	cmd := p.Command(context.Background(), bin, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

@@ -23,10 +23,11 @@ const (
 	SortProto
 	SortServer
 	SortState
+	SortBytes
 	numSort
 )
 
-var sortNames = [...]string{"rate", "key", "proto", "server", "state"}
+var sortNames = [...]string{"rate", "key", "proto", "server", "state", "bytes"}
 
 func (c SortCol) String() string { return sortNames[c] }
 
@@ -61,6 +62,9 @@ type Options struct {
 	// (hot keys and, from sources that report them, keys below the
 	// threshold), plus the keys that recently left the hot set.
 	TopN int
+	// Fleet shows the keys of every node (the channel's view): a node
+	// column, each key's write rate and whether shims may cache it.
+	Fleet bool
 }
 
 // row is one key on screen.
@@ -81,6 +85,14 @@ func (r *row) rate() float64 {
 		return -1
 	}
 	return r.ev.QPS
+}
+
+// byteRate is the reply-bytes sort rate: cold rows sink below every hot one.
+func (r *row) byteRate() float64 {
+	if !r.hot {
+		return -1
+	}
+	return r.ev.BytesPS
 }
 
 // Trend is the direction of a row's rate over its last samples.
@@ -195,8 +207,9 @@ func NewModel(source string, opt Options) *Model {
 	}
 }
 
+// rowID is a row's identity: two nodes reporting one key are two rows.
 func rowID(e *event.Event) string {
-	return e.Proto + "\x00" + e.Server + "\x00" + e.NS + "\x00" + string(e.Key)
+	return e.Node + "\x00" + e.Proto + "\x00" + e.Server + "\x00" + e.NS + "\x00" + string(e.Key)
 }
 
 // KeyText is how a key is shown: as is when printable UTF-8, Go-quoted when
@@ -433,7 +446,8 @@ func (m *Model) rowsView() []*row {
 	for _, r := range m.rows {
 		if f != "" && !strings.Contains(strings.ToLower(r.keyText), f) &&
 			!strings.Contains(strings.ToLower(r.ev.Proto), f) &&
-			!strings.Contains(strings.ToLower(r.ev.Server), f) {
+			!strings.Contains(strings.ToLower(r.ev.Server), f) &&
+			!(m.opt.Fleet && strings.Contains(strings.ToLower(r.ev.Node), f)) {
 			continue
 		}
 		m.view = append(m.view, r)
@@ -446,13 +460,15 @@ func (m *Model) rowsView() []*row {
 	return m.view
 }
 
-// compare orders rows by the sort column (rate and state: highest first;
+// compare orders rows by the sort column (rate, bytes and state: highest first;
 // the others ascending), then by rate, then by identity.
 func (m *Model) compare(a, b *row) int {
 	var c int
 	switch m.sortCol {
 	case SortRate:
 		c = cmp.Compare(b.rate(), a.rate())
+	case SortBytes:
+		c = cmp.Compare(b.byteRate(), a.byteRate())
 	case SortKey:
 		c = strings.Compare(a.keyText, b.keyText)
 	case SortProto:

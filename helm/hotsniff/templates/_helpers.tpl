@@ -104,7 +104,7 @@ Keys rendered here win over extraConfig.
 {{- $_ := set $cfg "health-listen" (printf "127.0.0.1:%d" (int .Values.webConfig.healthPort)) }}
 {{- end -}}
 {{- $d := .Values.detection -}}
-{{- range $key, $val := dict "ttl" $d.ttl "refresh-every" $d.refreshEvery "window" $d.window "cold-ratio" $d.coldRatio "buckets" $d.buckets "max-hot" $d.maxHot "invalidate-gap" $d.invalidateGap "absorbed-cap" $d.absorbedCap }}{{ if $val }}{{ $_ := set $cfg $key $val }}{{ end }}{{ end -}}
+{{- range $key, $val := dict "ttl" $d.ttl "refresh-every" $d.refreshEvery "window" $d.window "cold-ratio" $d.coldRatio "buckets" $d.buckets "max-hot" $d.maxHot "invalidate-gap" $d.invalidateGap "local-ttl" $d.localTTL "uncacheable-writes" $d.uncacheableWrites "absorbed-cap" $d.absorbedCap "hot-bytes" $d.hotBytes }}{{ if $val }}{{ $_ := set $cfg $key $val }}{{ end }}{{ end -}}
 {{- with $d.tair }}{{ range $key, $val := dict "tair-buckets" .buckets "tair-sample-max" .sampleMax "tair-sigma-n" .sigmaN "tair-reap-max" .reapMax }}{{ if $val }}{{ $_ := set $cfg $key $val }}{{ end }}{{ end }}{{ end -}}
 {{- $cfg = merge $cfg (deepCopy .Values.extraConfig) -}}
 {{- toYaml $cfg }}
