@@ -29,7 +29,6 @@ type tcase struct {
 // skipped for that shim, and the table in docs/client-shim.md shows them as
 // not passing. Remove an entry as soon as the shim gains the feature.
 var pending = map[string]map[string]string{
-	"go":           {},
 	"python":       otherShimsPending,
 	"node-ioredis": otherShimsPending,
 	"node-redis":   otherShimsPending,

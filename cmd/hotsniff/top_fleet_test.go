@@ -33,25 +33,37 @@ func TestTopRedisURL(t *testing.T) {
 	if !strings.Contains(lines[0], "channel hotsniff:hotkeys · 2 nodes") {
 		t.Errorf("header %q", lines[0])
 	}
-	if f := strings.Fields(lines[1]); len(f) < 4 || f[2] != "NODE" || f[3] != "WRITE/S" || f[4] != "CACHE" {
-		t.Errorf("titles %q", lines[1])
+	// Columns are found by their titles, so a column added later does not
+	// break this test; the TREND cell is two fields (sparkline, arrow).
+	titles := strings.Fields(lines[1])
+	col := func(name string) int {
+		for i, t := range titles {
+			if strings.TrimRight(t, "▲▼") == name {
+				if i > 1 {
+					return i + 1
+				}
+				return i
+			}
+		}
+		t.Fatalf("no %s column in %q", name, lines[1])
+		return -1
 	}
+	iRate, iNode, iWrite, iCache := col("RATE"), col("NODE"), col("WRITE/S"), col("CACHE")
 	seen := map[string]bool{}
 	for _, l := range lines[2:] {
-		// RATE, TREND (spark and arrow), NODE, WRITE/S, CACHE, PROTO, SERVER, NS, STATE, SOURCE, LOCAL, KEY
 		f := strings.Fields(l)
-		if len(f) != 13 {
+		if len(f) != len(titles)+1 {
 			t.Errorf("row %q", l)
 			continue
 		}
-		node, cache, key := f[3], f[5], f[12]
+		node, cache, key := f[iNode], f[iCache], f[len(f)-1]
 		seen[node+" "+key] = true
 		switch key {
 		case "bench:hot":
 			// The rates measured at the end of the replay (12 000 reads/s,
 			// 4 000 writes/s), which the publisher keeps in the snapshot.
-			q, _ := strconv.ParseFloat(f[0], 64)
-			w, _ := strconv.ParseFloat(f[4], 64)
+			q, _ := strconv.ParseFloat(f[iRate], 64)
+			w, _ := strconv.ParseFloat(f[iWrite], 64)
 			if cache != "no" || q < 11000 || q > 13000 || w < 3600 || w > 4400 {
 				t.Errorf("bench:hot from %s: %q, want ~12000 demand, ~4000 writes/s, CACHE no", node, l)
 			}
