@@ -29,12 +29,11 @@ type tcase struct {
 // skipped for that shim, and the table in docs/client-shim.md shows them as
 // not passing. Remove an entry as soon as the shim gains the feature.
 var pending = map[string]map[string]string{
-	"python":       otherShimsPending,
 	"node-ioredis": otherShimsPending,
 	"node-redis":   otherShimsPending,
 }
 
-// otherShimsPending is what the Python and Node shims lack of the Go
+// otherShimsPending is what the Node shims lack of the Go
 // shim's issue-14 fixes.
 var otherShimsPending = map[string]string{
 	"pipeline-served": "pipelines are sent to Redis whole (correct, not served locally)",

@@ -5,8 +5,9 @@ marks hot for this client's server and DB are cached, each on its second
 read; a value is served for ``local_ttl`` from when the read that fetched it
 was sent, then exactly one caller refreshes it while the others keep the
 current value (never past ``local_ttl + stale_grace``); invalidate, cold, a
-snapshot reload and any write through the client drop it; pipelines and
-transactions are never served.
+snapshot reload and any write through the client drop it; hot reads inside
+a plain pipeline with no writes are answered from memory and the rest sent
+as one pipeline; transactions are never served.
 """
 
 from __future__ import annotations
@@ -588,9 +589,11 @@ class Shim(Handler):
 
     # -- pipelines and transactions ---------------------------------------------------------
     def pipeline(self, transaction: bool = True, shard_hint: Any = None):
-        """The client's pipeline, never served locally (answering part of a
-        transaction locally would break its atomicity); its writes drop the
-        keys they name."""
+        """The client's pipeline. A plain one (transaction=False, no WATCH,
+        no MULTI, no scripts) that writes nothing has its hot reads answered
+        from memory; a transaction never (answering part of it locally would
+        break its atomicity). Writes drop the keys they name, and a pipeline
+        that writes is sent whole, so its reads see its writes."""
         p = self._orig_pipeline(transaction, shard_hint)
         base = type(p)
         cls = self._pipe_classes.get(base)
@@ -601,6 +604,127 @@ class Shim(Handler):
         p.__class__ = cls
         p._hotsniff_shim = self
         return p
+
+    def _peek(self, key: bytes, kind: int, now: float) -> Optional[_Value]:
+        """key's fresh value of kind, counted as a local hit; None (counting
+        nothing) when there is none. Pipelines serve only fresh values of
+        hashes and MGETs: they cannot fetch on the side."""
+        with self._lock:
+            en = self._fresh_locked(key, kind, now)
+            if en is None:
+                return None
+            self.m["hits"] += 1
+            en.hits += 1
+            return en.val
+
+    def _fresh_locked(self, key: bytes, kind: int, now: float) -> Optional[_Entry]:
+        en = self._entries.get(key)
+        if en is None or en.kind != kind or en.uncacheable:
+            return None
+        if en.hot_until and now >= en.hot_until:
+            return None
+        v = en.val
+        if v is None or now >= v.expires:
+            return None
+        return en
+
+    def _plan_pipe(self, args: Tuple, options: Dict, now: float):
+        """One command of a plain pipeline: (True, reply) when answered from
+        memory, (False, ticket or None) when it is sent."""
+        if options and (len(options) > 1 or "keys" not in options):
+            return False, None
+        name = args[0]
+        if not isinstance(name, str):
+            return False, None
+        u = name.upper()
+        n = len(args)
+        if u == "GET" and n == 2:
+            act, v, t = self._acquire(self._key(args[1]), KIND_STRING, now)
+            if act == ACT_HIT:
+                return True, v.data
+            return False, t  # a GET may refresh its key: its reply is stored
+        if u in ("HGET", "HMGET", "HGETALL"):
+            if (u == "HGET" and n != 3) or (u == "HMGET" and n < 3) or (u == "HGETALL" and n != 2):
+                return False, None
+            v = self._peek(self._key(args[1]), KIND_HASH, now)
+            if v is None:
+                return False, None
+            if u == "HGET":
+                return True, v.hidx.get(self._key(args[2]))
+            if u == "HMGET":
+                return True, [v.hidx.get(self._key(f)) for f in args[2:]]
+            return True, dict(v.data)
+        if u == "MGET" and n >= 2:
+            # Served only when every key has a fresh value; otherwise sent
+            # whole and nothing is counted.
+            keys = [self._key(a) for a in args[1:]]
+            with self._lock:
+                ents = [self._fresh_locked(k, KIND_STRING, now) for k in keys]
+                if any(en is None for en in ents):
+                    return False, None
+                self.m["hits"] += len(ents)
+                for en in ents:
+                    en.hits += 1
+                return True, [en.val.data for en in ents]
+        return False, None
+
+    def _serve_pipeline(self, pipe: Any, raise_on_error: bool) -> List[Any]:
+        """A plain pipeline with no writes: hot reads are answered from
+        memory, the rest is sent as one pipeline in their order, and the
+        results come back in command order as redis-py returns them (the
+        first error raised when raise_on_error, annotated with its number
+        in the whole pipeline)."""
+        stack = list(pipe.command_stack)
+        now = time.monotonic()
+        plan = [self._plan_pipe(args, options, now) for args, options in stack]
+        remote = [i for i, (local, _) in enumerate(plan) if not local]
+        out: List[Any] = [None] * len(stack)
+        for i, (local, r) in enumerate(plan):
+            if local:
+                out[i] = r
+        if len(remote) == len(stack):
+            res = self._send_pipe(pipe, stack, plan, raise_on_error)
+            return res
+        if not remote:
+            # Nothing left to send: nothing is sent.
+            pipe.reset()
+        else:
+            res = self._send_pipe(pipe, [stack[i] for i in remote], [plan[i] for i in remote], False)
+            for j, i in enumerate(remote):
+                out[i] = res[j]
+        if raise_on_error:
+            for i, r in enumerate(out):
+                if isinstance(r, ResponseError):
+                    pipe.annotate_exception(r, i + 1, stack[i][0])
+                    raise r
+        return out
+
+    def _send_pipe(self, pipe: Any, cmds: List, plan: List, raise_on_error: bool) -> List[Any]:
+        """Send cmds as the pipeline and store the replies of the GETs that
+        hold refresh tokens."""
+        pipe.command_stack = cmds
+        try:
+            res = super(type(pipe), pipe).execute(False)
+        except BaseException:
+            for _, t in plan:
+                if t is not None:
+                    self.m["fetch_errors"] += 1
+                    self._release(t)
+            raise
+        for (_, t), r in zip(plan, res):
+            if t is None:
+                continue
+            if isinstance(r, Exception):
+                self.m["fetch_errors"] += 1
+                self._release(t)
+            else:
+                self._store(t, _Value(r))
+        if raise_on_error:
+            for i, r in enumerate(res):
+                if isinstance(r, ResponseError):
+                    pipe.annotate_exception(r, i + 1, cmds[i][0])
+                    raise r
+        return res
 
     # -- introspection ---------------------------------------------------------------------
     def stats(self) -> Dict[str, Any]:
@@ -634,6 +758,9 @@ def _pipe_execute(self, raise_on_error: bool = True):
         keys.extend(k)
         all_ = all_ or a
     if not keys and not all_:
+        if (shim._active and self.command_stack and not self.transaction
+                and not self.explicit_transaction and not self.watching and not self.scripts):
+            return shim._serve_pipeline(self, raise_on_error)
         return super(type(self), self).execute(raise_on_error)
     shim._invalidate_written(keys, all_)
     try:

@@ -122,3 +122,146 @@ def test_close_passes_through(port):
     before = gets(plain)
     assert r.get("kc") == b"v"
     assert gets(plain) == before + 1
+
+
+def cmdcalls(c, name):
+    return c.info("commandstats").get("cmdstat_" + name, {}).get("calls", 0)
+
+
+def _warm(plain, r, shim, channel, keys):
+    for k in keys:
+        hot(plain, channel, k, seq=keys.index(k) + 1)
+    deadline = time.time() + 5
+    while not all(shim.is_hot(k) for k in keys) and time.time() < deadline:
+        time.sleep(0.01)
+    for k in keys:
+        r.get(k)
+        r.get(k)
+
+
+@pytest.fixture
+def served(port):
+    plain = redis.Redis(port=port)
+    plain.flushdb()
+    plain.set("hk", "hv")
+    plain.set("ck", "cv")
+    plain.hset("hh", mapping={"f": "1", "g": "2"})
+    r = redis.Redis(port=port)
+    ch = "tp%d" % time.monotonic_ns()
+    shim = hotsniff_shim.install(r, channel=ch, local_ttl=60)
+    assert shim.wait_synced(5)
+    _warm(plain, r, shim, ch, ["hk"])
+    hot(plain, ch, "hh", seq=10)
+    deadline = time.time() + 5
+    while not shim.is_hot("hh") and time.time() < deadline:
+        time.sleep(0.01)
+    r.hgetall("hh")
+    r.hgetall("hh")
+    yield plain, r, shim
+    shim.close()
+
+
+def test_pipeline_hot_read_served(served):
+    plain, r, shim = served
+    before, hits = gets(plain), shim.stats()["hits"]
+    p = r.pipeline(transaction=False)
+    p.get("hk")
+    p.get("hk")
+    assert p.execute() == [b"hv", b"hv"]
+    # Nothing was left to send: Redis saw no GET (and no pipeline at all).
+    assert gets(plain) == before
+    st = shim.stats()
+    assert st["hits"] == hits + 2
+    assert p.command_stack == []
+    # The served reads count toward the absorbed report the next refresh carries.
+    assert shim._entries[b"hk"].hits >= 2
+
+
+def test_pipeline_with_write_sent_whole(served):
+    plain, r, shim = served
+    before, sets = gets(plain), cmdcalls(plain, "set")
+    p = r.pipeline(transaction=False)
+    p.get("hk")
+    p.set("hk", "new")
+    p.get("hk")
+    assert p.execute() == [b"hv", True, b"new"]
+    assert gets(plain) == before + 2 and cmdcalls(plain, "set") == sets + 1
+    # The write dropped the cached value: the next read sees it.
+    assert r.get("hk") == b"new"
+
+
+def test_transaction_never_served(served):
+    plain, r, shim = served
+    before, hits = gets(plain), shim.stats()["hits"]
+    p = r.pipeline(transaction=True)
+    p.get("hk")
+    assert p.execute() == [b"hv"]
+    assert gets(plain) == before + 1
+    with r.pipeline(transaction=False) as p:
+        p.watch("hk")
+        assert p.get("hk") == b"hv"
+        p.get("hk")  # immediate mode after WATCH: sent
+        p.multi()
+        p.get("hk")
+        assert p.execute() == [b"hv"]
+    assert gets(plain) == before + 4
+    assert shim.stats()["hits"] == hits
+
+
+def test_pipeline_mixed_order_and_types(served):
+    plain, r, shim = served
+    before, hgetalls = gets(plain), cmdcalls(plain, "hgetall")
+    p = r.pipeline(transaction=False)
+    p.get("ck")            # cold: sent
+    p.get("hk")            # hot: local
+    p.hgetall("hh")        # hot hash: local
+    p.get("missing")       # cold, missing: sent
+    p.hget("hh", "g")      # local
+    p.hmget("hh", "f", "x")  # local
+    p.mget("hk", "hk")     # every key fresh: local
+    p.mget("hk", "ck")     # not all fresh: sent
+    p.hlen("hh")           # not a served read: sent
+    res = p.execute()
+    assert res == [b"cv", b"hv", {b"f": b"1", b"g": b"2"}, None, b"2", [b"1", None],
+                   [b"hv", b"hv"], [b"hv", b"cv"], 2]
+    assert gets(plain) == before + 2
+    assert cmdcalls(plain, "hgetall") == hgetalls
+    # A cached dict is copied per reply.
+    res[2][b"f"] = b"changed"
+    p = r.pipeline(transaction=False)
+    p.hgetall("hh")
+    assert p.execute() == [{b"f": b"1", b"g": b"2"}]
+
+
+def test_pipeline_error_order(served):
+    plain, r, shim = served
+    plain.set("str", "x")
+    p = r.pipeline(transaction=False)
+    p.get("hk")          # local
+    p.hget("str", "f")   # WRONGTYPE from Redis
+    with pytest.raises(redis.ResponseError) as ei:
+        p.execute()
+    assert "Command # 2 (HGET str f)" in str(ei.value)
+    p = r.pipeline(transaction=False)
+    p.get("hk")
+    p.hget("str", "f")
+    res = p.execute(raise_on_error=False)
+    assert res[0] == b"hv" and isinstance(res[1], redis.ResponseError)
+
+
+def test_pipeline_decoded_replies(port):
+    plain = redis.Redis(port=port)
+    plain.set("dk", "dv")
+    r = redis.Redis(port=port, decode_responses=True)
+    shim = hotsniff_shim.install(r, channel="tdec", local_ttl=60)
+    try:
+        assert shim.wait_synced(5)
+        _warm(plain, r, shim, "tdec", ["dk"])
+        before = gets(plain)
+        p = r.pipeline(transaction=False)
+        p.get("dk")
+        p.get("nokey")
+        assert p.execute() == ["dv", None]
+        assert gets(plain) == before + 1
+    finally:
+        shim.close()
