@@ -28,16 +28,7 @@ type tcase struct {
 // pending lists cases a shim does not pass yet, with the reason: they are
 // skipped for that shim, and the table in docs/client-shim.md shows them as
 // not passing. Remove an entry as soon as the shim gains the feature.
-var pending = map[string]map[string]string{
-	"node-ioredis": otherShimsPending,
-	"node-redis":   otherShimsPending,
-}
-
-// otherShimsPending is what the Node shims lack of the Go
-// shim's issue-14 fixes.
-var otherShimsPending = map[string]string{
-	"pipeline-served": "pipelines are sent to Redis whole (correct, not served locally)",
-}
+var pending = map[string]map[string]string{}
 
 var cases = []tcase{
 	{name: "snapshot-on-start", what: "keys in the snapshot are hot on start (subscribe, then read the snapshot)",

@@ -33,6 +33,10 @@ export interface ShimOptions {
   subscriber?: SubscriberOptions;
 }
 
+/** Commands that change the connection's state (DB, transaction, auth):
+ * a pipeline holding one is sent whole. */
+const SESSION = new Set(['SELECT', 'MULTI', 'EXEC', 'DISCARD', 'WATCH', 'UNWATCH', 'RESET', 'AUTH', 'HELLO', 'CLIENT', 'SWAPDB', 'QUIT']);
+
 export const KIND_STRING = 1;
 export const KIND_HASH = 2;
 
@@ -369,6 +373,37 @@ export class Core implements SubscriberHandler {
       this.entries.delete(key);
       this.evictions[reason]++;
     }
+  }
+
+  /** key's fresh value of kind, counted as a local hit; null (counting
+   * nothing) when there is none. Pipelines serve hashes and MGETs only from
+   * fresh values: they cannot fetch on the side. */
+  peek(key: string, kind: number, t: number): Value | null {
+    const en = this.fresh(key, kind, t);
+    if (en === null) return null;
+    this.m.hits++;
+    en.hits++;
+    return en.val;
+  }
+
+  /** key's entry if it holds a fresh value of kind (counting nothing). */
+  fresh(key: string, kind: number, t: number): CacheEntry | null {
+    const en = this.entries.get(key);
+    if (en === undefined || en.kind !== kind || en.uncacheable) return null;
+    if (en.hotUntil && t >= en.hotUntil) return null;
+    const v = en.val;
+    return v !== null && t < v.expires ? en : null;
+  }
+
+  /** Whether a plain pipeline of these commands (name first) may have its
+   * hot reads served: it writes nothing and changes no session state. */
+  servable(cmds: readonly (readonly Arg[])[]): boolean {
+    for (const args of cmds) {
+      if (SESSION.has(String(args[0]).toUpperCase())) return false;
+      const { keys, all } = writtenKeys(args);
+      if (all || keys.length > 0) return false;
+    }
+    return true;
   }
 
   /** Drops what a command writes; returns whether it writes anything (then

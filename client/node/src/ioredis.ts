@@ -1,8 +1,8 @@
 // The shim on an ioredis client: its sendCommand is wrapped. Commands sent
-// on their own (redis.get, redis.call("GET")) may be served; commands of a
-// pipeline or MULTI (they carry a stream) and everything after MULTI or
-// WATCH until EXEC/DISCARD/UNWATCH go to Redis. Writes drop their keys
-// either way.
+// on their own (redis.get, redis.call("GET")) may be served, and so may
+// the hot reads of a plain redis.pipeline() that writes nothing (its exec
+// is wrapped); MULTI and everything after MULTI or WATCH until
+// EXEC/DISCARD/UNWATCH go to Redis. Writes drop their keys either way.
 
 import { keyString } from './events';
 import { Act, Core, KIND_HASH, KIND_STRING, Ticket, Value } from './cache';
@@ -226,6 +226,102 @@ export function installIoredis(redis: any, core: Core): () => void {
     return cmd.promise;
   };
 
+  // servePipeline answers the hot reads of a plain pipeline (p._queue, not
+  // yet sent) and sends the rest as one pipeline, in their order; false:
+  // not servable, let ioredis send it whole. Each command's own promise is
+  // settled (locally, or by its reply), so the pipeline's result, in
+  // command order, is what ioredis would have given.
+  const servePipeline = (p: any): boolean => {
+    const q: Cmd[] = p._queue;
+    if (!core.servable(q.map((c) => [String(c.name), ...c.args]))) return false;
+    const t = now();
+    type Slot = { local: true; raw: unknown } | { local: false; tk?: Ticket };
+    const plan: Slot[] = q.map((c): Slot => {
+      const name = String(c.name).toLowerCase();
+      const n = c.args.length;
+      switch (name) {
+        case 'get': {
+          if (n !== 1) break;
+          const a = core.acquire(keyString(c.args[0]), KIND_STRING, t);
+          if (a.act === Act.Hit) return { local: true, raw: a.v!.raw };
+          if (a.act === Act.Fetch) return { local: false, tk: a.t };
+          break;
+        }
+        case 'hget': case 'hmget': case 'hgetall': {
+          if ((name === 'hget' && n !== 2) || (name === 'hmget' && n < 2) || (name === 'hgetall' && n !== 1)) break;
+          const v = core.peek(keyString(c.args[0]), KIND_HASH, t);
+          if (v === null) break;
+          if (name === 'hget') return { local: true, raw: v.hidx!.get(keyString(c.args[1])) ?? null };
+          if (name === 'hmget') return { local: true, raw: c.args.slice(1).map((f: Arg) => v.hidx!.get(keyString(f)) ?? null) };
+          return { local: true, raw: copyRaw(v.raw) };
+        }
+        case 'mget': {
+          // Served only when every key has a fresh value.
+          if (n < 1) break;
+          const ents = c.args.map((k: Arg) => core.fresh(keyString(k), KIND_STRING, t));
+          if (ents.some((e: unknown) => e === null)) break;
+          core.m.hits += ents.length;
+          for (const e of ents) e.hits++;
+          return { local: true, raw: ents.map((e: any) => e.val.raw) };
+        }
+      }
+      return { local: false };
+    });
+    // Nothing answered here and no refresh: ioredis sends it as it is.
+    if (!plan.some((sl) => sl.local || sl.tk)) return false;
+    return sendPlan(p, q, plan);
+  };
+
+  const sendPlan = (p: any, q: Cmd[], plan: ({ local: true; raw: unknown } | { local: false; tk?: Ticket })[]): boolean => {
+    p.replyPending = q.length;
+    let sub: any = null;
+    q.forEach((c, i) => {
+      const sl = plan[i];
+      if (sl.local) {
+        c.resolve(sl.raw);
+        return;
+      }
+      if (!sub) sub = origPipeline.call(redis);
+      if (!sl.tk) {
+        sub.sendCommand(c);
+        return;
+      }
+      // The refresh: sent raw, stored, then converted for the caller.
+      const tk = sl.tk;
+      const rc = raw(c, 'get', [c.args[0]]);
+      rc.promise.then(
+        (r: unknown) => {
+          core.store(tk, { expires: 0, raw: r });
+          c.resolve(r);
+        },
+        (err: unknown) => {
+          core.m.fetchErrors++;
+          core.release(tk);
+          c.reject(err);
+        },
+      );
+      sub.sendCommand(rc);
+    });
+    // Nothing left to send: nothing is sent.
+    if (sub) sub.exec().catch(() => {});
+    return true;
+  };
+
+  const origPipeline = redis.pipeline;
+  redis.pipeline = function (this: any, ...a: unknown[]) {
+    const p = origPipeline.apply(this, a);
+    const exec = p.exec;
+    p.exec = function (this: any, callback?: (err: unknown, res?: unknown) => void) {
+      if (!core.active || this._transactions > 0 || this.isCluster || !this._queue.length || this.nodeifiedPromise || !servePipeline(this)) {
+        return exec.call(this, callback);
+      }
+      this.nodeifiedPromise = true;
+      if (callback) this.promise.then((r: unknown) => callback(null, r), (err: unknown) => callback(err));
+      return this.promise;
+    };
+    return p;
+  };
+
   redis.sendCommand = function (cmd: Cmd, stream?: unknown, node?: unknown) {
     // Typed methods name commands in lower case; redis.call keeps the case given.
     const name: string = typeof cmd.name === 'string' ? cmd.name.toLowerCase() : String(cmd.name);
@@ -256,5 +352,6 @@ export function installIoredis(redis: any, core: Core): () => void {
   };
   return () => {
     redis.sendCommand = orig;
+    if (redis.pipeline !== origPipeline) delete redis.pipeline;
   };
 }

@@ -1,7 +1,8 @@
 // The shim on a node-redis (v4+) client: its sendCommand, which every typed
 // command goes through, is wrapped; pipelines and MULTI (_executePipeline,
-// _executeMulti) never reach it and are never served, but their writes
-// drop their keys. After WATCH nothing is served until EXEC, DISCARD or
+// _executeMulti) never reach it. MULTI is never served; a plain pipeline
+// (execAsPipeline) that writes nothing has its hot reads answered from
+// memory. Writes drop their keys either way. After WATCH nothing is served until EXEC, DISCARD or
 // UNWATCH.
 
 import { keyString } from './events';
@@ -224,7 +225,81 @@ export function installNodeRedis(client: any, core: Core): () => void {
     }
     return p;
   };
-  self._executePipeline = batch(origPipe);
+  const wholePipe = batch(origPipe);
+  // A plain pipeline (multi().execAsPipeline()) that writes nothing and
+  // changes no session state: hot reads are answered from memory and the
+  // rest sent as one pipeline, in their order; the raw replies come back in
+  // command order for node-redis to transform, as if all had been sent.
+  self._executePipeline = async function (this: any, commands: { args: Arg[] }[], selectedDB?: unknown, ...rest: unknown[]) {
+    if (!core.active || selectedDB !== undefined || !core.servable(commands.map((c) => c.args))) {
+      return wholePipe.call(this, commands, selectedDB, ...rest);
+    }
+    const tag = this._commandOptions?.typeMapping;
+    const t = now();
+    type Slot = { local: true; raw: unknown } | { local: false; tk?: Ticket };
+    const plan: Slot[] = commands.map(({ args }): Slot => {
+      const name = String(args[0]).toUpperCase();
+      const n = args.length;
+      switch (name) {
+        case 'GET': {
+          if (n !== 2) break;
+          const a = core.acquire(keyString(args[1]), KIND_STRING, t);
+          if (a.act === Act.Hit && a.v!.tag === tag) return { local: true, raw: a.v!.raw };
+          if (a.act === Act.Fetch) return { local: false, tk: a.t };
+          break;
+        }
+        case 'HGET': case 'HMGET': case 'HGETALL': {
+          if ((name === 'HGET' && n !== 3) || (name === 'HMGET' && n < 3) || (name === 'HGETALL' && n !== 2)) break;
+          const en = core.fresh(keyString(args[1]), KIND_HASH, t);
+          if (en === null || en.val!.tag !== tag) break;
+          const v = core.peek(keyString(args[1]), KIND_HASH, t)!;
+          if (name === 'HGET') return { local: true, raw: v.hidx!.get(keyString(args[2])) ?? null };
+          if (name === 'HMGET') return { local: true, raw: args.slice(2).map((f) => v.hidx!.get(keyString(f)) ?? null) };
+          return { local: true, raw: copyRaw(v.raw) };
+        }
+        case 'MGET': {
+          // Served only when every key has a fresh value.
+          if (n < 2) break;
+          const ents = args.slice(1).map((k) => core.fresh(keyString(k), KIND_STRING, t));
+          if (ents.some((e) => e === null || e.val!.tag !== tag)) break;
+          core.m.hits += ents.length;
+          for (const e of ents) e!.hits++;
+          return { local: true, raw: ents.map((e) => e!.val!.raw) };
+        }
+      }
+      return { local: false };
+    });
+    const remote = commands.filter((_, i) => !plan[i].local);
+    const tickets = plan.flatMap((sl) => (!sl.local && sl.tk ? [sl.tk] : []));
+    if (remote.length === commands.length && tickets.length === 0) return origPipe.call(this, commands, selectedDB, ...rest);
+    const out: unknown[] = plan.map((sl) => (sl.local ? sl.raw : undefined));
+    // Nothing left to send: nothing is sent.
+    if (remote.length === 0) return out;
+    let rv: unknown[];
+    try {
+      rv = (await origPipe.call(this, remote, selectedDB, ...rest)) as unknown[];
+    } catch (err) {
+      for (const tk of tickets) {
+        core.m.fetchErrors++;
+        core.release(tk);
+      }
+      throw err;
+    }
+    let j = 0;
+    plan.forEach((sl, i) => {
+      if (sl.local) return;
+      const r = rv[j++];
+      out[i] = r;
+      if (!sl.tk) return;
+      if (r instanceof Error) {
+        core.m.fetchErrors++;
+        core.release(sl.tk);
+      } else {
+        core.store(sl.tk, { expires: 0, raw: r, tag });
+      }
+    });
+    return out;
+  };
   const multi = batch(origMulti);
   self._executeMulti = function (this: any, ...a: any[]) {
     // EXEC ends a WATCH, whatever its outcome.

@@ -95,3 +95,117 @@ test('a silent channel is checked with PING', async () => {
   await shim.close();
   r.disconnect();
 });
+
+const calls = async (name: string) => Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(await admin.info('commandstats'))?.[1] ?? 0);
+
+async function hotSeq(shim: { isHot(k: string): boolean }, channel: string, key: string, seq: number) {
+  await admin.publish(channel, JSON.stringify({ v: 1, seq, type: 'hot', proto: 'redis', server: '', ns: '0', key, qps: 1, ttl_ms: 0, ts: '', source: 'manual', node: 't' }));
+  for (let i = 0; !shim.isHot(key); i++) {
+    if (i > 500) throw new Error('never hot');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+// Both libraries: hk (string) and hh (hash) hot and cached, ck cold.
+async function pipeSetup(channel: string, client: any, kind: 'io' | 'nr') {
+  await admin.set('hk', 'hv');
+  await admin.set('ck', 'cv');
+  await admin.del('hh');
+  await admin.hset('hh', 'f', '1', 'g', '2');
+  await admin.set('str', 'x');
+  const shim = await install(client, { channel, localTtlMs: 60_000 });
+  await shim.synced;
+  await hotSeq(shim, channel, 'hk', 1);
+  await hotSeq(shim, channel, 'hh', 2);
+  for (let i = 0; i < 2; i++) {
+    await client.get('hk');
+    await (kind === 'io' ? client.hgetall('hh') : client.hGetAll('hh'));
+  }
+  return shim;
+}
+
+test('ioredis pipeline: hot reads served, order and types kept, writes sent whole, multi never served', async () => {
+  const r = new IORedis({ port });
+  const shim = await pipeSetup('tpio', r, 'io');
+  let g = await gets();
+  let hits = shim.stats().hits;
+  // All hot: nothing is sent at all.
+  assert.deepEqual(await r.pipeline().get('hk').get('hk').exec(), [[null, 'hv'], [null, 'hv']]);
+  assert.equal(await gets(), g);
+  assert.equal(shim.stats().hits, hits + 2);
+  // Mixed hot and cold, every reply form as ioredis gives it.
+  const hg = await calls('hgetall');
+  const res = await r.pipeline()
+    .get('ck').get('hk').hgetall('hh').get('missing').hget('hh', 'g').hmget('hh', 'f', 'x')
+    .mget('hk', 'hk').mget('hk', 'ck').getBuffer('hk').hlen('hh').hget('str', 'f').exec();
+  assert.equal(res!.length, 11);
+  assert.deepEqual(res!.slice(0, 9), [[null, 'cv'], [null, 'hv'], [null, { f: '1', g: '2' }], [null, null], [null, '2'], [null, ['1', null]],
+    [null, ['hv', 'hv']], [null, ['hv', 'cv']], [null, Buffer.from('hv')]]);
+  assert.deepEqual(res![9], [null, 2]);
+  assert.ok(res![10][0] instanceof Error && /WRONGTYPE/.test(String(res![10][0])));
+  assert.equal(await gets(), g + 2, 'only the cold GETs reach Redis');
+  assert.equal(await calls('hgetall'), hg);
+  // Callback form.
+  const viaCb = await new Promise((ok, bad) => r.pipeline().get('hk').exec((err, out) => (err ? bad(err) : ok(out))));
+  assert.deepEqual(viaCb, [[null, 'hv']]);
+  // A pipeline that writes is sent whole, its reads see its write.
+  g = await gets();
+  const sets = await calls('set');
+  assert.deepEqual(await r.pipeline().get('hk').set('hk', 'new').get('hk').exec(), [[null, 'hv'], [null, 'OK'], [null, 'new']]);
+  assert.equal(await gets(), g + 2);
+  assert.equal(await calls('set'), sets + 1);
+  assert.equal(await r.get('hk'), 'new', 'the write dropped the cached value');
+  // Transactions are never served.
+  await r.get('hk');
+  g = await gets();
+  hits = shim.stats().hits;
+  assert.deepEqual(await r.multi().get('hk').exec(), [[null, 'new']]);
+  assert.deepEqual(await r.multi().get('hk').get('hk').exec(), [[null, 'new'], [null, 'new']]);
+  assert.equal(await gets(), g + 3);
+  assert.equal(shim.stats().hits, hits);
+  await shim.close();
+  r.disconnect();
+});
+
+test('node-redis execAsPipeline: hot reads served, order and types kept, writes sent whole, multi never served', async () => {
+  const c: any = createClient({ socket: { port } });
+  await c.connect();
+  const shim = await pipeSetup('tpnr', c, 'nr');
+  let g = await gets();
+  let hits = shim.stats().hits;
+  assert.deepEqual(await c.multi().get('hk').get('hk').execAsPipeline(), ['hv', 'hv']);
+  assert.equal(await gets(), g);
+  assert.equal(shim.stats().hits, hits + 2);
+  const hg = await calls('hgetall');
+  const res = await c.multi()
+    .get('ck').get('hk').hGetAll('hh').get('missing').hGet('hh', 'g').hmGet('hh', ['f', 'x'])
+    .mGet(['hk', 'hk']).mGet(['hk', 'ck']).hLen('hh').execAsPipeline();
+  const hash = Object.assign(Object.create(null), { f: '1', g: '2' });
+  assert.deepEqual(res, ['cv', 'hv', hash, null, '2', ['1', null], ['hv', 'hv'], ['hv', 'cv'], 2]);
+  assert.equal(await gets(), g + 2, 'only the cold GETs reach Redis');
+  assert.equal(await calls('hgetall'), hg);
+  // An error among served replies: what node-redis itself would throw.
+  const plain: any = createClient({ socket: { port } });
+  await plain.connect();
+  const want = await plain.multi().get('hk').hGet('str', 'f').execAsPipeline().then(() => null, (e: any) => e);
+  await plain.quit();
+  assert.ok(want instanceof Error);
+  const got = await c.multi().get('hk').hGet('str', 'f').execAsPipeline().then(() => null, (e: any) => e);
+  assert.equal(got?.constructor, want.constructor);
+  assert.equal(got?.message, want.message);
+  assert.deepEqual(got?.errorIndexes, (want as any).errorIndexes);
+  g = await gets();
+  const sets = await calls('set');
+  assert.deepEqual(await c.multi().get('hk').set('hk', 'new').get('hk').execAsPipeline(), ['hv', 'OK', 'new']);
+  assert.equal(await gets(), g + 2);
+  assert.equal(await calls('set'), sets + 1);
+  assert.equal(await c.get('hk'), 'new');
+  await c.get('hk');
+  g = await gets();
+  hits = shim.stats().hits;
+  assert.deepEqual(await c.multi().get('hk').exec(), ['new']);
+  assert.equal(await gets(), g + 1);
+  assert.equal(shim.stats().hits, hits);
+  await shim.close();
+  await c.quit();
+});
