@@ -759,6 +759,7 @@ def _pipe_execute(self, raise_on_error: bool = True):
         all_ = all_ or a
     if not keys and not all_:
         if (shim._active and self.command_stack and not self.transaction
+                and not any(_session(args) for args, _ in self.command_stack)
                 and not self.explicit_transaction and not self.watching and not self.scripts):
             return shim._serve_pipeline(self, raise_on_error)
         return super(type(self), self).execute(raise_on_error)
@@ -767,6 +768,19 @@ def _pipe_execute(self, raise_on_error: bool = True):
         return super(type(self), self).execute(raise_on_error)
     finally:
         shim._invalidate_written(keys, all_)
+
+
+#: Commands that change the connection (DB, transaction, auth): a pipeline
+#: holding one is sent whole.
+_SESSION = frozenset(("SELECT", "MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH", "RESET",
+                      "AUTH", "HELLO", "CLIENT", "SWAPDB", "QUIT"))
+
+
+def _session(args: Tuple) -> bool:
+    name = args[0]
+    if isinstance(name, bytes):
+        name = name.decode("latin-1")
+    return isinstance(name, str) and name.split(" ", 1)[0].upper() in _SESSION
 
 
 def _pipe_immediate(self, *args, **options):

@@ -265,3 +265,14 @@ def test_pipeline_decoded_replies(port):
         assert gets(plain) == before + 1
     finally:
         shim.close()
+
+
+def test_pipeline_with_select_sent_whole(served):
+    plain, r, shim = served
+    before = gets(plain)
+    p = r.pipeline(transaction=False)
+    p.execute_command("SELECT", 1)
+    p.get("hk")
+    p.execute_command("SELECT", 0)
+    assert p.execute() == [True, None, True]
+    assert gets(plain) == before + 1
