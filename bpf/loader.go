@@ -347,6 +347,14 @@ func roundPow2(n int) int {
 }
 
 func (c *Capture) load(objs *hotsniffObjects, rawIP bool) error {
+	return c.loadInto(objs, rawIP)
+}
+
+// loadInto loads the programs and maps that to (a *hotsniffObjects, or a
+// struct naming a subset of them) asks for, sharing c's rings, port map,
+// wakeup state and reply skips, so every attachment feeds the same reader.
+// rawIP is for devices without a link-layer header.
+func (c *Capture) loadInto(to any, rawIP bool) error {
 	spec := c.spec.Copy()
 	var raw uint8
 	if rawIP {
@@ -355,7 +363,7 @@ func (c *Capture) load(objs *hotsniffObjects, rawIP bool) error {
 	if err := spec.Variables[hotsniffVarRawIp].Set(raw); err != nil {
 		return fmt.Errorf("set raw_ip: %w", err)
 	}
-	err := spec.LoadAndAssign(objs, &ebpf.CollectionOptions{
+	err := spec.LoadAndAssign(to, &ebpf.CollectionOptions{
 		MapReplacements: map[string]*ebpf.Map{
 			hotsniffMapRings:      c.rings,
 			hotsniffMapPorts:      c.ports,
