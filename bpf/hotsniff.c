@@ -79,7 +79,7 @@ struct rec_hdr {
 	__u8 flags;      // TCP flags
 	__u8 family;     // 4 or 6
 	__u8 hook;       // enum hook
-	__u8 pad;
+	__u8 sample;     // sampling: shift in effect (bits 0-4), REC_RESUMED (bit 7)
 	__u32 pad2;
 };
 
@@ -577,6 +577,110 @@ static __always_inline void copy_out(void *ctx, int xdp, struct counters *cnt, s
 		bpf_loop(chunks, copy_chunk_skb, &st, 0);
 }
 
+
+// Flow sampling (--max-cpu). A flow (client address and port, server port:
+// both directions hash alike) is kept at shift s when the low s bits of its
+// hash are zero, so one in 2^s flows is copied and the others are skipped
+// whole: the stream layer never sees part of a request, and the sets kept
+// at larger shifts are subsets of those kept at smaller ones. User space
+// sets the shift from its CPU budget; the programs raise it themselves when
+// a ring fills past half, so under overload whole flows are shed on purpose
+// instead of records being dropped at random.
+struct sampling {
+	__u32 shift;        // current: keep 1 in 2^shift flows (0 = all)
+	__u32 resume_shift; // flows kept now but not at this shift were skipped lately
+	__u64 resume_until; // ...until this time (ns): their records carry REC_RESUMED
+	__u64 raised_ns;    // last time the programs raised the shift
+	__u64 raises;       // times the programs raised the shift (ring filling)
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sampling);
+} sampling SEC(".maps");
+
+const struct sampling *unused_sampling __attribute__((unused));
+
+// sampled_out counts, per CPU, the segments of flows sampled out: skipped
+// on purpose, not lost.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} sampled_out SEC(".maps");
+
+#define MAX_SHIFT 12
+#define REC_RESUMED 0x80
+// A ring fuller than half raises the shift, at most once per raise_gap_ns
+// (the reader needs a moment to drain what the last step left).
+#define RAISE_GAP_NS 20000000ULL
+
+static __always_inline __u64 flow_hash(const struct rec_hdr *h, int reply)
+{
+	const __u32 *a = (const __u32 *)(reply ? h->daddr : h->saddr);
+	__u64 x = (__u64)a[0] * 0x9E3779B97F4A7C15ULL ^ (__u64)a[1] * 0xC2B2AE3D27D4EB4FULL ^
+		  (__u64)a[2] * 0x165667B19E3779F9ULL ^ (__u64)a[3] * 0x27D4EB2F165667C5ULL;
+	__u16 cport = reply ? h->dport : h->sport;
+	__u16 sport = reply ? h->sport : h->dport;
+	x ^= ((__u64)cport << 16 | sport) * 0x94D049BB133111EBULL;
+	x ^= x >> 31;
+	x *= 0xBF58476D1CE4E5B9ULL;
+	x ^= x >> 29;
+	return x;
+}
+
+// sample_skip returns 1 when the segment's flow is sampled out, and sets
+// h->sample for a kept one. It is the only sampling code on the packet
+// path: one array lookup when sampling is off.
+static __noinline int sample_skip(struct rec_hdr *h, int reply)
+{
+	__u32 zero = 0;
+	struct sampling *s = bpf_map_lookup_elem(&sampling, &zero);
+	h->sample = 0;
+	if (!s)
+		return 0;
+	__u32 shift = s->shift;
+	__u64 hash = 0;
+	if (shift || s->resume_shift) {
+		hash = flow_hash(h, reply);
+		if (shift > MAX_SHIFT)
+			shift = MAX_SHIFT;
+		if (hash & ((1ULL << shift) - 1)) {
+			__u64 *n = bpf_map_lookup_elem(&sampled_out, &zero);
+			if (n)
+				(*n)++;
+			return 1;
+		}
+	}
+	// Still kept: if this CPU's ring is more than half full, shed more
+	// flows from now on, before the ring fills and records are lost.
+	void *rb = cpu_ring();
+	if (rb && shift < MAX_SHIFT) {
+		__u64 avail = bpf_ringbuf_query(rb, BPF_RB_AVAIL_DATA);
+		__u64 size = bpf_ringbuf_query(rb, BPF_RB_RING_SIZE);
+		if (avail > size / 2) {
+			__u64 now = bpf_ktime_get_ns();
+			// Plain stores (the programs build for BPF v1, without
+			// cmpxchg): two CPUs racing here raise it twice at worst.
+			if (now - s->raised_ns >= RAISE_GAP_NS) {
+				s->raised_ns = now;
+				s->shift = shift + 1;
+				__sync_fetch_and_add(&s->raises, 1);
+			}
+		}
+	}
+	__u8 flags = shift;
+	__u32 rs = s->resume_shift;
+	if (rs > shift && rs <= MAX_SHIFT && (hash & ((1ULL << rs) - 1)) &&
+	    bpf_ktime_get_ns() < s->resume_until)
+		flags |= REC_RESUMED;
+	h->sample = flags;
+	return 0;
+}
+
 static __always_inline void handle_skb(struct __sk_buff *skb, __u32 hook)
 {
 	// cgroup hooks see the packet from its IP header on.
@@ -602,9 +706,10 @@ static __always_inline void handle_skb(struct __sk_buff *skb, __u32 hook)
 	if (ret != 0)
 		return;
 	cnt->matched++;
+	if (sample_skip(&h, p.reply))
+		return;
 	h.ifindex = skb->ifindex;
 	h.hook = hook;
-	h.pad = 0;
 	h.pad2 = 0;
 	__u32 len = skb->len;
 	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;
@@ -651,9 +756,10 @@ int hotsniff_xdp(struct xdp_md *ctx)
 	if (ret != 0)
 		return XDP_PASS;
 	cnt->matched++;
+	if (sample_skip(&h, p.reply))
+		return XDP_PASS;
 	h.ifindex = ctx->ingress_ifindex;
 	h.hook = HOOK_XDP;
-	h.pad = 0;
 	h.pad2 = 0;
 	__u32 len = bpf_xdp_get_buff_len(ctx);
 	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;

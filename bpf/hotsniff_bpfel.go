@@ -47,8 +47,17 @@ type hotsniffRecHdr struct {
 	Flags   uint8
 	Family  uint8
 	Hook    uint8
-	Pad     uint8
+	Sample  uint8
 	Pad2    uint32
+}
+
+type hotsniffSampling struct {
+	_           structs.HostLayout
+	Shift       uint32
+	ResumeShift uint32
+	ResumeUntil uint64
+	RaisedNs    uint64
+	Raises      uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -57,6 +66,8 @@ type hotsniffRecHdr struct {
 const (
 	hotsniffMapPorts                  = "ports"
 	hotsniffMapRings                  = "rings"
+	hotsniffMapSampledOut             = "sampled_out"
+	hotsniffMapSampling               = "sampling"
 	hotsniffMapStats                  = "stats"
 	hotsniffMapWake                   = "wake"
 	hotsniffProgHotsniffCgroupEgress  = "hotsniff_cgroup_egress"
@@ -70,6 +81,7 @@ const (
 	hotsniffVarUnusedCounters         = "unused_counters"
 	hotsniffVarUnusedPortBitmap       = "unused_port_bitmap"
 	hotsniffVarUnusedRecHdr           = "unused_rec_hdr"
+	hotsniffVarUnusedSampling         = "unused_sampling"
 	hotsniffVarWakeupBytes            = "wakeup_bytes"
 	hotsniffVarWakeupNs               = "wakeup_ns"
 )
@@ -127,10 +139,12 @@ type hotsniffProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hotsniffMapSpecs struct {
-	Ports *ebpf.MapSpec `ebpf:"ports"`
-	Rings *ebpf.MapSpec `ebpf:"rings"`
-	Stats *ebpf.MapSpec `ebpf:"stats"`
-	Wake  *ebpf.MapSpec `ebpf:"wake"`
+	Ports      *ebpf.MapSpec `ebpf:"ports"`
+	Rings      *ebpf.MapSpec `ebpf:"rings"`
+	SampledOut *ebpf.MapSpec `ebpf:"sampled_out"`
+	Sampling   *ebpf.MapSpec `ebpf:"sampling"`
+	Stats      *ebpf.MapSpec `ebpf:"stats"`
+	Wake       *ebpf.MapSpec `ebpf:"wake"`
 }
 
 // hotsniffVariableSpecs contains global variables before they are loaded into the kernel.
@@ -143,6 +157,7 @@ type hotsniffVariableSpecs struct {
 	UnusedCounters   *ebpf.VariableSpec `ebpf:"unused_counters"`
 	UnusedPortBitmap *ebpf.VariableSpec `ebpf:"unused_port_bitmap"`
 	UnusedRecHdr     *ebpf.VariableSpec `ebpf:"unused_rec_hdr"`
+	UnusedSampling   *ebpf.VariableSpec `ebpf:"unused_sampling"`
 	WakeupBytes      *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 	WakeupNs         *ebpf.VariableSpec `ebpf:"wakeup_ns"`
 }
@@ -167,16 +182,20 @@ func (o *hotsniffObjects) Close() error {
 //
 // It can be passed to loadHotsniffObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hotsniffMaps struct {
-	Ports *ebpf.Map `ebpf:"ports"`
-	Rings *ebpf.Map `ebpf:"rings"`
-	Stats *ebpf.Map `ebpf:"stats"`
-	Wake  *ebpf.Map `ebpf:"wake"`
+	Ports      *ebpf.Map `ebpf:"ports"`
+	Rings      *ebpf.Map `ebpf:"rings"`
+	SampledOut *ebpf.Map `ebpf:"sampled_out"`
+	Sampling   *ebpf.Map `ebpf:"sampling"`
+	Stats      *ebpf.Map `ebpf:"stats"`
+	Wake       *ebpf.Map `ebpf:"wake"`
 }
 
 func (m *hotsniffMaps) Close() error {
 	return _HotsniffClose(
 		m.Ports,
 		m.Rings,
+		m.SampledOut,
+		m.Sampling,
 		m.Stats,
 		m.Wake,
 	)
@@ -192,6 +211,7 @@ type hotsniffVariables struct {
 	UnusedCounters   *ebpf.Variable `ebpf:"unused_counters"`
 	UnusedPortBitmap *ebpf.Variable `ebpf:"unused_port_bitmap"`
 	UnusedRecHdr     *ebpf.Variable `ebpf:"unused_rec_hdr"`
+	UnusedSampling   *ebpf.Variable `ebpf:"unused_sampling"`
 	WakeupBytes      *ebpf.Variable `ebpf:"wakeup_bytes"`
 	WakeupNs         *ebpf.Variable `ebpf:"wakeup_ns"`
 }

@@ -148,6 +148,8 @@ type Capture struct {
 	fullRings int
 	ports     *ebpf.Map
 	wake      *ebpf.Map // shared wakeup state, so attachments do not each wake the reader
+	sampling  *ebpf.Map // shared flow sampling state (sampling.go)
+	sampled   *ebpf.Map // per CPU: segments of sampled-out flows
 
 	mu     sync.Mutex
 	ifaces []*Attachment
@@ -269,6 +271,12 @@ func (c *Capture) createMaps(online []bool) error {
 	if c.wake, err = ebpf.NewMap(c.spec.Maps[hotsniffMapWake]); err != nil {
 		return fmt.Errorf("create wakeup map: %w", err)
 	}
+	if c.sampling, err = ebpf.NewMap(c.spec.Maps[hotsniffMapSampling]); err != nil {
+		return fmt.Errorf("create sampling map: %w", err)
+	}
+	if c.sampled, err = ebpf.NewMap(c.spec.Maps[hotsniffMapSampledOut]); err != nil {
+		return fmt.Errorf("create sampled-out map: %w", err)
+	}
 	return nil
 }
 
@@ -332,9 +340,11 @@ func (c *Capture) load(objs *hotsniffObjects, rawIP bool) error {
 	}
 	err := spec.LoadAndAssign(objs, &ebpf.CollectionOptions{
 		MapReplacements: map[string]*ebpf.Map{
-			hotsniffMapRings: c.rings,
-			hotsniffMapPorts: c.ports,
-			hotsniffMapWake:  c.wake,
+			hotsniffMapRings:      c.rings,
+			hotsniffMapPorts:      c.ports,
+			hotsniffMapWake:       c.wake,
+			hotsniffMapSampling:   c.sampling,
+			hotsniffMapSampledOut: c.sampled,
 		},
 	})
 	if err != nil {
@@ -654,6 +664,11 @@ func (c *Capture) Close() error {
 	}
 	if c.wake != nil {
 		errs = append(errs, c.wake.Close())
+	}
+	for _, m := range []*ebpf.Map{c.sampling, c.sampled} {
+		if m != nil {
+			errs = append(errs, m.Close())
+		}
 	}
 	if c.rings != nil {
 		errs = append(errs, c.rings.Close())

@@ -93,6 +93,10 @@ type Detector struct {
 	hot  hotList
 	gate []uint32 // hot entries per gate index: most reads skip the hot lookup
 
+	// shift is the capture's flow sampling: one connection in 2^shift
+	// was seen, so each read counts 2^shift (sampling.go).
+	shift uint8
+
 	def  *windowed // default detector, or nil
 	tair *tairDet  // tair detector, or nil
 
@@ -208,6 +212,9 @@ func (d *Detector) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 	w := k.Weight
 	if w == 0 {
 		w = 1
+	}
+	if d.shift != 0 {
+		w = scaleWeight(w, d.shift)
 	}
 	if d.gate[h>>(64-gateBits)] != 0 {
 		if e := d.hot.find(h, f, r.NS, k.Bytes); e != nil {
@@ -427,6 +434,7 @@ func (d *Detector) toEvent(e *hotEntry, typ string, qps float64) event.Event {
 		Source: event.SourceDetected,
 		// The shims' part of qps (total demand); absent until they report.
 		AbsorbedQPS: math.Round(absorbed*10) / 10,
+		Sample:      d.sampleRate(),
 	}
 }
 
