@@ -89,7 +89,7 @@ type Collector struct {
 
 	packets, dropped, truncated, requests, keys, decodeErrs, gaps, lost, dup,
 	flows, buffered, evicted, hot, published, pubErrs, pubDropped, pubLag *prometheus.Desc
-	absReports, absHits, absRejected *prometheus.Desc
+	absReports, absHits, absRejected                          *prometheus.Desc
 	sampleRate, sampledOut, sampleRaises, cpuShare, cpuBudget *prometheus.Desc
 }
 
