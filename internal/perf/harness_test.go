@@ -68,6 +68,13 @@ func freePort(t testing.TB, p *netnstest.Pair) int {
 // with SIGTERM by stop, or killed in t.Cleanup.
 func startSniffer(t testing.TB, bin string, p *netnstest.Pair, srv netip.AddrPort, mode string, extra ...string) *sniffer {
 	t.Helper()
+	return startSnifferOut(t, bin, p, srv, mode, nil, extra...)
+}
+
+// startSnifferOut is startSniffer with hotsniff's stdout (the events)
+// written to stdout when not nil.
+func startSnifferOut(t testing.TB, bin string, p *netnstest.Pair, srv netip.AddrPort, mode string, stdout io.Writer, extra ...string) *sniffer {
+	t.Helper()
 	addr := net.JoinHostPort(p.NSIP.String(), strconv.Itoa(freePort(t, p)))
 	// `ip netns exec` execs hotsniff: the pid is hotsniff's own.
 	args := append([]string{"run", "--iface", p.NSIface, "--capture", mode,
@@ -75,6 +82,7 @@ func startSniffer(t testing.TB, bin string, p *netnstest.Pair, srv netip.AddrPor
 	cmd := p.Command(context.Background(), bin, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
+	cmd.Stdout = stdout
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start hotsniff: %v", err)
 	}
