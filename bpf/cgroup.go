@@ -59,7 +59,7 @@ func (c *Capture) AttachCgroup(path string) (*Attachment, error) {
 		return nil, err
 	}
 	a := &Attachment{Iface: "cgroup:" + root, Mode: ModeCgroup}
-	if err := c.load(&a.objs, false); err != nil {
+	if err := c.loadCgroup(&a.objs); err != nil {
 		return nil, err
 	}
 	for _, p := range []struct {

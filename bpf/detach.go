@@ -8,12 +8,13 @@ package bpf
 // this frees the programs.
 func (c *Capture) Remove(a *Attachment) error {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	for i, x := range c.ifaces {
 		if x == a {
 			c.ifaces = append(c.ifaces[:i], c.ifaces[i+1:]...)
 			break
 		}
 	}
-	c.mu.Unlock()
+	// Closed under the lock: Counters may be reading this attachment's map.
 	return a.close()
 }

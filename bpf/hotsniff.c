@@ -2,15 +2,17 @@
 
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 //
-// hotsniff's in-kernel capture: an XDP program (ingress) and TC programs
-// (ingress, egress; attachable through TCX or a classic clsact filter) that
+// hotsniff's in-kernel capture: an XDP program (ingress), TC programs
+// (ingress, egress; attachable through TCX or a classic clsact filter) and
+// cgroup_skb programs (ingress, egress; attached to the cgroup v2 root) that
 // copy the payload of TCP segments to or from the configured cache ports into
 // a BPF ring buffer per CPU, with the flow tuple, seq, ack, flags and a
-// timestamp.
+// timestamp. On interfaces, VXLAN, Geneve and IP-in-IP packets are followed
+// to the inner segment.
 //
-// The programs only ever read: every path returns XDP_PASS or TC_ACT_UNSPEC
-// (TCX_NEXT) and no helper that writes or pulls the packet is called, so a
-// bug here can cost CPU but never a packet.
+// The programs only ever read: every path returns XDP_PASS, TC_ACT_UNSPEC
+// (TCX_NEXT) or 1 (cgroup: allow) and no helper that writes or pulls the
+// packet is called, so a bug here can cost CPU but never a packet.
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>

@@ -635,10 +635,13 @@ func (c *Capture) Attachments() []*Attachment {
 	return append([]*Attachment(nil), c.ifaces...)
 }
 
-// Counters reads the counters of every interface.
+// Counters reads the counters of every interface. It holds the lock Remove
+// takes, so an attachment is not closed under it.
 func (c *Capture) Counters() ([]Counters, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var out []Counters
-	for _, a := range c.Attachments() {
+	for _, a := range c.ifaces {
 		s, err := a.Counters()
 		if err != nil {
 			return out, err

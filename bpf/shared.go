@@ -29,7 +29,7 @@ type Shared struct {
 // header, to be attached with Shared.Attach. label names it in Counters.
 func (c *Capture) NewShared(label string) (*Shared, error) {
 	a := &Attachment{Iface: label, Mode: ModeTC, TCX: true}
-	if err := c.load(&a.objs, false); err != nil {
+	if err := c.loadTC(&a.objs); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()

@@ -224,6 +224,14 @@ func (a *Assembler) Add(seg *capture.Segment) {
 			}
 			return
 		}
+		if h := &fl.h[dir]; h.sawSYN && h.isn == seg.Seq {
+			// The SYN of the connection that just closed, again: a
+			// retransmission, or the same packet from a second hook that
+			// lags the first (a pod's veth and the uplink). A new
+			// connection on the same ports starts from another ISN.
+			a.st.BytesRetransmitted += uint64(len(seg.Payload))
+			return
+		}
 		a.reopen(fl)
 	}
 	a.last = fl

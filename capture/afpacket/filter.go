@@ -69,7 +69,7 @@ func Filter(ports []uint16, snaplen uint32) ([]bpf.RawInstruction, error) {
 	a.op(bpf.TAX{})
 	a.ja("teb")
 
-	a.label("geneve") // UDP + Geneve header + options, then the payload
+	a.label("geneve")                        // UDP + Geneve header + options, then the payload
 	a.op(bpf.LoadIndirect{Off: 24, Size: 2}) // protocol type
 	a.op(bpf.StoreScratch{Src: bpf.RegA, N: 0})
 	a.op(bpf.LoadIndirect{Off: 22, Size: 1}) // version and option length

@@ -112,7 +112,7 @@ func TestWatch(t *testing.T) {
 	ip("link", "set", "lxc1", "name", "gone1") // renamed out of them
 	r.waitFor(t, "cali0", "cali2")
 	ip("link", "set", "cali2", "name", "cali3") // still matching: follows the index
-	mk("cali9") // refused
+	mk("cali9")                                 // refused
 	ip("link", "del", "cali0")
 	r.waitFor(t, "cali2") // the handler knows it by its first name
 	// The refused one is tried again at its next notification.

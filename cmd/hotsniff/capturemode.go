@@ -36,6 +36,9 @@ func (d *daemon) chooseCgroup() bool {
 	switch {
 	case d.mode == bpf.ModeCgroup:
 		d.log.Info("capture mode chosen", "mode", "cgroup", "reason", "--capture cgroup")
+		if len(d.cf.ifaces) > 0 {
+			d.log.Warn("--iface is ignored with --capture cgroup: every socket on the host is captured", "iface", d.cf.ifaces)
+		}
 		return true
 	case d.mode != bpf.ModeAuto:
 		d.log.Info("capture mode chosen", "mode", d.mode, "reason", "--capture "+string(d.mode))

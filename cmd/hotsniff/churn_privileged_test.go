@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -41,7 +42,16 @@ func figures(t *testing.T, d *nodeDaemon, node *netnstest.Node) procFigures {
 	t.Helper()
 	var f procFigures
 	pid := d.cmd.Process.Pid
-	resp, err := http.Get(d.http + "/metrics")
+	// A heap profile with gc=1 collects garbage first (the daemon runs with
+	// --pprof), so the heap figure is what is live, not what GC has yet to
+	// find.
+	resp, err := http.Get(d.http + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	resp, err = http.Get(d.http + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +128,7 @@ func TestPodChurn(t *testing.T) {
 			}
 			node := netnstest.NewNode(t)
 			port := testPorts(4)[3]
-			args := []string{"--port", fmt.Sprintf("redis=%d", port), "--hot-qps", "1000000"}
+			args := []string{"--port", fmt.Sprintf("redis=%d", port), "--hot-qps", "1000000", "--pprof"}
 			if mode == "cgroup" {
 				args = append(args, "--capture", "cgroup")
 			} else {
@@ -196,7 +206,7 @@ func TestPodChurn(t *testing.T) {
 				cycle()
 			}
 			time.Sleep(1500 * time.Millisecond) // detaches of the warm-up done
-			d.scrape(t) // the test's HTTP connection to the daemon stays open from here on
+			d.scrape(t)                         // the test's HTTP connection to the daemon stays open from here on
 			before := figures(t, d, node)
 			start := time.Now()
 			for range cycles {

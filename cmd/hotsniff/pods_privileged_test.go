@@ -162,9 +162,9 @@ func TestPodsAfterStart(t *testing.T) {
 	netnstest.RequireRoot(t)
 	netnstest.Need(t, "redis-benchmark")
 	netnstest.Need(t, "nsenter")
-	for _, mode := range []string{"cgroup", "iface-pattern"} {
+	for _, mode := range []string{"cgroup", "auto", "iface-pattern"} {
 		t.Run(mode, func(t *testing.T) {
-			if mode == "cgroup" {
+			if mode != "iface-pattern" {
 				if _, ok := cgroupRoot(); !ok {
 					netnstest.Skip(t, "no cgroup v2 hierarchy mounted")
 				}
@@ -172,12 +172,16 @@ func TestPodsAfterStart(t *testing.T) {
 			node := netnstest.NewNode(t)
 			ports := testPorts(2)
 			args := []string{"--port", fmt.Sprintf("redis=%d", ports[0]), "--port", fmt.Sprintf("redis=%d", ports[1]), "--hot-qps", "2000"}
-			if mode == "cgroup" {
+			switch mode {
+			case "cgroup":
 				args = append(args, "--capture", "cgroup")
-			} else {
+			case "iface-pattern":
 				args = append(args, "--iface", "veth*")
 			}
 			d := startNodeDaemon(t, node.NS, node.NSIP, args...)
+			if mode == "auto" && !strings.Contains(d.log(), `msg="capture mode chosen" component=run mode=cgroup reason="cgroup v2 mounted at`) {
+				t.Errorf("auto without --iface on a cgroup v2 host: want the cgroup capture, and why\n%s", d.log())
+			}
 
 			a, b := node.AddPod(t), node.AddPod(t)
 			srvA := a.StartRedis(t, ports[0])
