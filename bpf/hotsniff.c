@@ -593,6 +593,7 @@ struct sampling {
 	__u32 resume_shift; // flows kept now but not at this shift were skipped lately
 	__u64 resume_until; // ...until this time (ns): their records carry REC_RESUMED
 	__u64 raised_ns;    // last time the programs raised the shift
+	__u64 raised_avail; // unread bytes in the ring that raised it, then
 	__u64 raises;       // times the programs raised the shift (ring filling)
 };
 
@@ -616,9 +617,11 @@ struct {
 
 #define MAX_SHIFT 12
 #define REC_RESUMED 0x80
-// A ring fuller than half raises the shift, at most once per raise_gap_ns
-// (the reader needs a moment to drain what the last step left).
-#define RAISE_GAP_NS 20000000ULL
+// A ring fuller than half raises the shift, at most once per RAISE_GAP_NS,
+// and again only while the backlog keeps growing: what the last step left
+// in the ring takes the reader a moment to drain, and a ring that is still
+// over half full but shrinking needs no further step.
+#define RAISE_GAP_NS 50000000ULL
 
 static __always_inline __u64 flow_hash(const struct rec_hdr *h, int reply)
 {
@@ -667,8 +670,10 @@ static __noinline int sample_skip(struct rec_hdr *h, int reply)
 			__u64 now = bpf_ktime_get_ns();
 			// Plain stores (the programs build for BPF v1, without
 			// cmpxchg): two CPUs racing here raise it twice at worst.
-			if (now - s->raised_ns >= RAISE_GAP_NS) {
+			if (now - s->raised_ns >= RAISE_GAP_NS &&
+			    (avail > s->raised_avail || now - s->raised_ns >= 20 * RAISE_GAP_NS)) {
 				s->raised_ns = now;
+				s->raised_avail = avail;
 				s->shift = shift + 1;
 				__sync_fetch_and_add(&s->raises, 1);
 			}

@@ -57,6 +57,7 @@ type hotsniffSampling struct {
 	ResumeShift uint32
 	ResumeUntil uint64
 	RaisedNs    uint64
+	RaisedAvail uint64
 	Raises      uint64
 }
 
