@@ -241,6 +241,7 @@ func TestMaxCPUBudget(t *testing.T) {
 	t.Logf("machine: %d CPUs, load average %s at start", numCPU(), loadavg())
 	held := 0
 	for run := range runs {
+		time.Sleep(2 * time.Second) // the previous run's connections close
 		s, events := startSnifferEvents(t, bin, p, srv, "--max-cpu", strconv.FormatFloat(budget, 'f', -1, 64), "--hot-qps", "500")
 		ctx, cancel := context.WithTimeout(context.Background(), dur)
 		var sent atomic.Int64

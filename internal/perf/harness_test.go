@@ -93,7 +93,8 @@ func startSnifferOut(t testing.TB, bin string, p *netnstest.Pair, srv netip.Addr
 			_ = s.cmd.Wait()
 		}
 	})
-	deadline := time.Now().Add(15 * time.Second)
+	// Loading and verifying the programs takes seconds on a loaded machine.
+	deadline := time.Now().Add(45 * time.Second)
 	for {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err == nil {
