@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/hotsniff/hotsniff/event"
 )
 
 // Under flow sampling the detector sees one read in four of a key that is
@@ -83,5 +85,29 @@ func TestScaleSaturates(t *testing.T) {
 	}
 	if got := scaleHits(math.MaxUint64/2, 4); got != math.MaxUint64 {
 		t.Fatalf("scaleHits saturates to %d", got)
+	}
+}
+
+// Absorbed-demand reports travel on the connection of the read they follow,
+// so flow sampling sees them with the reads' odds and they are scaled
+// alike: with half the processes' connections seen at 1/2, the key's demand
+// and its absorbed part still read true.
+func TestSampledAbsorbedReports(t *testing.T) {
+	d, rec := newDet(t, Config{HotQPS: T, RefreshEvery: 2 * time.Second})
+	d.SetSampleShift(1)
+	fl := &fleet{d: d, key: "k", procs: 8, demand: 3 * T, localTTL: 50 * time.Millisecond, report: true,
+		unseen: func(p int) bool { return p%2 == 1 }}
+	fl.run(0, 30*time.Second)
+	if hot, cold := d.Stats().Hot, rec.count("k", "cold"); hot != 1 || cold != 0 {
+		t.Fatalf("%d hot, %d cold: want hot once and kept", hot, cold)
+	}
+	var last *event.Event
+	for i := range rec.ev {
+		if string(rec.ev[i].Key) == "k" && rec.ev[i].Type == event.TypeHot {
+			last = &rec.ev[i]
+		}
+	}
+	if last == nil || math.Abs(last.QPS-3*T) > 0.1*3*T || last.AbsorbedQPS < 0.8*3*T || last.Sample != 0.5 {
+		t.Fatalf("last hot event %+v: want qps ≈ %v, most of it absorbed, sample 0.5", last, 3*T)
 	}
 }
