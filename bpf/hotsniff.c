@@ -622,7 +622,7 @@ struct {
 // shift, at most once per RAISE_GAP_NS,
 // and again only while the backlog keeps growing: what the last step left
 // in the ring takes the reader a moment to drain, and a ring that is still
-// over a quarter full but shrinking needs no further step.
+// over a quarter full but no longer filling needs no further step.
 #define RAISE_GAP_NS 10000000ULL
 
 static __always_inline __u64 flow_hash(const struct rec_hdr *h, int reply)
@@ -672,8 +672,13 @@ static __noinline int sample_skip(struct rec_hdr *h, int reply)
 			__u64 now = bpf_ktime_get_ns();
 			// Plain stores (the programs build for BPF v1, without
 			// cmpxchg): two CPUs racing here raise it twice at worst.
+			// A starved reader lets every record grow the backlog:
+			// step again only once it grew by another sixteenth of
+			// the ring, so the rate falls with the fill level, not
+			// with time (each step halves the growth, the next takes
+			// twice as long). A second later, start over.
 			if (now - s->raised_ns >= RAISE_GAP_NS &&
-			    (avail > s->raised_avail || now - s->raised_ns >= 20 * RAISE_GAP_NS)) {
+			    (avail >= s->raised_avail + size / 16 || now - s->raised_ns >= 100 * RAISE_GAP_NS)) {
 				s->raised_ns = now;
 				s->raised_avail = avail;
 				s->shift = shift + 1;

@@ -95,7 +95,9 @@ type Detector struct {
 
 	// shift is the capture's flow sampling: one connection in 2^shift
 	// was seen, so each read counts 2^shift (sampling.go).
-	shift uint8
+	shift      uint8
+	scaleShift uint8 // min(shift, maxShift): what counts are scaled by
+	maxShift   uint8 // MaxSampleShift
 
 	def  *windowed // default detector, or nil
 	tair *tairDet  // tair detector, or nil
@@ -148,6 +150,7 @@ func New(cfg Config, out Emitter) (*Detector, error) {
 		lifetime: int64(c.TTL),
 	}
 	d.win = d.sub * numSub
+	d.maxShift = d.MaxSampleShift()
 	d.seed = identitySeed(d.seedServer, d.seedProto, d.seedNS)
 	if c.Detector == DetectorTair {
 		d.tair = newTair(d, c.Tair)
@@ -213,8 +216,8 @@ func (d *Detector) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 	if w == 0 {
 		w = 1
 	}
-	if d.shift != 0 {
-		w = scaleWeight(w, d.shift)
+	if d.scaleShift != 0 {
+		w = scaleWeight(w, d.scaleShift)
 	}
 	if d.gate[h>>(64-gateBits)] != 0 {
 		if e := d.hot.find(h, f, r.NS, k.Bytes); e != nil {

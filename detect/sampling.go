@@ -11,8 +11,17 @@ import "math"
 // SetSampleShift tells the detector that from now on one connection in
 // 2^shift is seen (0: all). Like Key, it runs on the observing goroutine;
 // the pipeline calls it when the capture's records say the rate changed.
+//
+// Counts are scaled by 2^shift only up to MaxSampleShift. Deeper sampling
+// happens only when the capture sheds load to keep its rings from
+// overflowing; scaled further, one read of a random key would stand for
+// more than a hot key's window of reads and every key seen would look hot.
+// Beyond it keys are under-counted instead: a key must then be 2^(shift -
+// MaxSampleShift) times over its threshold to be reported, but no key is
+// reported that is not hot.
 func (d *Detector) SetSampleShift(shift uint8) {
 	d.shift = min(shift, 31)
+	d.scaleShift = min(d.shift, d.maxShift)
 }
 
 // SampleShift is the sampling shift in effect.

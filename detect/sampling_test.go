@@ -111,3 +111,30 @@ func TestSampledAbsorbedReports(t *testing.T) {
 		t.Fatalf("last hot event %+v: want qps ≈ %v, most of it absorbed, sample 0.5", last, 3*T)
 	}
 }
+
+// Deeper sampling than the detector can resolve (the capture shedding load)
+// is scaled only up to MaxSampleShift: random keys seen once must not look
+// hot, and a key far over its threshold still is.
+func TestDeepSamplingScaledToMax(t *testing.T) {
+	var rec recorder
+	d, err := New(Config{HotQPS: 1000}, &rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.SetSampleShift(12)
+	// Seen: 4000/s of one key, 20/s of 50 others; scaled ×4 (not ×4096)
+	// they read 16000/s and 80/s.
+	ss := []stream{{key: "big", qps: 4000, server: srvA}}
+	for i := range 50 {
+		ss = append(ss, stream{key: "r" + string(rune('a'+i)), qps: 20, server: srvA})
+	}
+	play(d, 0, 3*time.Second, ss...)
+	d.Tick(base + int64(3*time.Second))
+	hot := d.HotSet()
+	if len(hot) != 1 || string(hot[0].Key) != "big" {
+		t.Fatalf("hot set %v: want only the key far over its threshold", hot)
+	}
+	if hot[0].Sample != 1.0/4096 {
+		t.Errorf("sample %v, want the capture's 1/4096", hot[0].Sample)
+	}
+}
