@@ -6,7 +6,8 @@
 //
 // -sampling measures the default detector under flow sampling (--max-cpu)
 // instead, at 1/2, 1/4 and 1/16 with reads over 100, 1000 and 10000
-// connections, and rewrites the table between the sampling markers.
+// connections (1/16 also with a 16× longer window), and rewrites the table
+// between the sampling markers.
 package main
 
 import (
@@ -54,6 +55,10 @@ func main() {
 			for _, c := range []int{100, 1000, 10000} {
 				cases = append(cases, accuracy.SamplingCase{Shift: s, Conns: c})
 			}
+		}
+		// 1/16 with a window long enough to resolve it: 16 × 800 / hot-qps.
+		for _, c := range []int{100, 1000, 10000} {
+			cases = append(cases, accuracy.SamplingCase{Shift: 4, Conns: c, Window: time.Duration(16 * 800 / p.HotQPS * float64(time.Second))})
 		}
 		rs, at, err := accuracy.RunSampling(p, cases)
 		if err != nil {
