@@ -97,7 +97,7 @@ type Detector struct {
 	// was seen, so each read counts 2^shift (sampling.go).
 	shift      uint8
 	scaleShift uint8 // min(shift, maxShift): what counts are scaled by
-	maxShift   uint8 // MaxSampleShift
+	maxShift   uint8 // the deepest sampling counts are scaled for (sampling.go)
 
 	def  *windowed // default detector, or nil
 	tair *tairDet  // tair detector, or nil
@@ -150,7 +150,7 @@ func New(cfg Config, out Emitter) (*Detector, error) {
 		lifetime: int64(c.TTL),
 	}
 	d.win = d.sub * numSub
-	d.maxShift = d.MaxSampleShift()
+	d.maxShift = d.shiftFor(scaleReads)
 	d.seed = identitySeed(d.seedServer, d.seedProto, d.seedNS)
 	if c.Detector == DetectorTair {
 		d.tair = newTair(d, c.Tair)

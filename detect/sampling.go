@@ -12,12 +12,13 @@ import "math"
 // 2^shift is seen (0: all). Like Key, it runs on the observing goroutine;
 // the pipeline calls it when the capture's records say the rate changed.
 //
-// Counts are scaled by 2^shift only up to MaxSampleShift. Deeper sampling
-// happens only when the capture sheds load to keep its rings from
-// overflowing; scaled further, one read of a random key would stand for
-// more than a hot key's window of reads and every key seen would look hot.
-// Beyond it keys are under-counted instead: a key must then be 2^(shift -
-// MaxSampleShift) times over its threshold to be reported, but no key is
+// Counts are scaled by 2^shift only while a key at the threshold still
+// leaves scaleReads reads in a window (1/4 with the default window).
+// Deeper sampling happens only when the capture sheds load to keep its
+// rings from overflowing; scaled further, one read of a random key would
+// stand for more than a hot key's window of reads and every key seen would
+// look hot. Beyond it keys are under-counted instead: a key must be
+// proportionally further over its threshold to be reported, but no key is
 // reported that is not hot.
 func (d *Detector) SetSampleShift(shift uint8) {
 	d.shift = min(shift, 31)
@@ -52,24 +53,38 @@ func scaleHits(n uint64, shift uint8) uint64 {
 	return n << shift
 }
 
-// minReadsPerWindow is how many reads of a key at its threshold the
-// detector must see in one window to tell 1.2× the threshold from 0.8×:
-// the count is Poisson, so its relative spread is 1/√n; at 200 it is 7 %,
-// and a key 20 % off the threshold stays on its side of it in the windows
-// of a run (the accuracy table under sampling shows the edge: at 1/16 of
-// the default window's 800 reads, keys at 0.8× are reported).
-const minReadsPerWindow = 200
+// The count of a key's reads in a window is Poisson: its relative spread
+// is 1/√n. A key at its threshold leaves threshold × window reads in a
+// window (800 with the default window), 1/2^shift of them when sampled.
+// The accuracy table under sampling (docs/detection.md) shows where that
+// stops telling keys apart:
+//
+//   - resolveReads: with 400 (1/2 of the default window's), keys at 1.2×
+//     the threshold were all found and at most one key in 100 at exactly
+//     0.8× was reported; with 200 (1/4), up to 19 in 100 were. Sampling
+//     chosen for a CPU budget stops here.
+//   - scaleReads: with 200 every key at 1.2× is still found. Counts are
+//     scaled no further than this, whatever the capture sheds: scaled by
+//     4096, one read of a random key would look like a hot key's window.
+const (
+	resolveReads = 400
+	scaleReads   = 200
+)
 
-// MaxSampleShift is the deepest flow sampling (one connection in
-// 2^shift) at which the detector still tells keys 20 % above the lowest
-// threshold from keys 20 % below it, given its window: a key at the
-// threshold must still leave minReadsPerWindow reads in a window. A longer
-// --window allows deeper sampling, at the cost of slower detection.
-func (d *Detector) MaxSampleShift() uint8 {
+// shiftFor is the deepest sampling shift at which a key at the lowest
+// threshold still leaves reads reads in a window.
+func (d *Detector) shiftFor(reads float64) uint8 {
 	n := d.rules.min() * float64(d.win) / 1e9
 	var s uint8
-	for s < 31 && n/float64(uint64(2)<<s) >= minReadsPerWindow {
+	for s < 31 && n/float64(uint64(2)<<s) >= reads {
 		s++
 	}
 	return s
 }
+
+// MaxSampleShift is the deepest flow sampling (one connection in 2^shift)
+// a CPU budget should ask for: the detector still tells keys 20 % above the
+// lowest threshold from keys 20 % below it. With the default window it is
+// 1 (1/2); a longer --window allows deeper sampling, at the cost of slower
+// detection.
+func (d *Detector) MaxSampleShift() uint8 { return d.shiftFor(resolveReads) }

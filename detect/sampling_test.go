@@ -62,8 +62,8 @@ func TestMaxSampleShift(t *testing.T) {
 		cfg  Config
 		want uint8
 	}{
-		{Config{HotQPS: 1000}, 2},                          // default window: 800 reads at the threshold
-		{Config{HotQPS: 1000, Window: 4 * time.Second}, 4}, // 4000 reads
+		{Config{HotQPS: 1000}, 1},                          // default window: 800 reads at the threshold
+		{Config{HotQPS: 1000, Window: 4 * time.Second}, 3}, // 4000 reads
 		{Config{HotQPS: 1000, Rules: []Rule{{Pattern: "x:*", HotQPS: 100}}}, 0},
 	} {
 		d, err := New(c.cfg, nil)
