@@ -586,7 +586,7 @@ static __always_inline void copy_out(void *ctx, int xdp, struct counters *cnt, s
 // whole: the stream layer never sees part of a request, and the sets kept
 // at larger shifts are subsets of those kept at smaller ones. User space
 // sets the shift from its CPU budget; the programs raise it themselves when
-// a ring fills past half, so under overload whole flows are shed on purpose
+// a ring fills past three quarters, so under overload whole flows are shed on purpose
 // instead of records being dropped at random.
 struct sampling {
 	__u32 shift;        // current: keep 1 in 2^shift flows (0 = all)
@@ -617,11 +617,12 @@ struct {
 
 #define MAX_SHIFT 12
 #define REC_RESUMED 0x80
-// A ring more than half full (the reader is woken at a sixteenth, so it is
-// far behind) raises the shift, at most once per RAISE_GAP_NS,
+// A ring more than three quarters full (the reader is woken at a
+// sixteenth, so it is far behind; below that a burst still fits, as it did
+// before sampling existed) raises the shift, at most once per RAISE_GAP_NS,
 // and again only while the backlog keeps growing: what the last step left
 // in the ring takes the reader a moment to drain, and a ring that is still
-// over half full but no longer filling needs no further step.
+// over three quarters full but no longer filling needs no further step.
 #define RAISE_GAP_NS 10000000ULL
 
 static __always_inline __u64 flow_hash(const struct rec_hdr *h, int reply)
@@ -661,23 +662,23 @@ static __noinline int sample_skip(struct rec_hdr *h, int reply)
 			return 1;
 		}
 	}
-	// Still kept: if this CPU's ring is more than half full, shed more
+	// Still kept: if this CPU's ring is more than 3/4 full, shed more
 	// flows from now on, before the ring fills and records are lost.
 	void *rb = cpu_ring();
 	if (rb && shift < MAX_SHIFT) {
 		__u64 avail = bpf_ringbuf_query(rb, BPF_RB_AVAIL_DATA);
 		__u64 size = bpf_ringbuf_query(rb, BPF_RB_RING_SIZE);
-		if (avail > size / 2) {
+		if (avail > size / 4 * 3) {
 			__u64 now = bpf_ktime_get_ns();
 			// Plain stores (the programs build for BPF v1, without
 			// cmpxchg): two CPUs racing here raise it twice at worst.
 			// A starved reader lets every record grow the backlog:
-			// step again only once it grew by another sixteenth of
+			// step again only once it grew by another 1/32 of
 			// the ring, so the rate falls with the fill level, not
 			// with time (each step halves the growth, the next takes
 			// twice as long). A second later, start over.
 			if (now - s->raised_ns >= RAISE_GAP_NS &&
-			    (avail >= s->raised_avail + size / 16 || now - s->raised_ns >= 100 * RAISE_GAP_NS)) {
+			    (avail >= s->raised_avail + size / 32 || now - s->raised_ns >= 100 * RAISE_GAP_NS)) {
 				s->raised_ns = now;
 				s->raised_avail = avail;
 				s->shift = shift + 1;

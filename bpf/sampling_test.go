@@ -131,11 +131,11 @@ func TestSamplingResumeMarks(t *testing.T) {
 	}
 }
 
-// A ring more than half full makes the programs halve the rate themselves.
+// A ring more than three quarters full makes the programs halve the rate themselves.
 func TestRingFillingRaisesShift(t *testing.T) {
 	c, objs, _ := openTestConfig(t, Config{Ports: []uint16{6379}, RingSize: 64 << 10})
 	get := pkt{src: cli4, dst: srv4, flags: 0x18, seq: 1, payload: []byte("*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n")}
-	// Nothing reads the ring: ~700 records of 96 bytes fill half of 64 KiB and more.
+	// Nothing reads the ring: ~700 records of 96 bytes fill three quarters of 64 KiB and more.
 	if _, err := objs.HotsniffTcIngress.Run(&ebpf.RunOptions{Data: get.bytes(), Repeat: 2000}); err != nil {
 		t.Fatal(err)
 	}
@@ -144,6 +144,6 @@ func TestRingFillingRaisesShift(t *testing.T) {
 		t.Fatal(err)
 	}
 	if st.Shift == 0 || st.Raises == 0 {
-		t.Fatalf("sampling %+v after filling the ring past half: want the shift raised", st)
+		t.Fatalf("sampling %+v after filling the ring past three quarters: want the shift raised", st)
 	}
 }

@@ -127,7 +127,7 @@ func New() *Collector {
 			"Absorbed-demand reports not credited (capped: credited only up to the per-key bound), by reason.", "reason"),
 		sampleRate:   d("capture_sample_rate", "Fraction of connections the capture copies (1: all; lower under the --max-cpu budget). Counts and rates are scaled back to true units."),
 		sampledOut:   d("capture_sampled_out_total", "Segments of connections skipped on purpose by flow sampling (not a loss)."),
-		sampleRaises: d("capture_sample_kernel_steps_total", "Times the eBPF programs halved the sample rate themselves because a ring buffer was more than half full."),
+		sampleRaises: d("capture_sample_kernel_steps_total", "Times the eBPF programs halved the sample rate themselves because a ring buffer was more than three quarters full."),
 		cpuShare:     d("cpu_share", "Measured cost of hotsniff as a share of one core: user and system time plus eBPF program run time."),
 		cpuBudget:    d("cpu_budget", "The --max-cpu budget as a share of one core (0: none)."),
 	}
