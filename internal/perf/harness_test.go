@@ -75,11 +75,27 @@ func startSniffer(t testing.TB, bin string, p *netnstest.Pair, srv netip.AddrPor
 // written to stdout when not nil.
 func startSnifferOut(t testing.TB, bin string, p *netnstest.Pair, srv netip.AddrPort, mode string, stdout io.Writer, extra ...string) *sniffer {
 	t.Helper()
-	addr := net.JoinHostPort(p.NSIP.String(), strconv.Itoa(freePort(t, p)))
-	// `ip netns exec` execs hotsniff: the pid is hotsniff's own.
-	args := append([]string{"run", "--iface", p.NSIface, "--capture", mode,
-		"--port", "redis=" + strconv.Itoa(int(srv.Port())), "--listen", addr, "--hot-qps", "1000", "--output", "jsonl"}, extra...)
-	cmd := p.Command(context.Background(), bin, args...)
+	var addr string
+	var cmd *exec.Cmd
+	if mode == "cgroup" {
+		// The cgroup programs see every socket of the host, the namespace's
+		// included; `ip netns exec` remounts /sys, hiding the cgroup
+		// hierarchy, so this one runs in the host's namespace.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = l.Addr().String()
+		l.Close()
+		cmd = exec.Command(bin, append([]string{"run", "--capture", "cgroup",
+			"--port", "redis=" + strconv.Itoa(int(srv.Port())), "--listen", addr, "--hot-qps", "1000", "--output", "jsonl"}, extra...)...)
+	} else {
+		addr = net.JoinHostPort(p.NSIP.String(), strconv.Itoa(freePort(t, p)))
+		// `ip netns exec` execs hotsniff: the pid is hotsniff's own.
+		args := append([]string{"run", "--iface", p.NSIface, "--capture", mode,
+			"--port", "redis=" + strconv.Itoa(int(srv.Port())), "--listen", addr, "--hot-qps", "1000", "--output", "jsonl"}, extra...)
+		cmd = p.Command(context.Background(), bin, args...)
+	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	cmd.Stdout = stdout
