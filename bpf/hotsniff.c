@@ -625,41 +625,36 @@ struct {
 // over three quarters full but no longer filling needs no further step.
 #define RAISE_GAP_NS 10000000ULL
 
-static __always_inline __u64 flow_hash(const struct rec_hdr *h, int reply)
-{
-	const __u32 *a = (const __u32 *)(reply ? h->daddr : h->saddr);
-	__u64 x = (__u64)a[0] * 0x9E3779B97F4A7C15ULL ^ (__u64)a[1] * 0xC2B2AE3D27D4EB4FULL ^
-		  (__u64)a[2] * 0x165667B19E3779F9ULL ^ (__u64)a[3] * 0x27D4EB2F165667C5ULL;
-	__u16 cport = reply ? h->dport : h->sport;
-	__u16 sport = reply ? h->sport : h->dport;
-	x ^= ((__u64)cport << 16 | sport) * 0x94D049BB133111EBULL;
-	x ^= x >> 31;
-	x *= 0xBF58476D1CE4E5B9ULL;
-	x ^= x >> 29;
-	return x;
-}
-
-// sample_skip returns 1 when the segment's flow is sampled out, and sets
-// h->sample for a kept one. It is the only sampling code on the packet
-// path: one array lookup when sampling is off.
-static __noinline int sample_skip(struct rec_hdr *h, int reply)
+// sample_check is the sampling decision for a connection given as its
+// client address (four words, network order) and ports (client << 16 |
+// server): -1 to skip it, else the record's sample byte. It is a global
+// function so the verifier checks it once, apart from its callers, and the
+// callers continue from one state whatever it did: a static function's
+// branches multiplied the states the copy code after it was verified in,
+// and loading took four times as long.
+__attribute__((noinline)) int sample_check(__u64 a01, __u64 a23, __u32 ports)
 {
 	__u32 zero = 0;
 	struct sampling *s = bpf_map_lookup_elem(&sampling, &zero);
-	h->sample = 0;
 	if (!s)
 		return 0;
 	__u32 shift = s->shift;
+	__u32 rs = s->resume_shift;
 	__u64 hash = 0;
-	if (shift || s->resume_shift) {
-		hash = flow_hash(h, reply);
+	if (shift || rs) {
+		__u64 x = a01 * 0x9E3779B97F4A7C15ULL ^ a23 * 0xC2B2AE3D27D4EB4FULL ^
+			  (__u64)ports * 0x94D049BB133111EBULL;
+		x ^= x >> 31;
+		x *= 0xBF58476D1CE4E5B9ULL;
+		x ^= x >> 29;
+		hash = x;
 		if (shift > MAX_SHIFT)
 			shift = MAX_SHIFT;
 		if (hash & ((1ULL << shift) - 1)) {
 			__u64 *n = bpf_map_lookup_elem(&sampled_out, &zero);
 			if (n)
 				(*n)++;
-			return 1;
+			return -1;
 		}
 	}
 	// Still kept: if this CPU's ring is more than 3/4 full, shed more
@@ -686,12 +681,25 @@ static __noinline int sample_skip(struct rec_hdr *h, int reply)
 			}
 		}
 	}
-	__u8 flags = shift;
-	__u32 rs = s->resume_shift;
+	int flags = shift & 0x1f;
 	if (rs > shift && rs <= MAX_SHIFT && (hash & ((1ULL << rs) - 1)) &&
 	    bpf_ktime_get_ns() < s->resume_until)
 		flags |= REC_RESUMED;
-	h->sample = flags;
+	return flags;
+}
+
+// sample_skip returns 1 when the segment's connection is sampled out, and
+// sets h->sample for a kept one. It is the only sampling code on the packet
+// path: a call and one array lookup when sampling is off.
+static __always_inline int sample_skip(struct rec_hdr *h, int reply)
+{
+	const __u32 *a = (const __u32 *)(reply ? h->daddr : h->saddr);
+	__u32 cport = reply ? h->dport : h->sport;
+	__u32 sport = reply ? h->sport : h->dport;
+	int r = sample_check((__u64)a[0] << 32 | a[1], (__u64)a[2] << 32 | a[3], cport << 16 | sport);
+	if (r < 0)
+		return 1;
+	h->sample = r;
 	return 0;
 }
 
