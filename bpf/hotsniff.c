@@ -627,12 +627,15 @@ struct {
 
 // sample_check is the sampling decision for a connection given as its
 // client address (four words, network order) and ports (client << 16 |
-// server): -1 to skip it, else the record's sample byte. It is a global
+// server): -1 to skip it, else the record's sample byte. emit says the
+// segment will make a record (payload to copy, or SYN/FIN/RST): only then
+// is the ring's fill looked at, so pure ACKs and uncopied replies pay for
+// a hash at most. It is a global
 // function so the verifier checks it once, apart from its callers, and the
 // callers continue from one state whatever it did: a static function's
 // branches multiplied the states the copy code after it was verified in,
 // and loading took four times as long.
-__attribute__((noinline)) int sample_check(__u64 a01, __u64 a23, __u32 ports)
+__attribute__((noinline)) int sample_check(__u64 a01, __u64 a23, __u32 ports, int emit)
 {
 	__u32 zero = 0;
 	struct sampling *s = bpf_map_lookup_elem(&sampling, &zero);
@@ -659,8 +662,8 @@ __attribute__((noinline)) int sample_check(__u64 a01, __u64 a23, __u32 ports)
 	}
 	// Still kept: if this CPU's ring is more than 3/4 full, shed more
 	// flows from now on, before the ring fills and records are lost.
-	void *rb = cpu_ring();
-	if (rb && shift < MAX_SHIFT) {
+	void *rb = emit && shift < MAX_SHIFT ? cpu_ring() : 0;
+	if (rb) {
 		__u64 avail = bpf_ringbuf_query(rb, BPF_RB_AVAIL_DATA);
 		__u64 size = bpf_ringbuf_query(rb, BPF_RB_RING_SIZE);
 		if (avail > size / 4 * 3) {
@@ -691,12 +694,14 @@ __attribute__((noinline)) int sample_check(__u64 a01, __u64 a23, __u32 ports)
 // sample_skip returns 1 when the segment's connection is sampled out, and
 // sets h->sample for a kept one. It is the only sampling code on the packet
 // path: a call and one array lookup when sampling is off.
-static __always_inline int sample_skip(struct rec_hdr *h, int reply)
+static __always_inline int sample_skip(struct rec_hdr *h, struct parsed *p)
 {
+	int reply = p->reply;
+	int emit = (p->pay_len != 0 && (!reply || replies)) || (h->flags & (F_SYN | F_FIN | F_RST));
 	const __u32 *a = (const __u32 *)(reply ? h->daddr : h->saddr);
 	__u32 cport = reply ? h->dport : h->sport;
 	__u32 sport = reply ? h->sport : h->dport;
-	int r = sample_check((__u64)a[0] << 32 | a[1], (__u64)a[2] << 32 | a[3], cport << 16 | sport);
+	int r = sample_check((__u64)a[0] << 32 | a[1], (__u64)a[2] << 32 | a[3], cport << 16 | sport, emit);
 	if (r < 0)
 		return 1;
 	h->sample = r;
@@ -728,7 +733,7 @@ static __always_inline void handle_skb(struct __sk_buff *skb, __u32 hook)
 	if (ret != 0)
 		return;
 	cnt->matched++;
-	if (sample_skip(&h, p.reply))
+	if (sample_skip(&h, &p))
 		return;
 	h.ifindex = skb->ifindex;
 	h.hook = hook;
@@ -778,7 +783,7 @@ int hotsniff_xdp(struct xdp_md *ctx)
 	if (ret != 0)
 		return XDP_PASS;
 	cnt->matched++;
-	if (sample_skip(&h, p.reply))
+	if (sample_skip(&h, &p))
 		return XDP_PASS;
 	h.ifindex = ctx->ingress_ifindex;
 	h.hook = HOOK_XDP;
