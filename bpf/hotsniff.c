@@ -57,11 +57,22 @@ volatile const __u32 max_copy = 65536;
 // at most every wakeup_ns, with a batch to read.
 volatile const __u64 wakeup_bytes = 1 << 20;
 volatile const __u64 wakeup_ns = 10000000;
-// replies: copy the payload of server-to-client segments too. Hot-key
-// detection reads requests only, and replies (values) are most of the bytes,
-// so by default a reply yields a record only when it carries SYN, FIN or RST
-// (the stream layer needs those), and its payload bytes are just counted.
+// replies: what to copy of server-to-client segments. REPLIES_OFF: a reply
+// yields a record only when it carries SYN, FIN or RST (the stream layer
+// needs those), and its payload bytes are just counted. REPLIES_ALL: copy
+// them like requests. REPLIES_HEADS: copy only what reply parsing needs
+// (see reply_heads below).
+#define REPLIES_OFF 0
+#define REPLIES_ALL 1
+#define REPLIES_HEADS 2
 volatile const __u8 replies = 0;
+// reply_copy is the most bytes a reply segment yields in REPLIES_HEADS mode,
+// counted from where its next reply header may start.
+volatile const __u32 reply_copy = 4096;
+// REPLY_TAIL bytes at the end of a longer reply segment are copied too, as
+// a record of their own: what follows a value in the same segment (
+// memcached's END after a VALUE block, small replies after a large one).
+#define REPLY_TAIL 512
 // raw_ip is 1 on devices without a link-layer header (tun, wireguard).
 volatile const __u8 raw_ip = 0;
 
@@ -146,10 +157,40 @@ static __always_inline void *cpu_ring(void)
 	return bpf_map_lookup_elem(&rings, &cpu);
 }
 
+// reply_skips tells the programs, per reply direction (server to client),
+// a range of sequence numbers that user space does not need: the rest of a
+// value it has read the header of. User space writes it (bpf.Capture.
+// SetReplySkip) when a reply parser asks to skip a large value; the
+// programs drop reply bytes inside [start, end) without copying them, and
+// copy from end on. Bytes the programs drop this way reach user space as a
+// hole inside the skip it asked for, which costs it nothing. An entry for an
+// old connection on the same ports is harmless: a new connection's sequence
+// numbers fall in its range with negligible probability. LRU: bounded.
+struct skip_key {
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__u16 sport;
+	__u16 dport;
+};
+
+struct skip_range {
+	__u32 start;
+	__u32 end;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct skip_key);
+	__type(value, struct skip_range);
+} reply_skips SEC(".maps");
+
 // Make the record and counters types visible to bpf2go.
 const struct rec_hdr *unused_rec_hdr __attribute__((unused));
 const struct counters *unused_counters __attribute__((unused));
 const struct port_bitmap *unused_port_bitmap __attribute__((unused));
+const struct skip_key *unused_skip_key __attribute__((unused));
+const struct skip_range *unused_skip_range __attribute__((unused));
 
 // TCP flag bits in byte 13 of the header.
 #define F_FIN 0x01
@@ -529,8 +570,21 @@ DEFINE_COPY_CHUNK(copy_chunk_xdp, struct xdp_md, emit_xdp)
 // and reply that is not a GSO/GRO super-packet), takes one direct emit call;
 // only larger segments pay for the bpf_loop state. Pure ACKs return before
 // the timestamp is read.
-static __always_inline void copy_out(void *ctx, int xdp, struct counters *cnt, struct rec_hdr *h,
-				     __u32 pay_off, __u32 avail, __u32 wire)
+static __always_inline void copy_out_x(void *ctx, int xdp, struct counters *cnt, struct rec_hdr *h,
+				       __u32 pay_off, __u32 avail, __u32 wire, __u32 uncopied);
+
+static __always_inline __attribute__((unused)) void copy_out(void *ctx, int xdp, struct counters *cnt,
+							      struct rec_hdr *h, __u32 pay_off, __u32 avail,
+							      __u32 wire)
+{
+	copy_out_x(ctx, xdp, cnt, h, pay_off, avail, wire, 0);
+}
+
+// copy_out_x is copy_out for a segment whose last uncopied bytes were left
+// out on purpose (reply heads): they are reported as Missing, not counted
+// as truncated.
+static __always_inline void copy_out_x(void *ctx, int xdp, struct counters *cnt, struct rec_hdr *h,
+				       __u32 pay_off, __u32 avail, __u32 wire, __u32 uncopied)
 {
 	__u32 n = avail;
 	if (n > wire)
@@ -542,14 +596,14 @@ static __always_inline void copy_out(void *ctx, int xdp, struct counters *cnt, s
 	if (wire > n)
 		cnt->truncated += wire - n;
 	if (n == 0 && !(h->flags & (F_SYN | F_FIN | F_RST)))
-		return; // a pure ACK tells the stream layer nothing
+		return; // a pure ACK (or a reply dropped whole) tells the stream layer nothing
 	// A fine clock (CLOCK_MONOTONIC): the reader merges the per-CPU rings
 	// by it, and tick resolution would leave a flow that moved between
 	// CPUs within one tick in no defined order.
 	h->ts = bpf_ktime_get_ns();
 	if (n <= CHUNK) {
 		h->len = n;
-		h->missing = wire - n;
+		h->missing = wire - n + uncopied;
 		int err = xdp ? emit_xdp(ctx, h, pay_off, n) : emit_skb(ctx, h, pay_off, n);
 		if (err == -1) {
 			cnt->rb_full++;
@@ -568,7 +622,7 @@ static __always_inline void copy_out(void *ctx, int xdp, struct counters *cnt, s
 		.h = *h,
 		.pay_off = pay_off,
 		.n = n,
-		.missing = wire - n,
+		.missing = wire - n + uncopied,
 		.seq0 = h->seq,
 		.flags = h->flags,
 	};
@@ -707,6 +761,65 @@ static __always_inline int sample_skip(struct rec_hdr *h, struct parsed *p)
 	h->sample = r;
 	return 0;
 }
+// reply_heads trims a reply segment to what reply parsing needs
+// (REPLIES_HEADS): bytes inside the skip user space registered for the flow
+// are dropped (the segment starts after them, or yields nothing), and at
+// most reply_copy bytes are copied from there plus the segment's last
+// REPLY_TAIL bytes (*tail); the middle is reported as Missing. User space parses the reply headers in what it gets and skips
+// values by sequence arithmetic: a value's uncopied bytes fall inside the
+// skip it asks for. A header beyond the copied part (replies of medium
+// values packed in one large segment) is lost: user space then stops
+// pairing that connection's replies until it is quiet again. All reply
+// bytes not copied are counted in reply_bytes.
+static __always_inline void reply_heads(struct rec_hdr *h, struct counters *cnt, __u32 *pay_off,
+					__u32 *avail, __u32 *wire, __u32 *uncopied, __u32 *tail)
+{
+	struct skip_key k = {};
+	__builtin_memcpy(k.saddr, h->saddr, 16);
+	__builtin_memcpy(k.daddr, h->daddr, 16);
+	k.sport = h->sport;
+	k.dport = h->dport;
+	struct skip_range *r = bpf_map_lookup_elem(&reply_skips, &k);
+	if (r && (__s32)(h->seq - r->start) >= 0 && (__s32)(r->end - h->seq) > 0) {
+		__u32 d = r->end - h->seq;
+		if (d >= *wire) {
+			cnt->reply_bytes += *wire;
+			*avail = *wire = 0;
+			return;
+		}
+		cnt->reply_bytes += d;
+		h->seq += d;
+		*pay_off += d;
+		*wire -= d;
+		*avail = *avail > d ? *avail - d : 0;
+	}
+	__u32 keep = reply_copy;
+	if (*wire > keep) {
+		__u32 rest = *wire - keep;
+		if (*avail >= *wire) {
+			// The tail is in the packet: copy it after the head.
+			*tail = rest < REPLY_TAIL ? rest : REPLY_TAIL;
+			rest -= *tail;
+		}
+		cnt->reply_bytes += rest;
+		*uncopied = rest;
+		*wire = keep;
+		if (*avail > keep)
+			*avail = keep;
+	}
+}
+
+// copy_reply_tail sends the tail reply_heads set aside, after the head
+// (which then carries no FIN: the tail does).
+#define COPY_REPLY_TAIL(CTX, XDP)                                                      \
+	do {                                                                           \
+		__u8 fl = h.flags;                                                     \
+		h.flags &= ~F_FIN;                                                     \
+		copy_out_x(CTX, XDP, cnt, &h, p.pay_off, avail, wire, uncopied);       \
+		h.seq += wire + uncopied;                                              \
+		h.flags = fl & ~F_SYN;                                                 \
+		copy_out_x(CTX, XDP, cnt, &h, p.pay_off + wire + uncopied, tail, tail, 0); \
+	} while (0)
 
 static __always_inline void handle_skb(struct __sk_buff *skb, __u32 hook)
 {
@@ -741,12 +854,19 @@ static __always_inline void handle_skb(struct __sk_buff *skb, __u32 hook)
 	__u32 len = skb->len;
 	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;
 	__u32 wire = p.pay_len == 0xffffffff ? avail : p.pay_len;
-	if (p.reply && !replies) {
+	__u32 uncopied = 0, tail = 0;
+	if (p.reply && replies == REPLIES_HEADS) {
+		reply_heads(&h, cnt, &p.pay_off, &avail, &wire, &uncopied, &tail);
+	} else if (p.reply && replies == REPLIES_OFF) {
 		// Count the reply's bytes and keep only its control flags.
 		cnt->reply_bytes += wire;
 		avail = wire = 0;
 	}
-	copy_out(skb, 0, cnt, &h, p.pay_off, avail, wire);
+	if (tail) {
+		COPY_REPLY_TAIL(skb, 0);
+		return;
+	}
+	copy_out_x(skb, 0, cnt, &h, p.pay_off, avail, wire, uncopied);
 }
 
 SEC("tc")
@@ -791,12 +911,19 @@ int hotsniff_xdp(struct xdp_md *ctx)
 	__u32 len = bpf_xdp_get_buff_len(ctx);
 	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;
 	__u32 wire = p.pay_len == 0xffffffff ? avail : p.pay_len;
-	if (p.reply && !replies) {
+	__u32 uncopied = 0, tail = 0;
+	if (p.reply && replies == REPLIES_HEADS) {
+		reply_heads(&h, cnt, &p.pay_off, &avail, &wire, &uncopied, &tail);
+	} else if (p.reply && replies == REPLIES_OFF) {
 		// Count the reply's bytes and keep only its control flags.
 		cnt->reply_bytes += wire;
 		avail = wire = 0;
 	}
-	copy_out(ctx, 1, cnt, &h, p.pay_off, avail, wire);
+	if (tail) {
+		COPY_REPLY_TAIL(ctx, 1);
+		return XDP_PASS;
+	}
+	copy_out_x(ctx, 1, cnt, &h, p.pay_off, avail, wire, uncopied);
 	return XDP_PASS;
 }
 

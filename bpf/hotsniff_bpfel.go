@@ -61,11 +61,26 @@ type hotsniffSampling struct {
 	Raises      uint64
 }
 
+type hotsniffSkipKey struct {
+	_     structs.HostLayout
+	Saddr [16]uint8
+	Daddr [16]uint8
+	Sport uint16
+	Dport uint16
+}
+
+type hotsniffSkipRange struct {
+	_     structs.HostLayout
+	Start uint32
+	End   uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	hotsniffMapPorts                  = "ports"
+	hotsniffMapReplySkips             = "reply_skips"
 	hotsniffMapRings                  = "rings"
 	hotsniffMapSampledOut             = "sampled_out"
 	hotsniffMapSampling               = "sampling"
@@ -79,10 +94,13 @@ const (
 	hotsniffVarMaxCopy                = "max_copy"
 	hotsniffVarRawIp                  = "raw_ip"
 	hotsniffVarReplies                = "replies"
+	hotsniffVarReplyCopy              = "reply_copy"
 	hotsniffVarUnusedCounters         = "unused_counters"
 	hotsniffVarUnusedPortBitmap       = "unused_port_bitmap"
 	hotsniffVarUnusedRecHdr           = "unused_rec_hdr"
 	hotsniffVarUnusedSampling         = "unused_sampling"
+	hotsniffVarUnusedSkipKey          = "unused_skip_key"
+	hotsniffVarUnusedSkipRange        = "unused_skip_range"
 	hotsniffVarWakeupBytes            = "wakeup_bytes"
 	hotsniffVarWakeupNs               = "wakeup_ns"
 )
@@ -141,6 +159,7 @@ type hotsniffProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type hotsniffMapSpecs struct {
 	Ports      *ebpf.MapSpec `ebpf:"ports"`
+	ReplySkips *ebpf.MapSpec `ebpf:"reply_skips"`
 	Rings      *ebpf.MapSpec `ebpf:"rings"`
 	SampledOut *ebpf.MapSpec `ebpf:"sampled_out"`
 	Sampling   *ebpf.MapSpec `ebpf:"sampling"`
@@ -155,10 +174,13 @@ type hotsniffVariableSpecs struct {
 	MaxCopy          *ebpf.VariableSpec `ebpf:"max_copy"`
 	RawIp            *ebpf.VariableSpec `ebpf:"raw_ip"`
 	Replies          *ebpf.VariableSpec `ebpf:"replies"`
+	ReplyCopy        *ebpf.VariableSpec `ebpf:"reply_copy"`
 	UnusedCounters   *ebpf.VariableSpec `ebpf:"unused_counters"`
 	UnusedPortBitmap *ebpf.VariableSpec `ebpf:"unused_port_bitmap"`
 	UnusedRecHdr     *ebpf.VariableSpec `ebpf:"unused_rec_hdr"`
 	UnusedSampling   *ebpf.VariableSpec `ebpf:"unused_sampling"`
+	UnusedSkipKey    *ebpf.VariableSpec `ebpf:"unused_skip_key"`
+	UnusedSkipRange  *ebpf.VariableSpec `ebpf:"unused_skip_range"`
 	WakeupBytes      *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 	WakeupNs         *ebpf.VariableSpec `ebpf:"wakeup_ns"`
 }
@@ -184,6 +206,7 @@ func (o *hotsniffObjects) Close() error {
 // It can be passed to loadHotsniffObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hotsniffMaps struct {
 	Ports      *ebpf.Map `ebpf:"ports"`
+	ReplySkips *ebpf.Map `ebpf:"reply_skips"`
 	Rings      *ebpf.Map `ebpf:"rings"`
 	SampledOut *ebpf.Map `ebpf:"sampled_out"`
 	Sampling   *ebpf.Map `ebpf:"sampling"`
@@ -194,6 +217,7 @@ type hotsniffMaps struct {
 func (m *hotsniffMaps) Close() error {
 	return _HotsniffClose(
 		m.Ports,
+		m.ReplySkips,
 		m.Rings,
 		m.SampledOut,
 		m.Sampling,
@@ -209,10 +233,13 @@ type hotsniffVariables struct {
 	MaxCopy          *ebpf.Variable `ebpf:"max_copy"`
 	RawIp            *ebpf.Variable `ebpf:"raw_ip"`
 	Replies          *ebpf.Variable `ebpf:"replies"`
+	ReplyCopy        *ebpf.Variable `ebpf:"reply_copy"`
 	UnusedCounters   *ebpf.Variable `ebpf:"unused_counters"`
 	UnusedPortBitmap *ebpf.Variable `ebpf:"unused_port_bitmap"`
 	UnusedRecHdr     *ebpf.Variable `ebpf:"unused_rec_hdr"`
 	UnusedSampling   *ebpf.Variable `ebpf:"unused_sampling"`
+	UnusedSkipKey    *ebpf.Variable `ebpf:"unused_skip_key"`
+	UnusedSkipRange  *ebpf.Variable `ebpf:"unused_skip_range"`
 	WakeupBytes      *ebpf.Variable `ebpf:"wakeup_bytes"`
 	WakeupNs         *ebpf.Variable `ebpf:"wakeup_ns"`
 }

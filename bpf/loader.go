@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -110,6 +111,16 @@ type Config struct {
 	// of the bytes (every value), so the programs then emit a reply only
 	// when it carries SYN, FIN or RST, and count its payload (ReplyBytes).
 	Replies bool
+	// ReplyHeads, when Replies is off, copies only what reply parsing needs
+	// instead of nothing: from each reply segment at most ReplyCopy bytes,
+	// taken after the part of a value user space said it will skip
+	// (SetReplySkip); the rest is reported as Missing and counted in
+	// ReplyBytes. User space reads reply headers and sizes from that and
+	// skips values by sequence arithmetic.
+	ReplyHeads bool
+	// ReplyCopy is the most bytes a reply segment yields with ReplyHeads
+	// (default DefaultReplyCopy).
+	ReplyCopy uint32
 	// Logger receives one line per attachment; default slog.Default().
 	Logger *slog.Logger
 }
@@ -150,6 +161,7 @@ type Capture struct {
 	wake      *ebpf.Map // shared wakeup state, so attachments do not each wake the reader
 	sampling  *ebpf.Map // shared flow sampling state (sampling.go)
 	sampled   *ebpf.Map // per CPU: segments of sampled-out flows
+	skips     *ebpf.Map // reply ranges user space skips (ReplyHeads)
 
 	mu     sync.Mutex
 	ifaces []*Attachment
@@ -213,11 +225,21 @@ func Open(cfg Config) (*Capture, error) {
 		return nil, fmt.Errorf("set wakeup_ns: %w", err)
 	}
 	var replies uint8
-	if cfg.Replies {
+	switch {
+	case cfg.Replies:
 		replies = 1
+	case cfg.ReplyHeads:
+		replies = 2
 	}
 	if err := spec.Variables[hotsniffVarReplies].Set(replies); err != nil {
 		return nil, fmt.Errorf("set replies: %w", err)
+	}
+	if cfg.ReplyCopy == 0 {
+		cfg.ReplyCopy = DefaultReplyCopy
+	}
+	cfg.ReplyCopy = min(cfg.ReplyCopy, cfg.MaxCopy)
+	if err := spec.Variables[hotsniffVarReplyCopy].Set(cfg.ReplyCopy); err != nil {
+		return nil, fmt.Errorf("set reply_copy: %w", err)
 	}
 	c := &Capture{cfg: cfg, log: cfg.Logger.With("component", "bpf"), spec: spec, fullRings: nOnline}
 	if err := c.createMaps(online); err != nil {
@@ -276,6 +298,9 @@ func (c *Capture) createMaps(online []bool) error {
 	}
 	if c.sampled, err = ebpf.NewMap(c.spec.Maps[hotsniffMapSampledOut]); err != nil {
 		return fmt.Errorf("create sampled-out map: %w", err)
+	}
+	if c.skips, err = ebpf.NewMap(c.spec.Maps[hotsniffMapReplySkips]); err != nil {
+		return fmt.Errorf("create reply skips map: %w", err)
 	}
 	return nil
 }
@@ -345,6 +370,7 @@ func (c *Capture) load(objs *hotsniffObjects, rawIP bool) error {
 			hotsniffMapWake:       c.wake,
 			hotsniffMapSampling:   c.sampling,
 			hotsniffMapSampledOut: c.sampled,
+			hotsniffMapReplySkips: c.skips,
 		},
 	})
 	if err != nil {
@@ -366,6 +392,43 @@ func (c *Capture) Rings() []*ebpf.Map { return c.ring }
 
 // MaxCopy is the effective per-packet copy limit.
 func (c *Capture) MaxCopy() uint32 { return c.cfg.MaxCopy }
+
+// DefaultReplyCopy is the default Config.ReplyCopy: a pipeline of 16
+// replies of values up to ~250 bytes fits whole, and each segment of a large
+// value costs one record of at most 4 KiB (one ring CHUNK).
+const DefaultReplyCopy = 4096
+
+// ReplyCopy is the effective Config.ReplyCopy.
+func (c *Capture) ReplyCopy() uint32 { return c.cfg.ReplyCopy }
+
+// ReplyHeads reports whether the programs copy only reply heads.
+func (c *Capture) ReplyHeads() bool { return c.cfg.ReplyHeads && !c.cfg.Replies }
+
+// SetReplySkip tells the programs that user space does not need the reply
+// bytes of the connection server→client with sequence numbers in [start,
+// end) (serial arithmetic): the rest of a value whose header it has read.
+// They are then dropped in the kernel instead of copied.
+func (c *Capture) SetReplySkip(server, client netip.AddrPort, start, end uint32) error {
+	var k hotsniffSkipKey
+	a, b := server.Addr().Unmap(), client.Addr().Unmap()
+	if a.Is4() {
+		v := a.As4()
+		copy(k.Saddr[:], v[:])
+	} else {
+		k.Saddr = a.As16()
+	}
+	if b.Is4() {
+		v := b.As4()
+		copy(k.Daddr[:], v[:])
+	} else {
+		k.Daddr = b.As16()
+	}
+	k.Sport, k.Dport = server.Port(), client.Port()
+	if err := c.skips.Put(&k, &hotsniffSkipRange{Start: start, End: end}); err != nil {
+		return fmt.Errorf("update reply skips map: %w", err)
+	}
+	return nil
+}
 
 // SetPorts replaces the captured ports; it takes effect for the next packet.
 func (c *Capture) SetPorts(ports []uint16) error {
@@ -407,7 +470,7 @@ func (c *Capture) Attach(iface string, mode Mode) (*Attachment, error) {
 		a.close()
 		return nil, err
 	}
-	if err := removeStaleFilters(l); err != nil {
+	if err := removeStaleFilters(l, c.log); err != nil {
 		c.log.Warn("remove stale tc filters", "iface", iface, "err", err)
 	}
 	if mode == ModeXDP {
@@ -484,67 +547,21 @@ func (a *Attachment) attachXDP(ifindex int) error {
 	return nil
 }
 
-// filterPrefix names our legacy clsact filters so a restart finds and
-// removes those a killed predecessor left behind.
-const filterPrefix = "hotsniff_"
-
 func (a *Attachment) attachTC(l netlink.Link, dir ebpf.AttachType, prog *ebpf.Program) error {
 	// TCX (6.6+) attachments are bpf_links: the kernel removes them when
 	// the last fd closes, even if we are SIGKILLed.
-	tl, err := link.AttachTCX(link.TCXOptions{Interface: l.Attrs().Index, Program: prog, Attach: dir})
-	if err == nil {
-		a.TCX = true
-		a.links = append(a.links, tl)
-		return nil
-	}
-	if !errors.Is(err, ebpf.ErrNotSupported) {
-		return fmt.Errorf("attach tcx to %s: %w", a.Iface, err)
-	}
-	// Legacy path: a clsact qdisc and a direct-action bpf filter.
-	qd := &netlink.GenericQdisc{
-		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
-		QdiscType:  "clsact",
-	}
-	if err := netlink.QdiscReplace(qd); err != nil {
-		return fmt.Errorf("add clsact qdisc to %s: %w", a.Iface, err)
-	}
-	parent := uint32(netlink.HANDLE_MIN_INGRESS)
-	name := filterPrefix + "ingress"
-	if dir == ebpf.AttachTCXEgress {
-		parent, name = netlink.HANDLE_MIN_EGRESS, filterPrefix+"egress"
-	}
-	f := &netlink.BpfFilter{
-		FilterAttrs: netlink.FilterAttrs{
-			LinkIndex: l.Attrs().Index, Parent: parent, Handle: 1,
-			Protocol: 0x0300, Priority: 1, // ETH_P_ALL, first in line
-		},
-		Fd: prog.FD(), Name: name, DirectAction: true,
-	}
-	if err := netlink.FilterReplace(f); err != nil {
-		return fmt.Errorf("add tc filter to %s: %w", a.Iface, err)
-	}
-	a.filters = append(a.filters, f)
-	return nil
-}
-
-// removeStaleFilters deletes legacy clsact filters a previous hotsniff left
-// (a bpf_link cannot outlive its process; a netlink filter can).
-func removeStaleFilters(l netlink.Link) error {
-	var errs []error
-	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
-		fs, err := netlink.FilterList(l, parent)
-		if err != nil {
-			continue // no clsact qdisc: nothing of ours
+	if !forceClsact {
+		tl, err := link.AttachTCX(link.TCXOptions{Interface: l.Attrs().Index, Program: prog, Attach: dir})
+		if err == nil {
+			a.TCX = true
+			a.links = append(a.links, tl)
+			return nil
 		}
-		for _, f := range fs {
-			if bf, ok := f.(*netlink.BpfFilter); ok && strings.HasPrefix(bf.Name, filterPrefix) {
-				if err := netlink.FilterDel(f); err != nil {
-					errs = append(errs, fmt.Errorf("delete filter %s: %w", bf.Name, err))
-				}
-			}
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return fmt.Errorf("attach tcx to %s: %w", a.Iface, err)
 		}
 	}
-	return errors.Join(errs...)
+	return a.attachClsact(l, dir, prog)
 }
 
 func (a *Attachment) close() error {
@@ -672,6 +689,9 @@ func (c *Capture) Close() error {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
+	}
+	if c.skips != nil {
+		errs = append(errs, c.skips.Close())
 	}
 	if c.rings != nil {
 		errs = append(errs, c.rings.Close())

@@ -91,6 +91,17 @@ func openSeeds(t testing.TB) [][]byte {
 		pcap[:len(pcap)-3],
 		ng[:len(ng)-5],
 		[]byte("not a capture"),
+		// Headers and record formats other writers use (lenient_test.go).
+		pcapVariant(t, pcap, func(h []byte) { copy(h[4:8], []byte{0, 2, 0, 4}) }, nil),
+		pcapVariant(t, pcap, func(h []byte) { binary.LittleEndian.PutUint32(h, pcapMagicKuz) },
+			func(h []byte) []byte { return append(h, 1, 2, 3, 4, 5, 6, 7, 8) }),
+		pcapVariant(t, pcap, func(h []byte) { binary.LittleEndian.PutUint16(h[6:], 2) }, func(h []byte) []byte {
+			c, l := binary.LittleEndian.Uint32(h[8:]), binary.LittleEndian.Uint32(h[12:])
+			binary.LittleEndian.PutUint32(h[8:], l)
+			binary.LittleEndian.PutUint32(h[12:], c)
+			return h
+		}),
+		pcapVariant(t, pcap, nil, func(h []byte) []byte { return append(h, 0, 0, 0, 0) }),
 	}
 }
 

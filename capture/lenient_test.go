@@ -11,7 +11,7 @@ import (
 // pcapVariant rewrites a little-endian standard pcap file (as pcapFile
 // writes it): the header fields, and each record header through rec, which
 // returns the bytes to write in its place.
-func pcapVariant(t *testing.T, good []byte, header func(h []byte), rec func(h []byte) []byte) []byte {
+func pcapVariant(t testing.TB, good []byte, header func(h []byte), rec func(h []byte) []byte) []byte {
 	t.Helper()
 	out := bytes.Clone(good[:24])
 	if header != nil {

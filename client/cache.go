@@ -57,6 +57,8 @@ type cacheEntry struct {
 	mu sync.Mutex
 	// uncacheable: the hash is larger than MaxHashFields.
 	uncacheable atomic.Bool
+	// sized: HLEN showed the hash small enough to fetch whole.
+	sized atomic.Bool
 	// rep counts local reads for the absorbed-demand report (report.go).
 	rep absorbed
 }
@@ -122,6 +124,41 @@ func (s *Shim) acquire(key string, kind uint8, now int64) (action, *value, ticke
 	return actPass, nil, ticket{}
 }
 
+// peek returns key's fresh cached value of kind, counted as a hit, or nil;
+// it never admits, refreshes or waits (pipelines cannot fetch a hash on
+// the side).
+func (s *Shim) peek(key string, kind uint8, now int64) *value {
+	e := s.fresh(key, kind, now)
+	if e == nil {
+		return nil
+	}
+	v := e.val.Load()
+	if v == nil {
+		return nil
+	}
+	s.m.hits.Add(1)
+	s.countHit(e)
+	return v
+}
+
+// fresh returns key's entry if it holds a fresh value of kind (counting
+// nothing).
+func (s *Shim) fresh(key string, kind uint8, now int64) *cacheEntry {
+	s.mu.RLock()
+	e := s.entries[key]
+	s.mu.RUnlock()
+	if e == nil || e.kind != kind || e.uncacheable.Load() {
+		return nil
+	}
+	if hu := e.hotUntil.Load(); hu != 0 && now >= hu {
+		return nil
+	}
+	if v := e.val.Load(); v != nil && now < v.expires {
+		return e
+	}
+	return nil
+}
+
 // admit handles a read of a key with no entry: admission on second access.
 // The first read of a hot key only records it; the second creates the entry
 // and fetches the value. Keys that are not hot pass untouched.
@@ -129,8 +166,14 @@ func (s *Shim) admit(key string, kind uint8, now int64) (action, *value, ticket)
 	s.mu.RLock()
 	until, hot := s.hot[key]
 	_, seen := s.seen[key]
+	big := s.big[key]
 	s.mu.RUnlock()
 	if !hot || (until != 0 && now >= until) {
+		return actPass, nil, ticket{}
+	}
+	if kind == kindHash && now < big {
+		// Known to be a hash too big to cache: not even HLEN again.
+		s.m.misses.Add(1)
 		return actPass, nil, ticket{}
 	}
 	s.m.misses.Add(1)

@@ -31,15 +31,15 @@ const (
 var evictNames = [numEvict]string{"capacity", "not_hot", "idle", "mode_end"}
 
 type metrics struct {
-	hits, staleHits, misses, admissions, refreshes, fetchErrors atomic.Uint64
-	reports, reportedHits                                       atomic.Uint64
-	invalidations                                               [numInval]atomic.Uint64
-	evictions                                                   [numEvict]atomic.Uint64
+	hits, staleHits, misses, admissions, refreshes, fetchErrors, uncacheable atomic.Uint64
+	reports, reportedHits                                                    atomic.Uint64
+	invalidations                                                            [numInval]atomic.Uint64
+	evictions                                                                [numEvict]atomic.Uint64
 
-	dHits, dStale, dMisses, dAdmissions, dRefreshes, dFetchErrors *prometheus.Desc
-	dInval, dEvict, dEntries, dHotKeys, dActive, dTracking        *prometheus.Desc
-	dReloads, dGaps, dReconnects, dMessages                       *prometheus.Desc
-	dReports, dReportedHits, dReporting                           *prometheus.Desc
+	dHits, dStale, dMisses, dAdmissions, dRefreshes, dFetchErrors, dUncacheable *prometheus.Desc
+	dInval, dEvict, dEntries, dHotKeys, dActive, dTracking                      *prometheus.Desc
+	dReloads, dGaps, dReconnects, dMessages                                     *prometheus.Desc
+	dReports, dReportedHits, dReporting                                         *prometheus.Desc
 }
 
 func (m *metrics) init() {
@@ -52,6 +52,7 @@ func (m *metrics) init() {
 	m.dAdmissions = d("admissions_total", "Hot keys admitted to the local cache (on their second read).")
 	m.dRefreshes = d("refreshes_total", "Fetches of a hot key's value from Redis by the single refreshing caller.")
 	m.dFetchErrors = d("fetch_errors_total", "Refreshes that failed (the error went to the caller, nothing was cached).")
+	m.dUncacheable = d("uncacheable_total", "Hashes found to have more than MaxHashFields fields (by HLEN, never fetched whole); remembered for a minute.")
 	m.dInval = d("invalidations_total", "Cached values dropped, by reason.", "reason")
 	m.dEvict = d("evictions_total", "Entries removed from the local cache, by reason.", "reason")
 	m.dEntries = d("entries", "Keys in the local cache.")
@@ -70,7 +71,7 @@ func (m *metrics) init() {
 // Describe implements prometheus.Collector.
 func (s *Shim) Describe(ch chan<- *prometheus.Desc) {
 	m := &s.m
-	for _, d := range []*prometheus.Desc{m.dHits, m.dStale, m.dMisses, m.dAdmissions, m.dRefreshes, m.dFetchErrors,
+	for _, d := range []*prometheus.Desc{m.dHits, m.dStale, m.dMisses, m.dAdmissions, m.dRefreshes, m.dFetchErrors, m.dUncacheable,
 		m.dInval, m.dEvict, m.dEntries, m.dHotKeys, m.dActive, m.dTracking, m.dReloads, m.dGaps, m.dReconnects, m.dMessages,
 		m.dReports, m.dReportedHits, m.dReporting} {
 		ch <- d
@@ -92,6 +93,7 @@ func (s *Shim) Collect(ch chan<- prometheus.Metric) {
 	c(m.dAdmissions, m.admissions.Load())
 	c(m.dRefreshes, m.refreshes.Load())
 	c(m.dFetchErrors, m.fetchErrors.Load())
+	c(m.dUncacheable, m.uncacheable.Load())
 	for i := range m.invalidations {
 		c(m.dInval, m.invalidations[i].Load(), invalNames[i])
 	}
@@ -104,7 +106,7 @@ func (s *Shim) Collect(ch chan<- prometheus.Metric) {
 	g(m.dEntries, float64(entries))
 	g(m.dHotKeys, float64(hot))
 	g(m.dActive, b2f(s.active.Load()))
-	g(m.dTracking, b2f(s.tr != nil && s.tr.established.Load()))
+	g(m.dTracking, b2f(s.trackers.established()))
 	st := s.sub.Stats()
 	c(m.dReloads, st.Reloads)
 	c(m.dGaps, st.Gaps)
@@ -127,10 +129,10 @@ func b2f(b bool) float64 {
 
 // ShimStats are the shim's counters, for tests and logs.
 type ShimStats struct {
-	Hits, StaleHits, Misses, Admissions, Refreshes, FetchErrors uint64
-	Invalidations, Evictions                                    map[string]uint64
-	Entries, HotKeys                                            int
-	HotMode, Tracking                                           bool
+	Hits, StaleHits, Misses, Admissions, Refreshes, FetchErrors, Uncacheable uint64
+	Invalidations, Evictions                                                 map[string]uint64
+	Entries, HotKeys                                                         int
+	HotMode, Tracking                                                        bool
 	// Reports and ReportedHits count absorbed-demand reports sent and the
 	// local reads they carried; Reporting is false once disabled.
 	Reports, ReportedHits uint64
@@ -143,8 +145,9 @@ func (s *Shim) Stats() ShimStats {
 	st := ShimStats{
 		Hits: m.hits.Load(), StaleHits: m.staleHits.Load(), Misses: m.misses.Load(),
 		Admissions: m.admissions.Load(), Refreshes: m.refreshes.Load(), FetchErrors: m.fetchErrors.Load(),
+		Uncacheable:   m.uncacheable.Load(),
 		Invalidations: map[string]uint64{}, Evictions: map[string]uint64{},
-		HotMode: s.active.Load(), Tracking: s.tr != nil && s.tr.established.Load(),
+		HotMode: s.active.Load(), Tracking: s.trackers.established(),
 		Reports: m.reports.Load(), ReportedHits: m.reportedHits.Load(), Reporting: s.reporting(),
 	}
 	for i := range m.invalidations {

@@ -70,14 +70,9 @@ func (s *Shim) fetch(ctx context.Context, e *cacheEntry, cmd redis.Cmder, next r
 	msg = append(msg, ' ')
 	msg = append(msg, e.key...)
 	echo := redis.NewStringCmd(ctx, "echo", string(msg))
-	// One pipeline on one connection: the read, then the report right after
-	// it. It goes through the client's pipeline hooks (this shim's passes a
-	// read-only pipeline through untouched).
-	s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Process(ctx, cmd)
-		p.Process(ctx, echo)
-		return nil
-	})
+	// The read, then the report right after it, on one connection of the
+	// server holding the key (sameconn.go), past local serving.
+	err := s.readThen(ctx, e.key, cmd, echo, next)
 	var rerr redis.Error
 	switch eerr := echo.Err(); {
 	case eerr == nil:
@@ -94,5 +89,5 @@ func (s *Shim) fetch(ctx context.Context, e *cacheEntry, cmd redis.Cmder, next r
 		e.rep.hits.Add(hits)
 	}
 	// The read's own result, whatever became of the report.
-	return cmd.Err()
+	return err
 }

@@ -95,11 +95,12 @@ func (o *ShimOptions) defaults() {
 // Shim serves hot keys of one go-redis client from local memory. It is a
 // redis.Hook: Install adds it, and the application keeps calling go-redis.
 type Shim struct {
-	rdb *redis.Client
-	opt ShimOptions
-	ns  string
-	log *slog.Logger
-	sub *Subscriber
+	opt  ShimOptions
+	ns   string
+	db   int64
+	log  *slog.Logger
+	sub  *Subscriber
+	topo *topology
 
 	servers atomic.Pointer[map[string]struct{}]
 
@@ -109,13 +110,25 @@ type Shim struct {
 	// arrived, on the shim clock.
 	lastHot atomic.Int64
 
+	// Hook chains built so far (see chain): the first of each is the
+	// installed client's.
+	processChains, pipelineChains atomic.Int64
+	// poisoned: the installed client's pool selected another DB; nothing
+	// is served any more. connsPoisoned: a Conn's pipeline changed its
+	// session; no Conn or Tx is served any more.
+	poisoned, connsPoisoned atomic.Bool
+	// deferred: go-redis's own client-side cache is on for this client; it
+	// already answers every read from memory, so the shim serves nothing.
+	deferred bool
+
 	mu      sync.RWMutex
 	hot     map[string]int64 // hot keys for this client -> until (0: until cold)
 	entries map[string]*cacheEntry
 	seen    map[string]struct{} // hot keys read once, not yet admitted
+	big     map[string]int64    // hashes found too big -> verdict valid until
 
-	tr *tracker
-	m  metrics
+	trackers trackers
+	m        metrics
 	// noReport: the server refused a report; do not send more.
 	noReport atomic.Bool
 
@@ -125,9 +138,12 @@ type Shim struct {
 }
 
 // Install subscribes to the hot-key channel and adds the shim to rdb's
-// hooks: from then on reads of hot keys are served locally. Close stops it
-// (go-redis cannot remove a hook: a closed shim passes everything through).
-func Install(rdb *redis.Client, opt ShimOptions) (*Shim, error) {
+// hooks: from then on reads of hot keys are served locally. rdb is a
+// *redis.Client (also as returned by NewFailoverClient or
+// NewUniversalClient), a *redis.ClusterClient or a *redis.Ring. Close stops
+// it (go-redis cannot remove a hook: a closed shim passes everything
+// through). Install it before the client is used by other goroutines.
+func Install(rdb redis.UniversalClient, opt ShimOptions) (*Shim, error) {
 	s, err := NewShim(rdb, opt)
 	if err != nil {
 		return nil, err
@@ -137,26 +153,42 @@ func Install(rdb *redis.Client, opt ShimOptions) (*Shim, error) {
 }
 
 // NewShim is Install without adding the hook, for applications that order
-// their hooks themselves (add it with rdb.AddHook).
-func NewShim(rdb *redis.Client, opt ShimOptions) (*Shim, error) {
+// their hooks themselves (add it with rdb.AddHook, once, to rdb only).
+func NewShim(rdb redis.UniversalClient, opt ShimOptions) (*Shim, error) {
 	opt.defaults()
-	o := rdb.Options()
 	s := &Shim{
-		rdb: rdb, opt: opt, ns: strconv.Itoa(o.DB),
+		opt:     opt,
 		log:     opt.Logger.With("component", "client-shim"),
 		hot:     make(map[string]int64),
 		entries: make(map[string]*cacheEntry),
 		seen:    make(map[string]struct{}),
+		big:     make(map[string]int64),
 	}
+	topo, err := newTopology(s, rdb)
+	if err != nil {
+		return nil, err
+	}
+	s.topo = topo
+	db := topo.ns()
+	s.db, s.ns = int64(db), strconv.Itoa(db)
 	s.m.init()
 	for _, a := range opt.Servers {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return nil, fmt.Errorf("parse server %q: %w", a, err)
 		}
 	}
+	if topo.kind == topoClient && cscOn(topo.client.Options()) {
+		s.deferred = true
+		s.log.Info("go-redis client-side cache is on for this client: it serves reads from memory itself, the shim defers to it (set its MaxStaleness to bound staleness)")
+	}
+	empty := map[string]struct{}{}
+	s.servers.Store(&empty)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	s.resolveServers(ctx)
+	ictx, icancel := context.WithTimeout(ctx, 5*time.Second)
+	topo.hookNodes(ictx)
+	topo.refresh(ictx)
+	icancel()
 
 	chc := opt.ChannelClient
 	if chc == nil {
@@ -167,17 +199,15 @@ func NewShim(rdb *redis.Client, opt ShimOptions) (*Shim, error) {
 	so.Handler = shimHandler{s}
 	so.Logger = opt.Logger
 	s.sub = New(chc, so)
-	if !opt.DisableTracking && (o.Network == "" || o.Network == "tcp") {
-		s.tr = newTracker(s, o)
-	}
 	s.goRun(func() {
 		if err := s.sub.Run(ctx); err != nil {
 			s.log.Error("hot-key subscriber stopped", "err", err)
 		}
 	})
 	s.goRun(func() { s.housekeep(ctx) })
-	if s.tr != nil {
-		s.goRun(func() { s.tr.run(ctx) })
+	if !opt.DisableTracking {
+		s.trackers.init(s)
+		s.goRun(func() { s.trackers.supervise(ctx) })
 	}
 	return s, nil
 }
@@ -200,10 +230,7 @@ func (s *Shim) Close() error {
 	clear(s.entries)
 	clear(s.seen)
 	s.mu.Unlock()
-	if s.tr != nil {
-		return s.tr.close()
-	}
-	return nil
+	return s.trackers.closeAll()
 }
 
 // Synced is closed once the first snapshot has been loaded.
@@ -212,30 +239,12 @@ func (s *Shim) Synced() <-chan struct{} { return s.sub.Synced() }
 // Subscriber is the channel subscriber the shim follows.
 func (s *Shim) Subscriber() *Subscriber { return s.sub }
 
-// resolveServers computes the addresses whose events apply: the client's
-// Addr with its host resolved (events carry the IP the sniffer saw), plus
-// ShimOptions.Servers.
-func (s *Shim) resolveServers(ctx context.Context) {
-	set := make(map[string]struct{})
-	for _, a := range s.opt.Servers {
-		set[normAddr(a)] = struct{}{}
-	}
-	o := s.rdb.Options()
-	if host, port, err := net.SplitHostPort(o.Addr); err == nil && (o.Network == "" || o.Network == "tcp") {
-		if host == "" {
-			host = "localhost"
-		}
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		ips, err := net.DefaultResolver.LookupHost(rctx, host)
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			s.log.Warn("resolve cache server; using the configured servers only", "addr", o.Addr, "err", err)
-		}
-		for _, ip := range ips {
-			set[normAddr(net.JoinHostPort(ip, port))] = struct{}{}
-		}
-	}
-	s.servers.Store(&set)
+// cscOn reports whether go-redis enables its client-side cache for a
+// client with these options: configured, RESP3, DB 0, and no credentials
+// provider (go-redis turns it off otherwise).
+func cscOn(o *redis.Options) bool {
+	return (o.ClientSideCacheConfig != nil || o.ClientSideCache != nil) && o.Protocol != 2 && o.DB == 0 &&
+		o.CredentialsProvider == nil && o.CredentialsProviderContext == nil && o.StreamingCredentialsProvider == nil
 }
 
 // normAddr writes ip:port one way (IPv4-mapped IPv6 as IPv4, zones kept).
@@ -260,6 +269,12 @@ func (s *Shim) matches(e *event.Event) bool {
 	return ok
 }
 
+// cacheable is matches restricted to entries that allow local caching: a
+// key published "cacheable":false (written too often for a local copy to
+// last) is not hot for the shim, so it is neither admitted nor served, and
+// a copy cached before the verdict is dropped when it arrives.
+func (s *Shim) cacheable(e *event.Event) bool { return !e.Uncacheable && s.matches(e) }
+
 // shimHandler feeds the subscriber's changes into the shim, on the
 // subscriber's goroutine.
 type shimHandler struct{ s *Shim }
@@ -274,7 +289,7 @@ func (h shimHandler) Event(e *event.Event) {
 	case event.TypeHot, event.TypeCold:
 		// Ask the subscriber rather than trust this one message: another
 		// node may still report the key hot after this node's cold.
-		until, ok := s.sub.HotUntil("redis", s.ns, e.Key, s.matches)
+		until, ok := s.sub.HotUntil("redis", s.ns, e.Key, s.cacheable)
 		if e.Type == event.TypeHot {
 			s.lastHot.Store(nanotime())
 		}
@@ -291,7 +306,7 @@ func (h shimHandler) Snapshot(*event.Snapshot) {
 		if !s.matches(e) {
 			continue
 		}
-		if until, ok := s.sub.HotUntil("redis", s.ns, e.Key, s.matches); ok {
+		if until, ok := s.sub.HotUntil("redis", s.ns, e.Key, s.cacheable); ok {
 			hot[string(e.Key)] = monoOf(until)
 		}
 	}
@@ -316,9 +331,7 @@ func (h shimHandler) Snapshot(*event.Snapshot) {
 	// lost: drop the values, keep the hot set.
 	s.invalidateAll(invalSnapshot)
 	s.updateMode(nanotime())
-	if s.tr != nil {
-		s.tr.kick()
-	}
+	s.trackers.kick()
 }
 
 // setHot records key as hot until until, or not hot.
@@ -340,9 +353,7 @@ func (s *Shim) setHot(key string, until int64, hot bool) {
 		s.m.invalidations[invalCold].Add(1)
 	}
 	s.updateMode(nanotime())
-	if s.tr != nil {
-		s.tr.kick()
-	}
+	s.trackers.kick()
 }
 
 // updateMode turns hot-running mode on while keys are hot and a hot
@@ -376,8 +387,8 @@ func (s *Shim) updateMode(now int64) {
 }
 
 // housekeep ages out keys whose hot entry lapsed, values long expired and
-// the mode, and re-resolves the server address now and then (a DNS name
-// may move).
+// the mode, and follows the client's servers (cluster nodes come and go,
+// a DNS name may move).
 func (s *Shim) housekeep(ctx context.Context) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
@@ -419,12 +430,14 @@ func (s *Shim) housekeep(ctx context.Context) {
 			s.drop(e, evictIdle)
 		}
 		s.updateMode(now)
-		if len(lapsed) > 0 && s.tr != nil {
-			s.tr.kick()
+		if len(lapsed) > 0 {
+			s.trackers.kick()
 		}
-		if time.Since(lastResolve) > 30*time.Second {
+		if time.Since(lastResolve) > time.Second {
+			// Cheap: go-redis's current view of the nodes, and DNS at
+			// most every 30s per name.
 			lastResolve = time.Now()
-			s.resolveServers(ctx)
+			s.topo.refresh(ctx)
 		}
 	}
 }

@@ -121,6 +121,7 @@ type Subscriber struct {
 	// reloadFailing keeps an outage to one warning, not one per retry.
 	reloadFailing bool
 	lastExpire    time.Time
+	decoded       []*event.Event // reused by onMessage
 
 	synced     chan struct{}
 	syncedOnce sync.Once
@@ -321,16 +322,28 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	}
 }
 
-// onMessage applies one message, checking its seq against the last one
-// seen from its node.
+// onMessage applies one message: a single event, or a batch of them (the
+// v2 envelope), each in order.
 func (s *Subscriber) onMessage(ctx context.Context, payload string) {
 	s.messages.Add(1)
-	e := new(event.Event)
-	if err := json.Unmarshal([]byte(payload), e); err != nil {
+	evs, err := event.DecodeMessage(s.decoded[:0], []byte(payload))
+	s.decoded = evs[:0]
+	if err != nil {
+		// A batch is all or nothing: a bad one is dropped whole, and the
+		// seq gap it leaves makes the next message reload the snapshot.
 		s.invalid.Add(1)
 		s.log.Debug("undecodable message", "err", err)
 		return
 	}
+	for i, e := range evs {
+		evs[i] = nil
+		s.onEvent(ctx, e)
+	}
+}
+
+// onEvent applies one event, checking its seq against the last one seen
+// from its node.
+func (s *Subscriber) onEvent(ctx context.Context, e *event.Event) {
 	now := s.opt.Now()
 	reload := false
 	last, known := s.last[e.Node]

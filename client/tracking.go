@@ -6,6 +6,7 @@ import (
 	"net"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -305,4 +306,110 @@ func coveredBy(p string, keys []string) bool {
 		}
 	}
 	return false
+}
+
+// trackers runs one tracker per master the client writes to (one for a
+// plain client; every master of a cluster, every shard of a ring), adding
+// and retiring them as the topology changes. Each tracks every hot key: a
+// write can only happen where the key's slot is, and tracking it everywhere
+// means a slot that moves to another master is covered there already.
+type trackers struct {
+	s  *Shim
+	mu sync.Mutex
+	m  map[string]*trackerRun
+}
+
+type trackerRun struct {
+	t      *tracker
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (ts *trackers) init(s *Shim) {
+	ts.s = s
+	ts.m = map[string]*trackerRun{}
+}
+
+// supervise reconciles the trackers with the masters every TrackingCheck.
+func (ts *trackers) supervise(ctx context.Context) {
+	tick := time.NewTicker(ts.s.opt.TrackingCheck)
+	defer tick.Stop()
+	for {
+		ts.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (ts *trackers) reconcile(ctx context.Context) {
+	want := ts.s.topo.masters(ctx)
+	if ctx.Err() != nil || len(want) == 0 {
+		// Unknown (the cluster is unreachable): keep what runs.
+		return
+	}
+	var gone []*trackerRun
+	ts.mu.Lock()
+	for addr, o := range want {
+		if _, ok := ts.m[addr]; ok {
+			continue
+		}
+		t := newTracker(ts.s, o)
+		rctx, cancel := context.WithCancel(ctx)
+		r := &trackerRun{t: t, cancel: cancel, done: make(chan struct{})}
+		ts.m[addr] = r
+		ts.s.goRun(func() { defer close(r.done); t.run(rctx) })
+	}
+	for addr, r := range ts.m {
+		if _, ok := want[addr]; !ok {
+			delete(ts.m, addr)
+			gone = append(gone, r)
+		}
+	}
+	ts.mu.Unlock()
+	for _, r := range gone {
+		r.cancel()
+		<-r.done
+		_ = r.t.close()
+	}
+}
+
+// kick asks every tracker to bring its prefixes up to date.
+func (ts *trackers) kick() {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for _, r := range ts.m {
+		r.t.kick()
+	}
+}
+
+// established reports whether tracking runs on every master.
+func (ts *trackers) established() bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if len(ts.m) == 0 {
+		return false
+	}
+	for _, r := range ts.m {
+		if !r.t.established.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// closeAll stops every tracker (their runs end with the shim's context).
+func (ts *trackers) closeAll() error {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	var errs []error
+	for addr, r := range ts.m {
+		r.cancel()
+		<-r.done
+		errs = append(errs, r.t.close())
+		delete(ts.m, addr)
+	}
+	return errors.Join(errs...)
 }

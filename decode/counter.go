@@ -34,6 +34,10 @@ type Counter struct {
 	Writes [numProtos]uint64
 	// ReadWeight sums the weights of read key occurrences.
 	ReadWeight [numProtos]uint64
+	// ReplyBytes counts reply bytes per protocol (paired or not); Unpaired
+	// the part no request could be matched to.
+	ReplyBytes [numProtos]uint64
+	Unpaired   [numProtos]uint64
 }
 
 type opSlot struct {
@@ -112,6 +116,24 @@ func (c *Counter) Totals() (requests, keys, reads, writes, errors uint64) {
 	return requests, reads + writes, reads, writes, errors
 }
 
+// ReplyKey forwards reply bytes attributed to a key.
+func (c *Counter) ReplyKey(f *Flow, ns int32, k Key, n uint64) {
+	if rs, ok := c.Next.(ReplySink); ok {
+		rs.ReplyKey(f, ns, k, n)
+	}
+}
+
+// Reply counts reply bytes.
+func (c *Counter) Reply(f *Flow, n uint64, paired bool) {
+	c.ReplyBytes[f.Proto] += n
+	if !paired {
+		c.Unpaired[f.Proto] += n
+	}
+	if rs, ok := c.Next.(ReplySink); ok {
+		rs.Reply(f, n, paired)
+	}
+}
+
 // Tee forwards every call to each sink in order.
 type Tee []Sink
 
@@ -130,5 +152,21 @@ func (t Tee) Key(f *Flow, r *Request, k Key) {
 func (t Tee) Error(f *Flow, reason string) {
 	for _, s := range t {
 		s.Error(f, reason)
+	}
+}
+
+func (t Tee) ReplyKey(f *Flow, ns int32, k Key, n uint64) {
+	for _, s := range t {
+		if rs, ok := s.(ReplySink); ok {
+			rs.ReplyKey(f, ns, k, n)
+		}
+	}
+}
+
+func (t Tee) Reply(f *Flow, n uint64, paired bool) {
+	for _, s := range t {
+		if rs, ok := s.(ReplySink); ok {
+			rs.Reply(f, n, paired)
+		}
 	}
 }

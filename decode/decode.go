@@ -85,6 +85,9 @@ type Flow struct {
 	// TS is the packet time (Unix ns) of the segment being parsed; the stream
 	// layer sets it before every Parse call.
 	TS int64
+	// Pending holds the connection's requests awaiting replies when the
+	// stream layer decodes replies (nil otherwise).
+	Pending *Pending
 }
 
 // Request is one decoded request (one command). Parsers reuse it between
@@ -99,6 +102,12 @@ type Request struct {
 	// Write marks requests that change data; they never count toward hotness
 	// but drive invalidation.
 	Write bool
+	// ID is the request's id where replies echo it (memcached binary
+	// opaque, Tair channel id), for pairing replies; 0 elsewhere.
+	ID uint32
+	// Quiet marks a request the server may leave unanswered (memcached
+	// binary quiet opcodes, meta q flag): on a miss no reply comes.
+	Quiet bool
 }
 
 // Key is one key occurrence within a request.
@@ -164,7 +173,7 @@ func (r *Registry) Get(p Proto) Decoder {
 	return nil
 }
 
-// CountKey is how `hotsniff decode --count` prints a key (CONTRACT §1):
+// CountKey is how `hotsniff decode --count` prints a key (docs/events.md, "Per-key counts"):
 // as is when it is valid UTF-8 of printable runes (space included), else
 // Go-quoted, so one line always holds exactly one key. Fixture generators
 // use it to write their truth files in the same form.

@@ -22,6 +22,10 @@ type Config struct {
 	// HotQPS is the default threshold: a key is hot when its weighted request
 	// rate at one server reaches HotQPS per second. Required.
 	HotQPS float64 `yaml:"hot_qps"`
+	// HotBytes, when set, also makes a key hot when the reply bytes
+	// attributed to it at one server reach HotBytes per second (the
+	// default detector only). 0: off.
+	HotBytes float64 `yaml:"hot_bytes"`
 	// Detector selects the algorithm: "default" (windowed buckets, sound) or
 	// "tair" (Tair's server-side pipeline, kept for comparison).
 	Detector string `yaml:"detector"`
@@ -47,8 +51,18 @@ type Config struct {
 	// evicted (and announced cold). 1024.
 	MaxHot int `yaml:"max_hot"`
 	// InvalidateGap merges identical invalidates of one key closer than this;
-	// the first is always sent, and a merged one is sent after the gap. 1ms.
+	// the first is always sent, and a merged one is sent after the gap, so
+	// a key gets at most one invalidate per gap and its last write is
+	// always invalidated. 10ms.
 	InvalidateGap time.Duration `yaml:"invalidate_gap"`
+	// LocalTTL is the client shims' local expiry (their LocalTTL, 50ms by
+	// default): the cacheable verdict is judged against it.
+	LocalTTL time.Duration `yaml:"local_ttl"`
+	// UncacheableWrites: a hot key whose write rate reaches this many writes
+	// per LocalTTL is published "cacheable":false (shims stop caching it, its
+	// writes stop producing invalidates); it turns cacheable again below
+	// half of it. 1 (docs/detection.md derives it). Negative: never.
+	UncacheableWrites float64 `yaml:"uncacheable_writes"`
 	// AbsorbedCap bounds the demand client shims can report for one hot
 	// key: at most AbsorbedCap × its threshold per second is credited,
 	// however many reports arrive. 1000.
@@ -76,6 +90,9 @@ type Rule struct {
 	// The lowest threshold also sets how many buckets are located, so a
 	// very low one costs speed, never accuracy.
 	HotQPS float64 `yaml:"hot_qps"`
+	// HotBytes is the reply-bytes threshold (per second) for matching keys;
+	// 0 keeps the default (Config.HotBytes).
+	HotBytes float64 `yaml:"hot_bytes"`
 	// Proto limits the rule to one protocol ("redis", "memcache", "tair");
 	// empty means all.
 	Proto string `yaml:"proto"`
@@ -95,10 +112,13 @@ const (
 	defaultBuckets  = 4096
 	defaultMaxHot   = 1024
 	defaultCold     = 0.7
-	defaultInvGap   = time.Millisecond
+	defaultInvGap   = 10 * time.Millisecond
+	defaultLocalTTL = 50 * time.Millisecond
 	minWindow       = 400 * time.Millisecond
 	maxWindow       = 20 * time.Second
-	countsAtHotRate = 800 // requests a key at the threshold adds per window
+	// defaultUncacheableWrites: one write per local TTL (docs/detection.md).
+	defaultUncacheableWrites = 1
+	countsAtHotRate          = 800 // requests a key at the threshold adds per window
 )
 
 // defaultAbsorbedCap: a key read locally at 1000× its threshold is far
@@ -117,6 +137,9 @@ func (c Config) withDefaults() (Config, error) {
 	case DetectorDefault, DetectorTair:
 	default:
 		return c, fmt.Errorf("check detector: %q is not %q or %q", c.Detector, DetectorDefault, DetectorTair)
+	}
+	if c.HotBytes < 0 || math.IsNaN(c.HotBytes) || math.IsInf(c.HotBytes, 0) {
+		return c, fmt.Errorf("check hot_bytes: must be a positive number or 0 (off), got %v", c.HotBytes)
 	}
 	if c.TTL < 0 || c.RefreshEvery < 0 || c.Window < 0 || c.InvalidateGap < 0 {
 		return c, errors.New("check durations: must not be negative")
@@ -161,6 +184,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.InvalidateGap == 0 {
 		c.InvalidateGap = defaultInvGap
 	}
+	if c.LocalTTL < 0 {
+		return c, errors.New("check local-ttl: must not be negative")
+	}
+	if c.LocalTTL == 0 {
+		c.LocalTTL = defaultLocalTTL
+	}
+	if math.IsNaN(c.UncacheableWrites) || math.IsInf(c.UncacheableWrites, 0) {
+		return c, fmt.Errorf("check uncacheable-writes: %v is not a number", c.UncacheableWrites)
+	}
+	if c.UncacheableWrites == 0 {
+		c.UncacheableWrites = defaultUncacheableWrites
+	}
 	t := &c.Tair
 	if t.Buckets == 0 {
 		t.Buckets = 1024
@@ -184,6 +219,9 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		if r.HotQPS < 0 || math.IsNaN(r.HotQPS) || math.IsInf(r.HotQPS, 0) {
 			return c, fmt.Errorf("check rule %d (%s): hot-qps %v is negative", i, r.Pattern, r.HotQPS)
+		}
+		if r.HotBytes < 0 || math.IsNaN(r.HotBytes) || math.IsInf(r.HotBytes, 0) {
+			return c, fmt.Errorf("check rule %d (%s): hot_bytes %v is negative", i, r.Pattern, r.HotBytes)
 		}
 		if r.Proto != "" {
 			if _, ok := decode.ParseProto(r.Proto); !ok {
@@ -256,6 +294,7 @@ func globMatch(p string, s []byte) bool {
 type rule struct {
 	pat   pattern
 	qps   float64
+	bytes float64
 	proto decode.Proto // ProtoUnknown: any
 }
 
@@ -263,19 +302,24 @@ type rule struct {
 // is about to be promoted, never per observation.
 type ruleSet struct {
 	def    float64
+	defB   float64
 	rules  []rule
 	ignore []pattern
 }
 
 func newRuleSet(c Config) ruleSet {
-	rs := ruleSet{def: c.HotQPS}
+	rs := ruleSet{def: c.HotQPS, defB: c.HotBytes}
 	for _, r := range c.Rules {
 		p, _ := decode.ParseProto(r.Proto)
 		q := r.HotQPS
 		if q == 0 {
 			q = c.HotQPS
 		}
-		rs.rules = append(rs.rules, rule{pat: compilePattern(r.Pattern), qps: q, proto: p})
+		b := r.HotBytes
+		if b == 0 {
+			b = c.HotBytes
+		}
+		rs.rules = append(rs.rules, rule{pat: compilePattern(r.Pattern), qps: q, bytes: b, proto: p})
 	}
 	for _, s := range c.Ignore {
 		rs.ignore = append(rs.ignore, compilePattern(s))
@@ -297,6 +341,33 @@ func (rs *ruleSet) lookup(p decode.Proto, key []byte) (qps float64, ignored bool
 		}
 	}
 	return rs.def, false
+}
+
+// lookupBoth returns both thresholds for key (bytes 0: no bytes threshold).
+func (rs *ruleSet) lookupBoth(p decode.Proto, key []byte) (qps, bytes float64, ignored bool) {
+	for i := range rs.ignore {
+		if rs.ignore[i].match(key) {
+			return 0, 0, true
+		}
+	}
+	for i := range rs.rules {
+		r := &rs.rules[i]
+		if (r.proto == decode.ProtoUnknown || r.proto == p) && r.pat.match(key) {
+			return r.qps, r.bytes, false
+		}
+	}
+	return rs.def, rs.defB, false
+}
+
+// minBytes returns the lowest reply-bytes threshold in use, 0 when none.
+func (rs *ruleSet) minBytes() float64 {
+	m := rs.defB
+	for _, r := range rs.rules {
+		if r.bytes > 0 && (m == 0 || r.bytes < m) {
+			m = r.bytes
+		}
+	}
+	return m
 }
 
 // min returns the lowest threshold any key can have: the bucket stage must

@@ -1,5 +1,5 @@
 // Package detect finds hot keys in the stream of decoded reads and emits
-// hot, cold and invalidate events (CONTRACT §2).
+// hot, cold and invalidate events (docs/events.md).
 //
 // Two detectors share the hot list and event logic:
 //
@@ -50,6 +50,7 @@ type Stats struct {
 	Evictions      uint64 // hot keys evicted because the list was full (MaxHot)
 	Invalidates    uint64 // invalidate events sent
 	InvalMerged    uint64 // writes merged into an invalidate sent less than InvalidateGap before
+	Verdicts       uint64 // cacheable verdict changes announced (writes.go)
 	Ignored        uint64 // keys that reached a threshold but match the ignore list
 	Late           uint64 // reads dropped: more than a sub-window older than the clock
 	ClockResets    uint64 // clock restarted after a jump of more than 10s
@@ -58,6 +59,7 @@ type Stats struct {
 	LatencySumNs   uint64 // sum of (promotion time - time the key was located), packet time
 	LatencyMaxNs   uint64 // largest such latency
 	LastPacketTime int64  // newest packet time seen (Unix ns)
+	ReplyBytes     uint64 // reply bytes attributed to read keys
 
 	// Absorbed-demand reports (absorbed.go): credited, the local reads they
 	// added, and those not credited by reason. Capped reports are credited
@@ -101,6 +103,7 @@ type Detector struct {
 
 	def  *windowed // default detector, or nil
 	tair *tairDet  // tair detector, or nil
+	bdet *windowed // reply-bytes detector (HotBytes set, default detector), or nil
 
 	st Stats
 
@@ -156,6 +159,9 @@ func New(cfg Config, out Emitter) (*Detector, error) {
 		d.tair = newTair(d, c.Tair)
 	} else {
 		d.def = newWindowed(d, c)
+		if m := d.rules.minBytes(); m > 0 {
+			d.bdet = newWindowedFor(d, c, m, true)
+		}
 	}
 	return d, nil
 }
@@ -176,28 +182,8 @@ func (d *Detector) Error(*decode.Flow, string) {}
 // Key implements decode.Sink: one key occurrence. It allocates nothing
 // unless an event is emitted.
 func (d *Detector) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
-	late := false
-	if f.TS > d.now {
-		if f.TS < d.epochEnd {
-			d.now = f.TS // common case: same sub-window, no division
-		} else {
-			d.setClock(f.TS)
-		}
-	} else if f.TS < d.now-d.sub {
-		if f.TS < d.now-clockReset {
-			d.resetClock(f.TS)
-		} else {
-			late = true
-		}
-	}
-	if f.Server != d.seedServer || f.Proto != d.seedProto || r.NS != d.seedNS {
-		d.seedServer, d.seedProto, d.seedNS = f.Server, f.Proto, r.NS
-		d.seed = identitySeed(f.Server, f.Proto, r.NS)
-	}
-	h := xxhash.Sum64(k.Bytes) ^ d.seed
-	if h == 0 {
-		h = 1 // 0 marks an empty slot
-	}
+	late := d.clock(f.TS)
+	h := d.identity(f, r.NS, k.Bytes)
 	if r.Write {
 		d.st.Writes++
 		if d.gate[h>>(64-gateBits)] != 0 {
@@ -239,6 +225,37 @@ func (d *Detector) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 	} else {
 		d.tair.observe(h, f, r.NS, k, w)
 	}
+}
+
+// clock moves the clock to ts and reports whether ts is too late to count.
+func (d *Detector) clock(ts int64) (late bool) {
+	if ts > d.now {
+		if ts < d.epochEnd {
+			d.now = ts // common case: same sub-window, no division
+		} else {
+			d.setClock(ts)
+		}
+	} else if ts < d.now-d.sub {
+		if ts < d.now-clockReset {
+			d.resetClock(ts)
+		} else {
+			return true
+		}
+	}
+	return false
+}
+
+// identity is the identity hash of a key at f's server in namespace ns.
+func (d *Detector) identity(f *decode.Flow, ns int32, key []byte) uint64 {
+	if f.Server != d.seedServer || f.Proto != d.seedProto || ns != d.seedNS {
+		d.seedServer, d.seedProto, d.seedNS = f.Server, f.Proto, ns
+		d.seed = identitySeed(f.Server, f.Proto, ns)
+	}
+	h := xxhash.Sum64(key) ^ d.seed
+	if h == 0 {
+		h = 1 // 0 marks an empty slot
+	}
+	return h
 }
 
 // Tick tells the detector that time has passed without traffic (the live
@@ -285,6 +302,7 @@ func (d *Detector) resetClock(ts int64) {
 		e.abs = window{epoch: d.epoch}
 		e.since, e.lastSeen, e.lastEmit, e.lastInval = ts, ts, ts, ts
 		e.expires = ts + d.lifetime
+		e.resetWrites(ts, d.epoch)
 		// The measurement restarts: give it a window before judging it.
 		e.win.ring[d.epoch&(numSub-1)] = uint32(min(e.thr*float64(d.win)/1e9, math.MaxUint32))
 		e.win.sum = uint64(e.win.ring[d.epoch&(numSub-1)])
@@ -314,12 +332,19 @@ func (d *Detector) scan() {
 		}
 		var cold bool
 		e.qps = d.rate(&e.win, e.since, 2*d.sub)
+		if e.bthr > 0 || e.bwin.sum > 0 {
+			e.bwin.advance(d.epoch)
+			e.bps = d.rate(&e.bwin, e.bsince, 2*d.sub)
+		}
 		e.abs.advance(d.epoch)
 		e.absQPS = min(d.rate(&e.abs, e.since, 2*d.sub), e.qps)
 		if d.def != nil {
 			// The conservative rate (span at least W/2) only under-reads
 			// a young entry, which was just measured above its threshold.
 			cold = d.now-e.lastSeen >= d.lifetime || d.rate(&e.win, e.since, d.win/2) < d.cfg.ColdRatio*e.thr
+			if cold && e.bthr > 0 && d.now-e.lastSeen < d.lifetime {
+				cold = d.rate(&e.bwin, e.bsince, d.win/2) < d.cfg.ColdRatio*e.bthr
+			}
 		} else {
 			cold = d.now >= e.expires
 		}
@@ -329,6 +354,7 @@ func (d *Detector) scan() {
 			d.removeHot(i)
 			continue
 		}
+		d.judgeWrites(e)
 		if d.def != nil && d.now-e.lastEmit >= d.refresh {
 			d.st.Refreshes++
 			e.lastEmit = d.now
@@ -353,7 +379,7 @@ func (d *Detector) rate(w *window, since, floor int64) float64 {
 }
 
 // promote makes a key hot and emits its first hot event.
-func (d *Detector) promote(h uint64, f *decode.Flow, ns int32, k decode.Key, thr, qps float64, prefix bool, located int64, w *window, since int64) *hotEntry {
+func (d *Detector) promote(h uint64, f *decode.Flow, ns int32, k decode.Key, thr, qps float64, prefix bool, located int64, w *window, since int64, b *bytesInit) *hotEntry {
 	if d.hot.full() {
 		v := d.hot.lru()
 		d.st.Evictions++
@@ -369,6 +395,13 @@ func (d *Detector) promote(h uint64, f *decode.Flow, ns int32, k decode.Key, thr
 	e.since = since
 	e.lastSeen, e.lastEmit = d.now, d.now
 	e.expires = d.now + d.lifetime
+	e.resetWrites(d.now, d.epoch)
+	if b != nil {
+		e.bthr, e.bsince, e.bps = b.thr, b.since, b.bps
+		if b.win != nil {
+			e.bwin = *b.win
+		}
+	}
 	e.gate = uint32(h >> (64 - gateBits))
 	d.gate[e.gate]++
 	d.st.Hot++
@@ -396,7 +429,7 @@ func (d *Detector) removeHot(i int) {
 // the last write is never left uninvalidated.
 func (d *Detector) write(h uint64, f *decode.Flow, ns int32, key []byte) {
 	e := d.hot.find(h, f, ns, key)
-	if e == nil {
+	if e == nil || d.countWrite(e) {
 		return
 	}
 	if e.invalSent && d.now-e.lastInval < d.invGap {
@@ -438,6 +471,11 @@ func (d *Detector) toEvent(e *hotEntry, typ string, qps float64) event.Event {
 		// The shims' part of qps (total demand); absent until they report.
 		AbsorbedQPS: math.Round(absorbed*10) / 10,
 		Sample:      d.sampleRate(),
+		WriteQPS:    math.Round(e.wr.qps*10) / 10,
+		Uncacheable: e.wr.uncacheable,
+		BytesPS:     e.bytesPS(typ),
+		ValueBytes:  e.valueBytes(typ, qps),
+		Reason:      e.reason(typ, qps),
 	}
 }
 
@@ -480,8 +518,11 @@ func (d *Detector) DrainLatencies(dst []time.Duration) []time.Duration {
 
 // Flush brings HotSet and Stats up to date with everything observed so far
 // without moving the clock: the end of a replay, where no later packet or
-// Tick will. Like Key and Tick, it runs on the observing goroutine.
-func (d *Detector) Flush() { d.publish(true) }
+// Tick will. Merged invalidates still waiting for their gap are sent. Like Key and Tick, it runs on the observing goroutine.
+func (d *Detector) Flush() {
+	d.flushPending()
+	d.publish(true)
+}
 
 // HotSet returns a copy of the current hot set as hot events (current qps),
 // as of the last sub-window boundary or Tick.

@@ -202,7 +202,9 @@ func TestLifetimeViaTick(t *testing.T) {
 }
 
 func TestInvalidate(t *testing.T) {
-	d, rec := newDet(t, Config{HotQPS: T})
+	// A 1ms gap and no cacheable verdict: this test is about merging alone
+	// (TestWriteHot covers the verdict).
+	d, rec := newDet(t, Config{HotQPS: T, InvalidateGap: time.Millisecond, UncacheableWrites: -1})
 	play(d, 0, time.Second, stream{key: "k", qps: 2 * T}, stream{key: "cool", qps: 10})
 	// Writes to a cold key never invalidate.
 	play(d, time.Second, time.Second+10*time.Millisecond, stream{key: "cool", qps: 1000, write: true})

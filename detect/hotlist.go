@@ -23,6 +23,12 @@ type hotEntry struct {
 	// counted in win; absQPS is its rate as of the last scan.
 	abs    window
 	absQPS float64
+	// Reply bytes (detect/bytes.go): threshold (0: none), window since
+	// bsince, and the last measured rate.
+	bthr   float64
+	bwin   window
+	bsince int64
+	bps    float64
 	gate   uint32 // index of the gate counter (bucket) it is registered in
 
 	since     int64 // start of the measurement in win (ns)
@@ -32,6 +38,7 @@ type hotEntry struct {
 	lastInval int64 // last invalidate sent (ns)
 	invalSent bool  // an invalidate was sent since the key became hot
 	pending   bool  // a write was merged into the last invalidate: send one more
+	wr        writes
 }
 
 // hotList is the bounded set of hot keys: a dense array (so the periodic scan

@@ -74,6 +74,7 @@ type slot struct {
 	need  uint64  // count below which the key cannot be confirmed (fast reject)
 	since int64   // when the key entered the slot
 	own   window  // exact count of this key since it entered
+	reads uint32  // bytes stage: weighted reads answered since it entered
 }
 
 const (
@@ -97,9 +98,15 @@ type windowed struct {
 	trig    uint64   // bucket count that locates it (locateRatio × lowest threshold)
 	minNeed uint64   // count a key at the lowest threshold reaches in W/2
 	minThr  float64  // lowest threshold (per second)
+	// bytes: this instance counts reply bytes (detect/bytes.go), not reads.
+	bytes bool
 }
 
 func newWindowed(d *Detector, c Config) *windowed {
+	return newWindowedFor(d, c, d.rules.min(), false)
+}
+
+func newWindowedFor(d *Detector, c Config, minThr float64, bytes bool) *windowed {
 	w := &windowed{
 		d:      d,
 		shift:  uint(64 - bitsLen(c.Buckets)),
@@ -111,7 +118,8 @@ func newWindowed(d *Detector, c Config) *windowed {
 		slots:  make([]slot, c.Buckets*slotsPerBucket),
 		sh:     make([]uint64, c.Buckets*slotsPerBucket),
 		se:     make([]uint32, c.Buckets*slotsPerBucket),
-		minThr: d.rules.min(),
+		minThr: minThr,
+		bytes:  bytes,
 	}
 	full := float64(d.win-d.sub) / 1e9 // seconds a full ring surely covers
 	w.trig = max(uint64(locateRatio*w.minThr*full), 1)
@@ -190,6 +198,9 @@ func (w *windowed) observe(h uint64, f *decode.Flow, ns int32, k decode.Key, n u
 	se[i] = satAdd(se[i], n)
 	s := &w.slots[lo+uint64(i)]
 	s.own.add(ep, n)
+	if w.bytes {
+		s.reads = satAdd(s.reads, k.Weight)
+	}
 	if k.Prefix {
 		s.flags |= slotPrefix
 	}
@@ -209,8 +220,11 @@ func (w *windowed) confirm(s *slot, h uint64, f *decode.Flow, ns int32, k decode
 		// Rules are looked up once per slot tenancy, only for keys that got
 		// this far, so patterns cost nothing per read.
 		s.flags |= slotChecked
-		thr, ignored := d.rules.lookup(f.Proto, k.Bytes)
-		if ignored {
+		thr, bthr, ignored := d.rules.lookupBoth(f.Proto, k.Bytes)
+		if w.bytes {
+			thr = bthr
+		}
+		if ignored || !(thr > 0) {
 			s.flags |= slotIgnored
 			s.need = math.MaxUint64
 			d.st.Ignored++
@@ -229,8 +243,7 @@ func (w *windowed) confirm(s *slot, h uint64, f *decode.Flow, ns int32, k decode
 	// solid estimate over its real span: flooring the span at two
 	// sub-windows (as the check above floors it at W/2) would report a key
 	// at 20× the threshold as 2× when it is caught within milliseconds.
-	qps := d.rate(&s.own, s.since, d.sub/8)
-	d.promote(h, f, ns, k, s.thr, qps, s.flags&slotPrefix != 0, s.since, &s.own, s.since)
+	d.promoteFrom(w, h, f, ns, k, s)
 	return true
 }
 

@@ -1,4 +1,4 @@
-// Package event is the hot-key message of CONTRACT §2: the same JSON object is
+// Package event is the hot-key message (docs/events.md): the same JSON object is
 // printed by `hotsniff replay`, published on the pub/sub channel and read by
 // client shims. It depends on nothing else in hotsniff so shims can import it.
 package event

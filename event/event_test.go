@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// TestContractExample: the CONTRACT §2 example object, byte for byte.
+// TestContractExample: the documented example event (docs/events.md), byte for byte.
 func TestContractExample(t *testing.T) {
 	ts, _ := time.Parse(time.RFC3339Nano, "2026-11-29T18:00:00.123456Z")
 	e := &Event{V: 1, Seq: 42, Type: TypeHot, Proto: "redis", Server: "10.0.0.5:6379", NS: "0",

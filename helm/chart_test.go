@@ -95,6 +95,9 @@ type serviceMonitor struct {
 		Endpoints []struct {
 			Port              string          `json:"port"`
 			Path              string          `json:"path"`
+			Scheme            string          `json:"scheme"`
+			TLSConfig         map[string]any  `json:"tlsConfig"`
+			BasicAuth         map[string]any  `json:"basicAuth"`
 			Interval          string          `json:"interval"`
 			ScrapeTimeout     string          `json:"scrapeTimeout"`
 			HonorLabels       bool            `json:"honorLabels"`
@@ -390,6 +393,14 @@ func checkCommon(t *testing.T, m *manifests) (*appsv1.DaemonSet, *corev1.Contain
 			continue
 		}
 		port := p.HTTPGet.Port.String()
+		if hl, ok := cfg["health-listen"].(string); ok {
+			// With a web configuration: the credential-free probe
+			// listener on loopback (the pod shares the node's network).
+			if got := p.HTTPGet.Host + ":" + port; got != hl || p.HTTPGet.Path != name || p.HTTPGet.Scheme != "" {
+				t.Errorf("probe %s targets %s %s, want %s", name, got, p.HTTPGet.Path, hl)
+			}
+			continue
+		}
 		if port != c.Ports[0].Name && port != fmt.Sprint(c.Ports[0].ContainerPort) {
 			t.Errorf("probe %s targets port %s, not the listen port %s", name, port, listen)
 		}
@@ -920,6 +931,92 @@ func TestRenderedConfigAccepted(t *testing.T) {
 				t.Fatalf("hotsniff rejects the chart's config: %v\n%s\n--- config.yaml\n%s", err, out, body)
 			}
 		})
+	}
+}
+
+// TestWebConfig: with webConfig.existingSecret the Secret is mounted
+// read-only where the config's web-config points, the probes move to the
+// loopback health listener, the ServiceMonitor scrapes with TLS and basic
+// auth, and the real binary accepts the rendered config with a web
+// configuration at that place.
+func TestWebConfig(t *testing.T) {
+	m := render(t, "--set", "webConfig.existingSecret=hs-web,webConfig.healthPort=9477,serviceMonitor.enabled=true,serviceMonitor.scheme=https",
+		"--set", "serviceMonitor.tlsConfig.ca.secret.name=hs-web,serviceMonitor.tlsConfig.ca.secret.key=ca.crt,serviceMonitor.tlsConfig.serverName=hotsniff",
+		"--set", "serviceMonitor.basicAuth.username.name=hs-scrape,serviceMonitor.basicAuth.username.key=username,serviceMonitor.basicAuth.password.name=hs-scrape,serviceMonitor.basicAuth.password.key=password")
+	ds, c, cfg := checkCommon(t, m)
+	if cfg["web-config"] != "/etc/hotsniff-web/web-config.yml" || cfg["health-listen"] != "127.0.0.1:9477" {
+		t.Errorf("config web-config %v, health-listen %v", cfg["web-config"], cfg["health-listen"])
+	}
+	var mount *corev1.VolumeMount
+	for k := range c.VolumeMounts {
+		if c.VolumeMounts[k].MountPath == "/etc/hotsniff-web" {
+			mount = &c.VolumeMounts[k]
+		}
+	}
+	if mount == nil || !mount.ReadOnly {
+		t.Fatalf("/etc/hotsniff-web not mounted read-only: %+v", c.VolumeMounts)
+	}
+	// No mount inside another: the runtime cannot make a mount point in
+	// a read-only ConfigMap volume.
+	for _, x := range c.VolumeMounts {
+		for _, y := range c.VolumeMounts {
+			if strings.HasPrefix(x.MountPath, strings.TrimSuffix(y.MountPath, "/")+"/") {
+				t.Errorf("%s is mounted inside %s", x.MountPath, y.MountPath)
+			}
+		}
+	}
+	found := false
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.Name == mount.Name {
+			found = v.Secret != nil && v.Secret.SecretName == "hs-web" && v.Secret.DefaultMode != nil && *v.Secret.DefaultMode == 0o400
+		}
+	}
+	if !found {
+		t.Errorf("volume %s is not Secret hs-web with mode 0400", mount.Name)
+	}
+	if len(m.ServiceMonitors) != 1 {
+		t.Fatalf("%d ServiceMonitors", len(m.ServiceMonitors))
+	}
+	ep := m.ServiceMonitors[0].Spec.Endpoints[0]
+	if ep.Scheme != "https" || fmt.Sprint(ep.TLSConfig["serverName"]) != "hotsniff" || ep.BasicAuth["password"] == nil {
+		t.Errorf("ServiceMonitor endpoint scheme %q tlsConfig %v basicAuth %v", ep.Scheme, ep.TLSConfig, ep.BasicAuth)
+	}
+	// Without a web configuration: plain probes on the metrics port, no
+	// mount, scheme http.
+	m = render(t, "--set", "serviceMonitor.enabled=true")
+	_, c, cfg = checkCommon(t, m)
+	if _, ok := cfg["web-config"]; ok {
+		t.Error("web-config rendered without webConfig.existingSecret")
+	}
+	for _, vm := range c.VolumeMounts {
+		if vm.MountPath == "/etc/hotsniff-web" {
+			t.Error("web config mounted without webConfig.existingSecret")
+		}
+	}
+	if ep := m.ServiceMonitors[0].Spec.Endpoints[0]; ep.Scheme != "http" || ep.TLSConfig != nil || ep.BasicAuth != nil {
+		t.Errorf("default ServiceMonitor endpoint %+v", ep)
+	}
+
+	// The binary takes the rendered config, with a web configuration
+	// where the Secret would be mounted.
+	var body string
+	for _, cm := range render(t, "--set", "webConfig.existingSecret=hs-web").ConfigMaps {
+		if v, ok := cm.Data["config.yaml"]; ok {
+			body = v
+		}
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "web-config.yml"), []byte("basic_auth_users:\n  sre: $2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(body, "/etc/hotsniff-web/", dir+"/")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := exec.Command("go", "run", "./cmd/hotsniff", "run", "--config", path, "--config-check")
+	run.Dir = ".."
+	if out, err := run.CombinedOutput(); err != nil || !strings.Contains(string(out), "config ok") {
+		t.Fatalf("hotsniff rejects the chart's config: %v\n%s\n--- config.yaml\n%s", err, out, body)
 	}
 }
 

@@ -109,7 +109,9 @@ func TestDocumentedInstall(t *testing.T) {
 			for _, block := range codeBlocks(t, doc, "sh") {
 				for _, w := range shellWords(block) {
 					switch {
-					case len(w) > 4 && w[0] == "kubectl" && slices.Contains(w, "secret") && slices.Contains(w, "generic"):
+					case len(w) > 4 && w[0] == "kubectl" && slices.Contains(w, "secret") && slices.Contains(w, "generic") && secretName == "":
+						// The first Secret is the install's (the Redis URL);
+						// later ones (the web configuration) have their own test.
 						i := slices.Index(w, "generic")
 						secretName = w[i+1]
 						secretNS = flagValue(w, "-n", "--namespace")
@@ -206,6 +208,7 @@ func TestDetectionValues(t *testing.T) {
 	os.WriteFile(p, []byte(`
 detection:
   hotQPS: 2000
+  hotBytes: 50000000
   detector: tair
   ttl: 30s
   refreshEvery: 10s
@@ -222,7 +225,7 @@ detection:
 	m := render(t, "-f", p)
 	_, _, cfg := checkCommon(t, m)
 	want := map[string]any{
-		"hot-qps": 2000, "detector": "tair", "ttl": "30s", "refresh-every": "10s", "window": "2s",
+		"hot-qps": 2000, "hot-bytes": 50000000, "detector": "tair", "ttl": "30s", "refresh-every": "10s", "window": "2s",
 		"cold-ratio": 0.5, "buckets": 8192, "max-hot": 256, "invalidate-gap": "5ms",
 		"tair-buckets": 2048, "tair-sample-max": 10000, "tair-sigma-n": 1.5, "tair-reap-max": 16,
 	}
@@ -232,7 +235,7 @@ detection:
 		}
 	}
 	out := checkWithCLI(t, cfg)
-	for _, s := range []string{"detector tair", "ttl 30s", "refresh-every 10s", "window 2s", "cold-ratio 0.5", "buckets 8192",
+	for _, s := range []string{"detector tair", "hot-bytes 5e+07", "ttl 30s", "refresh-every 10s", "window 2s", "cold-ratio 0.5", "buckets 8192",
 		"max-hot 256", "invalidate-gap 5ms", "tair-buckets 2048", "tair-sample-max 10000", "tair-sigma-n 1.5", "tair-reap-max 16", "2 rules"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("hotsniff run --config-check does not show %q:\n%s", s, out)

@@ -1,4 +1,4 @@
-// Package metrics exposes hotsniff's counters to Prometheus (CONTRACT §4).
+// Package metrics exposes hotsniff's counters to Prometheus (the metrics README.md lists).
 //
 // The capture pipeline runs on one goroutine and keeps plain counters; it
 // hands a copy to the Collector about once a second (Update). Scrapes read
@@ -43,11 +43,20 @@ type Snapshot struct {
 	Buffered          int
 	FlowsEvicted      uint64
 	HotKeys           map[decode.Proto]int
+	// ReplyBytes counts reply bytes decoded per protocol; ReplyUnpaired the
+	// part no request could be matched to (joined mid-stream, lost bytes).
+	ReplyBytes, ReplyUnpaired map[decode.Proto]uint64
+	// Pending counts what the per-connection request queues could not keep.
+	Pending decode.PendingStats
 
 	Published      map[string]uint64
 	PublishErrors  uint64
 	PublishDropped uint64
 	PublishLag     float64 // seconds from event time to PUBLISH of the last batch
+	// PublishMessages counts channel messages (a v2 message carries a
+	// batch); PublishShed the refreshes the node's message budget shed,
+	// PublishDelayed the events that waited for it.
+	PublishMessages, PublishShed, PublishDelayed uint64
 	// Absorbed counts the absorbed-demand reports of client shims.
 	Absorbed Absorbed
 	// Sampling is the capture's flow sampling and the measured cost.
@@ -89,8 +98,10 @@ type Collector struct {
 
 	packets, dropped, truncated, requests, keys, decodeErrs, gaps, lost, dup,
 	flows, buffered, evicted, hot, published, pubErrs, pubDropped, pubLag *prometheus.Desc
-	absReports, absHits, absRejected                          *prometheus.Desc
-	sampleRate, sampledOut, sampleRaises, cpuShare, cpuBudget *prometheus.Desc
+	sampleRate, sampledOut, sampleRaises, cpuShare, cpuBudget              *prometheus.Desc
+	pubMsgs, pubOverflow                                                   *prometheus.Desc
+	absReports, absHits, absRejected                                       *prometheus.Desc
+	replyBytes, replyUnpaired, pendingDropped, pendingDesyncs, pendingHeld *prometheus.Desc
 }
 
 // New returns a Collector; register it with a prometheus.Registry.
@@ -130,6 +141,15 @@ func New() *Collector {
 		sampleRaises: d("capture_sample_kernel_steps_total", "Times the eBPF programs halved the sample rate themselves because a ring buffer was more than three quarters full."),
 		cpuShare:     d("cpu_share", "Measured cost of hotsniff as a share of one core: user and system time plus eBPF program run time."),
 		cpuBudget:    d("cpu_budget", "The --max-cpu budget as a share of one core (0: none)."),
+		pubMsgs:      d("publish_messages_total", "Channel messages sent (one PUBLISH each; a v2 message carries a batch of events)."),
+		pubOverflow:  d("publish_budget_overflow_total", "Events over this node's channel message budget: shed (refreshes left out) or delayed (waited, batched).", "action"),
+		replyBytes:   d("reply_bytes_total", "Reply bytes decoded (TCP payload from the server), attributed to keys or not.", "proto"),
+		replyUnpaired: d("reply_unpaired_bytes_total",
+			"Reply bytes that answer no request known to hotsniff (connections joined mid-stream, lost segments, pushes).", "proto"),
+		pendingDropped: d("reply_pairing_dropped_total",
+			"Requests (what=request) or keys (what=key) not queued for reply pairing because a connection's queue was full.", "what"),
+		pendingDesyncs: d("reply_pairing_resets_total", "Times a connection's request queue was thrown away after lost bytes."),
+		pendingHeld:    d("reply_pairing_held_bytes", "Memory the per-connection request queues hold now (bounded, 64 MiB by default)."),
 	}
 }
 
@@ -147,7 +167,8 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget} {
+	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.pubMsgs, c.pubOverflow, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs, c.pendingHeld,
+		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget} {
 		ch <- d
 	}
 	c.lat.Describe(ch)
@@ -180,7 +201,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.keys, float64(s.Keys[p]), p.String())
 		counter(c.gaps, float64(s.Gaps[p]), p.String())
 		gauge(c.hot, float64(s.HotKeys[p]), p.String())
+		counter(c.replyBytes, float64(s.ReplyBytes[p]), p.String())
+		counter(c.replyUnpaired, float64(s.ReplyUnpaired[p]), p.String())
 	}
+	counter(c.pendingDropped, float64(s.Pending.Overflow), "request")
+	counter(c.pendingDropped, float64(s.Pending.KeysDropped), "key")
+	counter(c.pendingDesyncs, float64(s.Pending.Desyncs))
+	gauge(c.pendingHeld, float64(s.Pending.Held))
 	for k, v := range s.DecodeErrors {
 		counter(c.decodeErrs, float64(v), k.Proto.String(), k.Reason)
 	}
@@ -195,6 +222,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.pubErrs, float64(s.PublishErrors))
 	counter(c.pubDropped, float64(s.PublishDropped))
 	gauge(c.pubLag, s.PublishLag)
+	counter(c.pubMsgs, float64(s.PublishMessages))
+	counter(c.pubOverflow, float64(s.PublishShed), "shed")
+	counter(c.pubOverflow, float64(s.PublishDelayed), "delayed")
 	counter(c.absReports, float64(s.Absorbed.Reports))
 	counter(c.absHits, float64(s.Absorbed.Hits))
 	for _, r := range AbsorbedReasons {

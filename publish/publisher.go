@@ -1,5 +1,5 @@
 // Package publish sends hot-key events to a Redis pub/sub channel and keeps
-// the channel's snapshot key current (CONTRACT §2, docs/channel-protocol.md),
+// the channel's snapshot key current (docs/events.md, docs/channel-protocol.md),
 // or writes them to a stream as JSONL or a text table.
 package publish
 
@@ -44,6 +44,14 @@ type Options struct {
 	// (default 2ms); MaxBatch caps a batch (default 500).
 	BatchWindow time.Duration
 	MaxBatch    int
+	// Format is FormatV1 (one event per message, the default) or FormatV2
+	// (a batch of events per message).
+	Format string
+	// Budget caps this node's channel messages per second (0: no cap).
+	// When it is spent, refreshes are shed (counted in Stats.Shed) and
+	// every other event waits, batched, for the next message allowed
+	// (counted in Stats.Delayed).
+	Budget float64
 	// SnapshotInterval is the least time between two snapshot writes when
 	// the set keeps changing (default 1s).
 	SnapshotInterval time.Duration
@@ -108,6 +116,17 @@ func (o *Options) defaults(rdb redis.UniversalClient) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	f, err := ParseFormat(o.Format)
+	if err != nil {
+		return err
+	}
+	o.Format = f
+	if o.Budget < 0 {
+		return fmt.Errorf("message budget %v: must not be negative", o.Budget)
+	}
+	if o.Format == FormatV2 {
+		o.MaxBatch = min(o.MaxBatch, event.MaxBatchEvents)
+	}
 	o.Logger = o.Logger.With("component", "publish")
 	return nil
 }
@@ -125,6 +144,12 @@ type Stats struct {
 	HotKeys        int
 	Seq            uint64
 	Connected      bool
+	// Messages counts channel messages sent (with FormatV2 one carries a
+	// batch of events).
+	Messages uint64
+	// Shed counts refreshes left out because the message budget was spent;
+	// Delayed counts events that waited for it.
+	Shed, Delayed uint64
 	// LastLag is the time from Emit to Redis's acknowledgement for the
 	// oldest event of the last batch published.
 	LastLag time.Duration
@@ -159,6 +184,11 @@ type Publisher struct {
 	recon   atomic.Uint64
 	lag     atomic.Int64
 	up      atomic.Bool
+	bud     budget        // guarded by mu
+	kick    chan struct{} // UpdateRates changed the set: a snapshot is due
+	msgs    atomic.Uint64
+	shed    atomic.Uint64
+	delayed atomic.Uint64
 }
 
 // New starts a publisher. It does not need Redis to be up.
@@ -177,6 +207,8 @@ func New(rdb redis.UniversalClient, opt Options) (*Publisher, error) {
 		stop: make(chan context.Context, 1), done: make(chan struct{}),
 		ctx: ctx, cancel: cancel,
 		dirty: true, // announce this node's (empty) section at once
+		bud:   newBudget(opt.Budget, opt.Now()),
+		kick:  make(chan struct{}, 1),
 	}
 	p.up.Store(true)
 	go p.run()
@@ -212,6 +244,12 @@ func (p *Publisher) Emit(e *event.Event) {
 		p.drops.Add(1)
 		return
 	}
+	if p.bud.exhausted(now) && p.set.sheddable(&c) {
+		// Before seq is taken: a shed refresh is no gap to subscribers.
+		p.set.touch(&c, now)
+		p.shed.Add(1)
+		return
+	}
 	p.seq++
 	c.Seq = p.seq
 	e.V, e.Seq, e.Node, e.Source = c.V, c.Seq, c.Node, c.Source
@@ -239,7 +277,8 @@ func (p *Publisher) Stats() Stats {
 		QueueLen: len(p.queue), QueueCap: cap(p.queue),
 		Batches: p.batches.Load(), SnapshotWrites: p.snaps.Load(), Reconnects: p.recon.Load(),
 		HotKeys: n, Seq: seq, Connected: p.up.Load(),
-		LastLag: time.Duration(p.lag.Load()),
+		LastLag:  time.Duration(p.lag.Load()),
+		Messages: p.msgs.Load(), Shed: p.shed.Load(), Delayed: p.delayed.Load(),
 	}
 }
 
@@ -300,6 +339,7 @@ func (p *Publisher) run() {
 				p.markDirty()
 				lastSnap = time.Time{}
 			case <-snapTimer.C:
+			case <-p.kick:
 			case ctx := <-p.stop:
 				p.drain(ctx, batch)
 				return
@@ -323,8 +363,21 @@ func (p *Publisher) run() {
 			}
 		}
 
+		send := batch
+		if !failing && len(batch) > 0 {
+			ok, waited := p.waitBudget(&batch)
+			if !ok {
+				return
+			}
+			// One event per message (v1): send what the budget allows
+			// now, the rest next round, so the rate stays smooth.
+			send = batch[:p.budgetAllows(len(batch))]
+			if waited {
+				p.delayed.Add(uint64(len(send)))
+			}
+		}
 		snapDue := p.isDirty() && (failing || time.Since(lastSnap) >= p.opt.SnapshotInterval)
-		err := p.flush(p.ctx, batch, snapDue)
+		err := p.flush(p.ctx, send, snapDue)
 		if err != nil {
 			p.errs.Add(1)
 			if !failing {
@@ -360,7 +413,7 @@ func (p *Publisher) run() {
 		if snapDue {
 			lastSnap = time.Now()
 		}
-		batch = batch[:0]
+		batch = batch[:copy(batch, batch[len(send):])]
 		if p.isDirty() {
 			// Changes not yet in the snapshot: come back when allowed.
 			snapTimer.Reset(max(time.Until(lastSnap.Add(p.opt.SnapshotInterval)), 0))
@@ -406,16 +459,29 @@ func (p *Publisher) flush(ctx context.Context, batch []queued, snap bool) error 
 		return nil
 	}
 	cmds, err := p.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for _, q := range batch {
-			b, err := q.ev.MarshalJSON()
-			if err != nil {
-				return fmt.Errorf("encode event: %w", err)
-			}
+		send := func(b []byte) {
 			if *p.opt.Sharded {
 				pipe.SPublish(ctx, p.opt.Channel, b)
 			} else {
 				pipe.Publish(ctx, p.opt.Channel, b)
 			}
+		}
+		if p.opt.Format == FormatV2 {
+			for i := 0; i < len(batch); i += p.opt.MaxBatch {
+				b, err := p.encodeBatch(batch[i:min(i+p.opt.MaxBatch, len(batch))])
+				if err != nil {
+					return err
+				}
+				send(b)
+			}
+			return nil
+		}
+		for _, q := range batch {
+			b, err := q.ev.MarshalJSON()
+			if err != nil {
+				return fmt.Errorf("encode event: %w", err)
+			}
+			send(b)
 		}
 		return nil
 	})
@@ -438,6 +504,8 @@ func (p *Publisher) flush(ctx context.Context, batch []queued, snap bool) error 
 		}
 	}
 	p.batches.Add(1)
+	p.budgetTake(len(batch))
+	p.msgs.Add(uint64(p.messages(len(batch))))
 	p.lag.Store(int64(time.Since(batch[0].at)))
 	return nil
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// SnapshotKey is where the merged snapshot document lives (CONTRACT §2).
+// SnapshotKey is where the merged snapshot document lives (docs/events.md, docs/channel-protocol.md).
 func SnapshotKey(channel string) string { return channel + ":snapshot" }
 
 // SectionsKey is the hash holding each writer's section of the snapshot.

@@ -6,10 +6,9 @@ import (
 	"io"
 	"strconv"
 	"sync"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/termtext"
 )
 
 // Output formats of a Writer.
@@ -99,34 +98,22 @@ func (w *Writer) text(e *event.Event) {
 	if e.Type != event.TypeInvalidate {
 		qps = strconv.FormatFloat(e.QPS, 'f', 1, 64)
 	}
-	typ := e.Type
+	// Every field may come from whoever can PUBLISH on the channel: each is
+	// escaped, so no control sequence reaches the terminal.
+	typ := termtext.Field(e.Type)
 	if e.Source == event.SourceManual {
 		typ += "*" // manual entries are marked, the rest of the row is the same
 	}
-	ns := e.NS
-	if ns == "" {
-		ns = "-"
+	ns := "-"
+	if e.NS != "" {
+		ns = termtext.Field(e.NS)
 	}
-	fmt.Fprintf(w.w, textRow, e.TS.UTC().Format(event.TSFormat), typ, e.Proto, e.Server, ns, PrintableKey(e.Key), qps)
+	fmt.Fprintf(w.w, textRow, e.TS.UTC().Format(event.TSFormat), typ, termtext.Field(e.Proto), termtext.Field(e.Server), ns, PrintableKey(e.Key), qps)
 }
 
 // PrintableKey returns the key as is when it is printable UTF-8 without
 // spaces, else Go-quoted, so every key stays one unambiguous column.
-func PrintableKey(k []byte) string {
-	if utf8.Valid(k) {
-		ok := len(k) > 0
-		for _, r := range string(k) {
-			if !unicode.IsPrint(r) || r == ' ' || r == '"' {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return string(k)
-		}
-	}
-	return strconv.Quote(string(k))
-}
+func PrintableKey(k []byte) string { return termtext.Key(k) }
 
 // Err is the first write error, if any.
 func (w *Writer) Err() error {

@@ -90,6 +90,7 @@ type oooSeg struct {
 // half is one direction of a connection.
 type half struct {
 	parser decode.Parser // nil: the direction is dropped without a look
+	sink   decode.Sink   // where the parser reports (requests are recorded for pairing)
 	state  uint8
 	sawSYN bool
 	isn    uint32
@@ -115,6 +116,7 @@ type flow struct {
 	closed   bool
 	held     int // buffer capacity held by both directions
 	links    [2]link
+	pend     *decode.Pending // kept across the connections the slot serves
 }
 
 // Assembler reassembles TCP segments into per-direction byte streams and
@@ -124,6 +126,11 @@ type Assembler struct {
 	ports *Ports
 	reg   *decode.Registry
 	sink  decode.Sink
+	// reqSink is what request parsers report to: sink, or a recorder that
+	// also queues requests for reply pairing (Config.Replies).
+	reqSink decode.Sink
+	pendCfg decode.PendingConfig
+	pendSt  decode.PendingStats
 
 	flows   map[flowKey]*flow
 	lru     flowList // open flows, most recently active first
@@ -167,6 +174,11 @@ func NewAssembler(cfg Config, ports *Ports, reg *decode.Registry, sink decode.Si
 		pool:      bufPool{max: max(cfg.MaxBufferBytes/8, 1<<20)},
 		tickEvery: int64(tick),
 	}
+	a.reqSink = sink
+	if cfg.Replies {
+		a.reqSink = &recorder{next: sink}
+		a.pendCfg = cfg.Pending
+	}
 	return a
 }
 
@@ -176,6 +188,7 @@ func (a *Assembler) Stats() Stats {
 	s.FlowsActive = a.lru.len
 	s.ClosedMarkers = a.closed.len
 	s.BufferedBytes = a.held
+	s.Pending = a.pendSt
 	return s
 }
 
@@ -358,6 +371,13 @@ func (a *Assembler) newFlow(key flowKey, client, server netip.AddrPort, proto de
 	}
 	fl.key = key
 	fl.f = decode.Flow{Client: client, Server: server, Proto: proto}
+	if a.cfg.Replies {
+		if fl.pend == nil {
+			fl.pend = decode.NewPending(&a.pendCfg, &a.pendSt)
+		}
+		fl.pend.Reset(false)
+		fl.f.Pending = fl.pend
+	}
 	a.flows[key] = fl
 	a.lru.pushFront(fl)
 	a.st.FlowsCreated++
@@ -370,6 +390,9 @@ func (a *Assembler) reopen(fl *flow) {
 	fl.closed = false
 	a.clearHalf(&fl.h[0])
 	a.clearHalf(&fl.h[1])
+	if fl.f.Pending != nil {
+		fl.f.Pending.Reset(false)
+	}
 	a.lru.pushFront(fl)
 	a.st.FlowsCreated++
 }
@@ -411,9 +434,11 @@ func (a *Assembler) drop(fl *flow) {
 	delete(a.flows, fl.key)
 	a.clearHalf(&fl.h[0])
 	a.clearHalf(&fl.h[1])
-	*fl = flow{h: [2]half{{ooo: fl.h[0].ooo}, {ooo: fl.h[1].ooo}}}
+	*fl = flow{h: [2]half{{ooo: fl.h[0].ooo}, {ooo: fl.h[1].ooo}}, pend: fl.pend}
 	if len(a.free) < maxFreeFlows {
 		a.free = append(a.free, fl)
+	} else if fl.pend != nil {
+		fl.pend.Release() // its memory no longer counts toward the bound
 	}
 }
 
@@ -440,5 +465,34 @@ func (a *Assembler) reclaim(cur *flow) {
 		}
 		a.st.MemEvictions++
 		a.closeFlow(v, false)
+	}
+}
+
+// recorder queues each request, and the keys of reads, on the connection's
+// Pending queue before passing them on.
+type recorder struct{ next decode.Sink }
+
+func (r *recorder) Request(f *decode.Flow, req *decode.Request) {
+	if f.Pending != nil {
+		f.Pending.Push(f.TS, req)
+	}
+	r.next.Request(f, req)
+}
+
+func (r *recorder) Key(f *decode.Flow, req *decode.Request, k decode.Key) {
+	if f.Pending != nil && !req.Write {
+		f.Pending.AddKey(k)
+	}
+	r.next.Key(f, req, k)
+}
+
+func (r *recorder) Error(f *decode.Flow, reason string) { r.next.Error(f, reason) }
+
+// Absorbed passes absorbed-demand reports on: the recorder stands between
+// the request parser and the sink, so every optional interface of the sink
+// must go through it.
+func (r *recorder) Absorbed(f *decode.Flow, a *decode.Absorbed) {
+	if n, ok := r.next.(decode.AbsorbedSink); ok {
+		n.Absorbed(f, a)
 	}
 }

@@ -430,7 +430,8 @@ func TestMissing(t *testing.T) {
 	if want := []string{"V100", "K1"}; !slices.Equal(p.lines, want) || p.gaps() != 0 {
 		t.Errorf("lines = %q, gaps %d", p.lines, p.gaps())
 	}
-	if st := fx.a.Stats(); st.BytesLost != 50 || st.TotalGaps() != 0 {
+	// They are skipped bytes, not lost ones: nothing needed them.
+	if st := fx.a.Stats(); st.BytesLost != 0 || st.BytesSkipped < 50 || st.TotalGaps() != 0 {
 		t.Errorf("stats = %+v", st)
 	}
 
@@ -641,3 +642,49 @@ func TestStraySegmentAhead(t *testing.T) {
 		t.Errorf("stream = %q", got)
 	}
 }
+
+// TestSkipHoles: with reply heads the eBPF capture drops segments that lie
+// inside a value the parser skips; the hole they leave is not waited for,
+// costs no gap and counts as skipped. OnSkip hears of the skip, with the
+// sequence range it covers.
+func TestSkipHoles(t *testing.T) {
+	cfg := DefaultConfig()
+	type call struct{ start, end uint32 }
+	var calls []call
+	cfg.OnSkip = func(f *decode.Flow, start, end uint32) { calls = append(calls, call{start, end}) }
+	cfg.SkipNotify = 50
+	fx := newFixture(t, cfg, consumeSkip)
+	fx.send(1, false, 1000, 0, "V10\n0123456789V200\n01234")
+	// Bytes 1024..1218 never arrive (dropped in the kernel); the next
+	// message follows at once.
+	fx.send(2, false, 1024+195, 0, "V1\nx")
+	p := fx.dec.only(t, decode.ToClient)
+	if want := []string{"V10", "V200", "V1"}; !slices.Equal(p.lines, want) || p.gaps() != 0 {
+		t.Errorf("lines = %q, gaps %d", p.lines, p.gaps())
+	}
+	if st := fx.a.Stats(); st.BytesLost != 0 || st.OutOfOrder != 0 || st.TotalGaps() != 0 {
+		t.Errorf("stats = %+v", st)
+	}
+	if want := []call{{1024, 1024 + 195}}; !slices.Equal(calls, want) {
+		t.Errorf("OnSkip calls %v, want %v", calls, want)
+	}
+}
+
+// TestRecorderPassesOptionalSinks: with reply pairing on, request parsers
+// report through the recorder; the sink's optional interfaces must reach it.
+func TestRecorderPassesOptionalSinks(t *testing.T) {
+	var _ decode.AbsorbedSink = (*recorder)(nil)
+	got := 0
+	r := &recorder{next: absorbedSink{n: &got}}
+	r.Absorbed(&decode.Flow{}, &decode.Absorbed{})
+	if got != 1 {
+		t.Errorf("report not passed on")
+	}
+}
+
+type absorbedSink struct {
+	nopSink
+	n *int
+}
+
+func (a absorbedSink) Absorbed(*decode.Flow, *decode.Absorbed) { *a.n++ }

@@ -37,6 +37,20 @@ type Config struct {
 	// RST is remembered, so late retransmissions are dropped instead of
 	// opening a mid-stream flow that decodes junk.
 	ClosedTimeout time.Duration
+	// Replies pairs replies with requests: every connection gets a
+	// decode.Pending queue (bounded by Pending) that the request direction
+	// records into and the reply parser reads, so reply bytes can be
+	// attributed to keys. Off, reply parsers see no queue and pass the
+	// bytes over.
+	Replies bool
+	Pending decode.PendingConfig
+	// OnSkip, when set, is called when a reply parser asks to skip at
+	// least SkipNotify bytes (the rest of a value): the reply bytes of
+	// f with sequence numbers in [start, end) will not be looked at. The
+	// eBPF capture uses it to stop copying them. It runs on the
+	// assembler's goroutine and must be quick.
+	OnSkip     func(f *decode.Flow, start, end uint32)
+	SkipNotify int
 }
 
 // DefaultConfig returns bounds fit for one busy cache node.

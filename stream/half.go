@@ -23,8 +23,20 @@ func (a *Assembler) openHalf(fl *flow, h *half, dir decode.Dir, next uint32, mid
 	h.skip = 0
 	h.sawSYN = false
 	h.parser = nil
+	h.sink = a.sink
+	if dir == decode.ToServer {
+		h.sink = a.reqSink
+	}
 	if d := a.reg.Get(fl.f.Proto); d != nil {
 		h.parser = d.NewParser(dir, midStream)
+	}
+	if q := fl.f.Pending; q != nil {
+		switch {
+		case dir == decode.ToServer && !midStream:
+			q.Reset(true) // the connection's start: pairing begins at once
+		case midStream:
+			q.Desync()
+		}
 	}
 }
 
@@ -85,6 +97,12 @@ func (a *Assembler) segment(fl *flow, h *half, seq uint32, d []byte, missing uin
 				a.drain(fl, h)
 			}
 			return
+		}
+		if h.skip >= uint64(seqDiff(seq, h.next)) && len(h.ooo) == 0 {
+			// A hole inside a skip the parser asked for: the capture left
+			// out bytes nobody needs (eBPF reply heads). Nothing to wait for.
+			a.lose(fl, h, seq-h.next)
+			continue
 		}
 		if len(d) == 0 {
 			// Only uncaptured bytes ahead of a hole: nothing to keep. The
@@ -147,9 +165,10 @@ func (a *Assembler) feed(fl *flow, h *half, d []byte, ts int64) {
 			continue
 		}
 		if len(h.tail) == 0 {
-			c := h.parser.Parse(d, &fl.f, a.sink)
+			c := h.parser.Parse(d, &fl.f, h.sink)
 			if c >= len(d) {
 				h.skip = uint64(c - len(d))
+				a.skipping(fl, h, 0)
 				return
 			}
 			d = d[max(c, 0):]
@@ -172,9 +191,10 @@ func (a *Assembler) feed(fl *flow, h *half, d []byte, ts int64) {
 		n := min(room, len(d))
 		a.appendTail(fl, h, d[:n])
 		d = d[n:]
-		c := h.parser.Parse(h.tail, &fl.f, a.sink)
+		c := h.parser.Parse(h.tail, &fl.f, h.sink)
 		if c >= len(h.tail) {
 			h.skip = uint64(c - len(h.tail))
+			a.skipping(fl, h, len(d))
 			a.release(fl, h.tail)
 			h.tail = nil
 			continue
@@ -183,6 +203,16 @@ func (a *Assembler) feed(fl *flow, h *half, d []byte, ts int64) {
 			h.tail = h.tail[:copy(h.tail, h.tail[c:])]
 		}
 	}
+}
+
+// skipping reports a reply skip to Config.OnSkip; unfed bytes after the
+// data just parsed are still to come in this call.
+func (a *Assembler) skipping(fl *flow, h *half, unfed int) {
+	if a.cfg.OnSkip == nil || h.skip < uint64(a.cfg.SkipNotify) || h != &fl.h[decode.ToClient] || h.skip >= 1<<31 {
+		return
+	}
+	start := h.next - uint32(unfed)
+	a.cfg.OnSkip(&fl.f, start, start+uint32(h.skip))
 }
 
 // resync restarts h at seq, throwing away what it buffers.
@@ -249,12 +279,14 @@ func (a *Assembler) dropTail(fl *flow, h *half) {
 // the parser asked for are harmless; otherwise the parser must resync.
 func (a *Assembler) lose(fl *flow, h *half, n uint32) {
 	h.next += n
-	a.st.BytesLost += uint64(n)
 	if h.skip >= uint64(n) {
+		// Nobody needed them: skipped, not lost (the eBPF capture leaves
+		// out reply values this way on purpose).
 		h.skip -= uint64(n)
 		a.st.BytesSkipped += uint64(n)
 		return
 	}
+	a.st.BytesLost += uint64(n)
 	a.gap(fl, h)
 }
 
@@ -263,6 +295,10 @@ func (a *Assembler) gap(fl *flow, h *half) {
 	a.dropTail(fl, h)
 	h.skip = 0
 	h.parser.Gap()
+	if fl.f.Pending != nil {
+		// Requests or replies were lost: pairing is off until a quiet point.
+		fl.f.Pending.Desync()
+	}
 	a.st.Gaps[fl.f.Proto]++
 }
 

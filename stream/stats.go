@@ -25,7 +25,7 @@ type Stats struct {
 	Bytes              uint64 // stream bytes delivered in order (parsed or skipped at the parser's request)
 	BytesSkipped       uint64 // of those, bytes skipped because the parser asked to (or lost inside a skip)
 	BytesRetransmitted uint64 // bytes seen again (retransmissions, overlaps, duplicates): counted once
-	BytesLost          uint64 // stream bytes never captured: holes declared as gaps, snap-length cuts
+	BytesLost          uint64 // stream bytes never captured that the parser needed: holes declared as gaps, snap-length cuts (not those inside a skip: BytesSkipped)
 	BytesDiscarded     uint64 // buffered bytes thrown away: unparsed tails at gaps, overflows and close
 	BytesDropped       uint64 // payload of directions without a parser, never looked at
 
@@ -34,6 +34,8 @@ type Stats struct {
 	BufferOverflows uint64            // MaxFlowBuffer or MaxOutOfOrder hit: data dropped or a hole given up early
 	Resyncs         uint64            // directions restarted after a long run of only old data (bad sequence state)
 	SampleResumes   uint64            // directions restarted where flow sampling resumed a skipped connection (not a loss)
+
+	Pending decode.PendingStats // reply pairing: requests and keys not kept, queues thrown away
 }
 
 // TotalGaps sums Gaps over protocols.

@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +30,15 @@ func repeatCapture(tb testing.TB, path string, reps int) (pcap []byte, packets i
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		tb.Fatal(err)
+	}
+	if strings.HasSuffix(path, ".gz") {
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if raw, err = io.ReadAll(zr); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	pr, err := pcapgo.NewReader(bytes.NewReader(raw))
 	if err != nil {
@@ -103,8 +115,17 @@ func (n *nopSink) Request(*decode.Flow, *decode.Request)         {}
 func (n *nopSink) Key(*decode.Flow, *decode.Request, decode.Key) { n.keys++ }
 func (n *nopSink) Error(*decode.Flow, string)                    {}
 
-func benchFile(b *testing.B, fixture string, reps int) {
+// ReplyKey and Reply make it a decode.ReplySink, so benchmarks with reply
+// pairing run the whole attribution path.
+func (n *nopSink) ReplyKey(*decode.Flow, int32, decode.Key, uint64) {}
+func (n *nopSink) Reply(*decode.Flow, uint64, bool)                 {}
+
+func benchFile(b *testing.B, fixture string, reps int) { benchFileCfg(b, fixture, reps, false) }
+
+func benchFileCfg(b *testing.B, fixture string, reps int, replies bool) {
 	data, packets := repeatCapture(b, fixture, reps)
+	cfg := stream.DefaultConfig()
+	cfg.Replies = replies
 	reg := registry()
 	var requests uint64
 	b.SetBytes(int64(len(data)))
@@ -116,13 +137,16 @@ func benchFile(b *testing.B, fixture string, reps int) {
 			b.Fatal(err)
 		}
 		counter := decode.NewCounter(&nopSink{})
-		asm := stream.NewAssembler(stream.DefaultConfig(), stream.DefaultPorts(), reg, counter)
+		asm := stream.NewAssembler(cfg, stream.DefaultPorts(), reg, counter)
 		var seg capture.Segment
 		if err := drain(context.Background(), f, &seg, asm, nil, nil, nil); err != io.EOF {
 			b.Fatal(err)
 		}
 		asm.Flush()
 		requests, _, _, _, _ = counter.Totals()
+		if replies && counter.ReplyBytes[decode.ProtoRedis]+counter.ReplyBytes[decode.ProtoMemcache] == 0 {
+			b.Fatal("no reply bytes decoded")
+		}
 		if st := asm.Stats(); st.TotalGaps() != 0 {
 			b.Fatalf("stream gaps in steady-state replay: %+v", st)
 		}
@@ -140,27 +164,62 @@ func BenchmarkFilePipelined(b *testing.B) { benchFile(b, "../../testdata/redis/g
 // BenchmarkFileUnpipelined is the same on redis-benchmark -P 1 GET traffic.
 func BenchmarkFileUnpipelined(b *testing.B) { benchFile(b, "../../testdata/redis/get-p1.pcap", 50) }
 
-// TestSteadyStateAllocs holds the per-packet path to zero allocations: over
-// tens of thousands of packets of known flows, only the fixed cost of
-// opening the reader and the assembler may allocate.
+// BenchmarkFileReplies* are the whole file path on redis-benchmark -P 16
+// SET/GET traffic with 1000-byte values (testdata/redis/bytes-bench), with
+// replies dropped (Off: how hot keys by requests cost) and with every reply
+// paired with its request and its bytes attributed to the key (On).
+func BenchmarkFileRepliesOff(b *testing.B) {
+	benchFileCfg(b, "../../testdata/redis/bytes-bench.pcap.gz", 10, false)
+}
+
+func BenchmarkFileRepliesOn(b *testing.B) {
+	benchFileCfg(b, "../../testdata/redis/bytes-bench.pcap.gz", 10, true)
+}
+
+// BenchmarkFileRepliesMemcache is the same with pairing on over the
+// memcached fixture of gomemcache gets, meta and binary batches.
+func BenchmarkFileRepliesMemcacheOff(b *testing.B) {
+	benchFileCfg(b, "../../testdata/memcache/bytes.pcap.gz", 10, false)
+}
+
+func BenchmarkFileRepliesMemcacheOn(b *testing.B) {
+	benchFileCfg(b, "../../testdata/memcache/bytes.pcap.gz", 10, true)
+}
+
+// TestSteadyStateAllocs holds the per-packet path to zero allocations, with
+// and without reply pairing: replaying the capture repeated 20 and 40 times
+// must allocate exactly as much (opening the reader and the assembler,
+// each connection's parsers and its warmed-up queue), whatever the number
+// of packets.
 func TestSteadyStateAllocs(t *testing.T) {
-	data, packets := repeatCapture(t, "../../testdata/redis/get-p16.pcap", 20)
-	reg := registry()
-	allocs := testing.AllocsPerRun(3, func() {
-		f, err := capture.OpenReader("bench", bytes.NewReader(data))
-		if err != nil {
-			t.Fatal(err)
-		}
-		asm := stream.NewAssembler(stream.DefaultConfig(), stream.DefaultPorts(), reg, decode.NewCounter(&nopSink{}))
-		var seg capture.Segment
-		if err := drain(context.Background(), f, &seg, asm, nil, nil, nil); err != io.EOF {
-			t.Fatal(err)
-		}
-		asm.Flush()
-	})
-	if per := allocs / float64(packets); per > 0.002 {
-		t.Errorf("%.0f allocations for %d packets (%.4f per packet): the per-packet path allocates", allocs, packets, per)
-	} else {
-		t.Logf("%.0f allocations for %d packets", allocs, packets)
+	for _, replies := range []bool{false, true} {
+		t.Run(fmt.Sprintf("replies=%v", replies), func(t *testing.T) {
+			reg := registry()
+			cfg := stream.DefaultConfig()
+			cfg.Replies = replies
+			var got [2]float64
+			var packets [2]int
+			for i, reps := range []int{20, 40} {
+				var data []byte
+				data, packets[i] = repeatCapture(t, "../../testdata/redis/get-p16.pcap", reps)
+				got[i] = testing.AllocsPerRun(3, func() {
+					f, err := capture.OpenReader("bench", bytes.NewReader(data))
+					if err != nil {
+						t.Fatal(err)
+					}
+					asm := stream.NewAssembler(cfg, stream.DefaultPorts(), reg, decode.NewCounter(&nopSink{}))
+					var seg capture.Segment
+					if err := drain(context.Background(), f, &seg, asm, nil, nil, nil); err != io.EOF {
+						t.Fatal(err)
+					}
+					asm.Flush()
+				})
+			}
+			if got[1] != got[0] || got[0] > 200 {
+				t.Errorf("%.0f allocations for %d packets, %.0f for %d: the per-packet path allocates", got[0], packets[0], got[1], packets[1])
+			} else {
+				t.Logf("%.0f allocations for %d packets and for %d", got[0], packets[0], packets[1])
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,7 +34,9 @@ func registerTuning(fs *pflag.FlagSet, c *detect.Config) {
 	fs.Float64Var(&c.ColdRatio, "cold-ratio", 0.7, "a hot key turns cold when its rate falls below this fraction of its threshold, in (0, 1]")
 	fs.IntVar(&c.Buckets, "buckets", 4096, "hash buckets of the default detector, a power of two in [16, 2^20]; raise it above total reads/s ÷ (8 × hot-qps)")
 	fs.IntVar(&c.MaxHot, "max-hot", 1024, "most keys hot at once (the least recently read is dropped, announced cold)")
-	fs.DurationVar(&c.InvalidateGap, "invalidate-gap", time.Millisecond, "merge invalidates of one key closer than this (the first and the last are always sent)")
+	fs.DurationVar(&c.InvalidateGap, "invalidate-gap", 10*time.Millisecond, "at most one invalidate per key per gap: writes within it are merged into one more, sent when it ends (the last write is always invalidated)")
+	fs.DurationVar(&c.LocalTTL, "local-ttl", 50*time.Millisecond, "the client shims' local TTL; the cacheable verdict is judged against it")
+	fs.Float64Var(&c.UncacheableWrites, "uncacheable-writes", 1, "publish a hot key cacheable:false when its writes per local-ttl reach this (shims stop caching it, its writes stop producing invalidates; negative: never)")
 	fs.Float64Var(&c.AbsorbedCap, "absorbed-cap", 1000, "reads that client shims report having served locally are credited to a key up to this many times its threshold per second")
 	fs.IntVar(&c.Tair.Buckets, "tair-buckets", 1024, "--detector tair: hash buckets")
 	fs.IntVar(&c.Tair.SampleMax, "tair-sample-max", 50000, "--detector tair: reads sampled per round")
@@ -85,7 +88,11 @@ type ruleSpec struct {
 	Pattern   string   `yaml:"pattern"`
 	HotQPS    *float64 `yaml:"hot-qps"`
 	HotQPSOld *float64 `yaml:"hot_qps"`
-	Proto     string   `yaml:"proto"`
+	// HotBytes is the rule's reply-bytes threshold (hot-bytes, or
+	// hot_bytes like hot_qps).
+	HotBytes    *float64 `yaml:"hot-bytes"`
+	HotBytesOld *float64 `yaml:"hot_bytes"`
+	Proto       string   `yaml:"proto"`
 }
 
 // rulesFile is the part of --config that is not flags (those are applied
@@ -109,7 +116,7 @@ func loadRules(path string) ([]detect.Rule, []string, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&rf); err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, usagef("parse config %s: %v", path, err)
+		return nil, nil, usagef("config %s: %s", path, yamlMessage(err))
 	}
 	rules := make([]detect.Rule, 0, len(rf.Rules))
 	for i, r := range rf.Rules {
@@ -122,9 +129,40 @@ func loadRules(path string) ([]detect.Rule, []string, error) {
 		case r.HotQPSOld != nil:
 			dr.HotQPS = *r.HotQPSOld
 		}
+		switch {
+		case r.HotBytes != nil && r.HotBytesOld != nil:
+			return nil, nil, usagef("config %s: rule %d (%s): hot-bytes and hot_bytes are the same setting: keep one", path, i, r.Pattern)
+		case r.HotBytes != nil:
+			dr.HotBytes = *r.HotBytes
+		case r.HotBytesOld != nil:
+			dr.HotBytes = *r.HotBytesOld
+		}
 		rules = append(rules, dr)
 	}
 	return rules, rf.Ignore, nil
+}
+
+// yamlReplacer words the YAML decoder's type errors for the config file's
+// reader, who knows rules and lists, not Go types.
+var yamlReplacer = strings.NewReplacer(
+	"yaml: unmarshal errors:", "",
+	"field ", "unknown field ",
+	" not found in type main.ruleSpec", " in a rule (want pattern, hot-qps, proto)",
+	"into float64", "into a number",
+	"into []main.ruleSpec", "into a list of rules ({pattern: ..., hot-qps: ...})",
+	"into main.ruleSpec", "into a rule ({pattern: ..., hot-qps: ...})",
+	"into []string", "into a list of patterns",
+	"into string", "into text",
+	"cannot unmarshal !!str", "cannot read the text",
+	"cannot unmarshal !!int", "cannot read the number",
+	"cannot unmarshal !!float", "cannot read the number",
+	"cannot unmarshal !!map", "cannot read a map",
+	"cannot unmarshal !!seq", "cannot read a list",
+	"cannot unmarshal !!bool", "cannot read the boolean",
+)
+
+func yamlMessage(err error) string {
+	return strings.Join(strings.Fields(yamlReplacer.Replace(err.Error())), " ")
 }
 
 // pflagInvalid matches pflag's message for a value that does not parse.
@@ -172,7 +210,11 @@ func tuningSummary(c detect.Config) string {
 		}
 		return d.String()
 	}
-	return fmt.Sprintf("detector %s: ttl %s, refresh-every %s, window %s, cold-ratio %g, buckets %d, max-hot %d, invalidate-gap %s, tair-buckets %d, tair-sample-max %d, tair-sigma-n %g, tair-reap-max %d",
+	hb := ""
+	if c.HotBytes > 0 {
+		hb = ", hot-bytes " + strconv.FormatFloat(c.HotBytes, 'g', -1, 64)
+	}
+	return fmt.Sprintf("detector %s: ttl %s, refresh-every %s, window %s, cold-ratio %g, buckets %d, max-hot %d, invalidate-gap %s, tair-buckets %d, tair-sample-max %d, tair-sigma-n %g, tair-reap-max %d%s",
 		c.Detector, or(c.TTL, "60s"), or(c.RefreshEvery, "ttl/2"), or(c.Window, "auto"), c.ColdRatio, c.Buckets, c.MaxHot,
-		or(c.InvalidateGap, "1ms"), c.Tair.Buckets, c.Tair.SampleMax, c.Tair.SigmaN, c.Tair.ReapMax)
+		or(c.InvalidateGap, "1ms"), c.Tair.Buckets, c.Tair.SampleMax, c.Tair.SigmaN, c.Tair.ReapMax, hb)
 }

@@ -18,14 +18,19 @@ func newDecodeCmd() *cobra.Command {
 	var (
 		sf    streamFlags
 		count bool
+		bytes bool
 	)
 	cmd := &cobra.Command{
 		Use:   "decode [flags] FILE...",
 		Short: "Print every request decoded from pcap/pcapng files (gzip too), one JSON object per key",
-		Long: `Prints one JSON line per key that a request names (CONTRACT §3): reads and
-writes, with the pick-key rules deciding "key" and "weight". With --count, prints
+		Long: `Prints one JSON line per key that a request names (fields: docs/events.md):
+reads and writes, with the pick-key rules deciding "key" and "weight". With --count, prints
 one line per (proto, ns, key) over reads only:
 COUNT<TAB>WEIGHT<TAB>PROTO<TAB>NS<TAB>KEY, sorted by WEIGHT descending.
+With --bytes, prints one line per (proto, ns, key) over reads:
+BYTES<TAB>READS<TAB>PROTO<TAB>NS<TAB>KEY, sorted by BYTES descending, where
+BYTES is the reply bytes (TCP payload, framing included) attributed to the key
+and READS its occurrences in requests.
 A summary line goes to stderr. "-" reads standard input.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -47,10 +52,17 @@ A summary line goes to stderr. "-" reads standard input.`,
 			defer out.Flush()
 			var sink decode.Sink
 			var counts *countSink
-			if count {
+			var bsink *bytesSink
+			switch {
+			case count && bytes:
+				return usagef("--count and --bytes: choose one")
+			case bytes:
+				bsink = newBytesSink()
+				sink = bsink
+			case count:
 				counts = newCountSink()
 				sink = counts
-			} else {
+			default:
 				sink = newJSONSink(out)
 			}
 			counter := decode.NewCounter(sink)
@@ -64,11 +76,15 @@ A summary line goes to stderr. "-" reads standard input.`,
 			if counts != nil {
 				counts.write(out)
 			}
+			if bsink != nil {
+				bsink.write(out)
+			}
 			summary(cmd.ErrOrStderr(), tot, counter, asm.Stats(), time.Since(start), err)
 			return err
 		},
 	}
 	sf.register(cmd)
 	cmd.Flags().BoolVar(&count, "count", false, "print per-key read counts instead of one line per key")
+	cmd.Flags().BoolVar(&bytes, "bytes", false, "print per-key reply bytes and reads instead of one line per key")
 	return cmd
 }

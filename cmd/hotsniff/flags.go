@@ -23,6 +23,9 @@ type streamFlags struct {
 
 func (s *streamFlags) register(cmd *cobra.Command) {
 	s.cfg = stream.DefaultConfig()
+	// Captures and AF_PACKET carry replies: pair them with requests so reply
+	// bytes can be attributed to keys.
+	s.cfg.Replies = true
 	f := cmd.Flags()
 	f.StringArrayVar(&s.ports, "port", nil, "server port to protocol, PROTO=PORT (repeatable; default redis=6379, memcache=11211, tair=5191)")
 	f.StringVar(&s.configPath, "config", "", "YAML file holding any of the flags (by name) plus detection rules; flags override it")

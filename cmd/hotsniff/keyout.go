@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"encoding/base64"
-	"sort"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -13,7 +12,7 @@ import (
 	"github.com/hotsniff/hotsniff/event"
 )
 
-// jsonSink prints one CONTRACT §3 object per key occurrence. It appends
+// jsonSink prints one decoded-request object (docs/events.md) per key occurrence. It appends
 // into one reused buffer: printing a key allocates nothing.
 type jsonSink struct {
 	w   *bufio.Writer
@@ -92,83 +91,4 @@ func appendJSONString[T string | []byte](b []byte, s T) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
-}
-
-// countSink sums read key occurrences per (proto, ns, key) for --count.
-type countSink struct {
-	byNS map[nsKey]map[string]*[2]uint64
-}
-
-type nsKey struct {
-	proto decode.Proto
-	ns    int32
-}
-
-func newCountSink() *countSink { return &countSink{byNS: map[nsKey]map[string]*[2]uint64{}} }
-
-func (c *countSink) Request(*decode.Flow, *decode.Request) {}
-func (c *countSink) Error(*decode.Flow, string)            {}
-
-func (c *countSink) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
-	if r.Write {
-		return
-	}
-	nk := nsKey{f.Proto, r.NS}
-	m := c.byNS[nk]
-	if m == nil {
-		m = map[string]*[2]uint64{}
-		c.byNS[nk] = m
-	}
-	v := m[string(k.Bytes)] // no allocation: map index with a converted key
-	if v == nil {
-		v = new([2]uint64)
-		m[string(k.Bytes)] = v
-	}
-	v[0]++
-	v[1] += uint64(k.Weight)
-}
-
-type countRow struct {
-	proto, ns, key string
-	count, weight  uint64
-}
-
-func (c *countSink) rows() []countRow {
-	var rows []countRow
-	for nk, m := range c.byNS {
-		p, ns := nk.proto.String(), decode.NSString(nk.ns)
-		for k, v := range m {
-			rows = append(rows, countRow{p, ns, k, v[0], v[1]})
-		}
-	}
-	sort.Slice(rows, func(i, j int) bool {
-		a, b := &rows[i], &rows[j]
-		switch {
-		case a.weight != b.weight:
-			return a.weight > b.weight
-		case a.count != b.count:
-			return a.count > b.count
-		case a.proto != b.proto:
-			return a.proto < b.proto
-		case a.ns != b.ns:
-			return a.ns < b.ns
-		}
-		return a.key < b.key
-	})
-	return rows
-}
-
-func (c *countSink) write(w *bufio.Writer) {
-	for _, r := range c.rows() {
-		w.WriteString(strconv.FormatUint(r.count, 10))
-		w.WriteByte('\t')
-		w.WriteString(strconv.FormatUint(r.weight, 10))
-		w.WriteByte('\t')
-		w.WriteString(r.proto)
-		w.WriteByte('\t')
-		w.WriteString(r.ns)
-		w.WriteByte('\t')
-		w.WriteString(decode.CountKey(r.key))
-		w.WriteByte('\n')
-	}
 }

@@ -159,8 +159,17 @@ func summary(w io.Writer, tot fileTotals, c *decode.Counter, st stream.Stats, el
 		return false
 	}
 	req, keys, reads, writes, errs := c.Totals()
-	fmt.Fprintf(w, "hotsniff: %d packets (%d tcp segments, %d skipped, %d malformed), %d requests, %d keys (%d reads, %d writes), %d decode errors, %d stream gaps, %d flows in %s\n",
-		tot.Packets, tot.Segments, tot.Skipped, tot.Malformed, req, keys, reads, writes, errs, st.TotalGaps(), st.FlowsCreated, elapsed.Round(time.Millisecond))
+	var rb, ru uint64
+	for i := range c.ReplyBytes {
+		rb += c.ReplyBytes[i]
+		ru += c.Unpaired[i]
+	}
+	replies := ""
+	if rb > 0 {
+		replies = fmt.Sprintf(", %d reply bytes (%d unpaired)", rb, ru)
+	}
+	fmt.Fprintf(w, "hotsniff: %d packets (%d tcp segments, %d skipped, %d malformed), %d requests, %d keys (%d reads, %d writes)%s, %d decode errors, %d stream gaps, %d flows in %s\n",
+		tot.Packets, tot.Segments, tot.Skipped, tot.Malformed, req, keys, reads, writes, replies, errs, st.TotalGaps(), st.FlowsCreated, elapsed.Round(time.Millisecond))
 	if hint := noMatchHint(tot, st); hint != "" {
 		fmt.Fprintf(w, "hotsniff: %s\n", hint)
 	}

@@ -28,6 +28,7 @@ type detectFlags struct {
 func (d *detectFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.Float64Var(&d.cfg.HotQPS, "hot-qps", 1000, "a key is hot when its weighted request rate at one server reaches this per second")
+	f.Float64Var(&d.cfg.HotBytes, "hot-bytes", 0, "also hot when the reply bytes attributed to a key at one server reach this per second (0: off)")
 	f.StringVar(&d.cfg.Detector, "detector", detect.DetectorDefault, "detection algorithm: default, or tair (Tair's server-side pipeline, for comparison)")
 	registerTuning(f, &d.cfg)
 	f.StringVar(&d.output, "output", "jsonl", "event format on stdout: jsonl or text")
@@ -86,6 +87,7 @@ func newReplayCmd() *cobra.Command {
 		sf    streamFlags
 		df    detectFlags
 		rf    redisFlags
+		chf   channelFlags
 		speed float64
 	)
 	cmd := &cobra.Command{
@@ -93,7 +95,7 @@ func newReplayCmd() *cobra.Command {
 		Short: "Detect hot keys in pcap/pcapng files, with packet time as the clock",
 		Long: `Reads pcap or pcapng files (gzip-compressed too), decodes every request, runs
 hot-key detection with packet timestamps as the clock (same file, same output)
-and writes hot-key events (CONTRACT §2) on stdout. With --redis-url the events
+and writes hot-key events (fields: docs/events.md) on stdout. With --redis-url the events
 are also published on the channel and kept in the snapshot. No root needed.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -126,7 +128,11 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 					return err
 				}
 				defer rdb.Close()
-				pub, err = publish.New(rdb, publish.Options{Channel: rf.channel, Node: df.node})
+				opt := publish.Options{Channel: rf.channel, Node: df.node}
+				if err := chf.apply(&opt); err != nil {
+					return err
+				}
+				pub, err = publish.New(rdb, opt)
 				if err != nil {
 					return err
 				}
@@ -147,15 +153,19 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 				pace = &pacer{speed: speed}
 			}
 			tot, rerr := readFiles(ctx, args, asm, readOpts{prog: prog, pace: pace, flush: func() { out.Flush() }})
+			// Before the publisher closes: Flush sends the merged
+			// invalidates still waiting for their interval.
+			det.Flush()
 			out.Flush()
 			if pub != nil {
+				// The snapshot shows the rates measured at the end.
+				pub.UpdateRates(det.HotSet())
 				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				if err := pub.Close(cctx); err != nil && rerr == nil {
 					rerr = fmt.Errorf("publish: %w", err)
 				}
 				cancel()
 			}
-			det.Flush()
 			if summary(cmd.ErrOrStderr(), tot, counter, asm.Stats(), time.Since(start), rerr) {
 				ds := det.Stats()
 				fmt.Fprintf(cmd.ErrOrStderr(), "hotsniff: %d hot, %d refreshes, %d cold, %d invalidates; %d keys hot at the end\n",
@@ -170,6 +180,7 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 	sf.register(cmd)
 	df.register(cmd)
 	rf.register(cmd.Flags())
+	chf.register(cmd.Flags(), 0)
 	cmd.Flags().Float64Var(&speed, "speed", 0, "replay at this multiple of the recorded pace (1: real time); 0: as fast as possible")
 	return cmd
 }

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cilium/ebpf/rlimit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -33,6 +34,7 @@ import (
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/webview"
 	"github.com/hotsniff/hotsniff/metrics"
 	"github.com/hotsniff/hotsniff/publish"
 	"github.com/hotsniff/hotsniff/stream"
@@ -46,8 +48,11 @@ type captureFlags struct {
 	ringSize   int
 	maxCopy    int
 	listen     string
+	webCfg     string
+	health     string
 	check      bool
 	replies    bool
+	replyCopy  int
 	pprof      bool
 	procs      int
 	nice       int
@@ -56,10 +61,11 @@ type captureFlags struct {
 
 func newRunCmd() *cobra.Command {
 	var (
-		sf streamFlags
-		df detectFlags
-		rf redisFlags
-		cf captureFlags
+		sf  streamFlags
+		df  detectFlags
+		rf  redisFlags
+		cf  captureFlags
+		chf channelFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags]",
@@ -68,7 +74,8 @@ func newRunCmd() *cobra.Command {
 TC into a ring buffer; needs CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON) or AF_PACKET
 (needs CAP_NET_RAW), decodes every request, detects hot keys and publishes
 them on the Redis channel (or prints them when --redis-url is unset). Serves
-/metrics, /hotkeys, /healthz and /readyz on --listen. SIGTERM or SIGINT stops
+a web view at /, /metrics, /hotkeys, /healthz and /readyz on --listen, with
+TLS and basic auth from --web-config. SIGTERM or SIGINT stops
 it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -89,6 +96,15 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			if err := validateMaxCPU(cf.maxCPU); err != nil {
 				return err
 			}
+			if err := chf.apply(&publish.Options{}); err != nil {
+				return err
+			}
+			if err := checkWebConfig(cf.webCfg); err != nil {
+				return err
+			}
+			if cf.replyCopy < 0 {
+				return usagef("--reply-copy %d: must be 0 (no reply payload) or a number of bytes", cf.replyCopy)
+			}
 			if cf.nice < -20 || cf.nice > 19 {
 				return usagef("--nice %d: must be between -20 and 19", cf.nice)
 			}
@@ -107,7 +123,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			base := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			d := &daemon{
 				log: base.With("component", "run"), base: base,
-				sf: sf, df: df, rf: rf, cf: cf, mode: mode, ports: ports, scfg: scfg, dcfg: dcfg, target: target,
+				sf: sf, df: df, rf: rf, cf: cf, chf: chf, mode: mode, ports: ports, scfg: scfg, dcfg: dcfg, target: target,
 				stdout: cmd.OutOrStdout(),
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -118,13 +134,16 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	sf.register(cmd)
 	df.register(cmd)
 	rf.register(cmd.Flags())
+	chf.register(cmd.Flags(), 1000)
 	f := cmd.Flags()
 	f.StringArrayVar(&cf.ifaces, "iface", nil, "interface name or pattern to capture on (repeatable; patterns such as 'cali*' are followed as interfaces appear and go; default: the physical interfaces that are up plus pods' interfaces: "+strings.Join(defaultPodPatterns, " ")+")")
 	f.StringVar(&cf.mode, "capture", "auto", "capture mode: auto (cgroup when cgroup v2 is mounted and no --iface is given, else XDP on physical NICs and TC on veth and loopback; AF_PACKET when eBPF is unavailable), cgroup, xdp, tc, afpacket")
 	f.StringVar(&cf.cgroupPath, "cgroup-path", "", "cgroup v2 hierarchy the cgroup mode attaches to (default: /sys/fs/cgroup, else /sys/fs/cgroup/unified; in a container, the host's hierarchy mounted in)")
 	f.IntVar(&cf.ringSize, "ring-size", 0, "eBPF ring buffer size per CPU (or AF_PACKET ring per interface) in bytes; 0: 2 MiB per online CPU for eBPF (at most 64 MiB in all, at least 512 KiB each; small rings stay in the CPU cache; offline CPUs get one page), 32 MiB for AF_PACKET")
 	f.IntVar(&cf.maxCopy, "max-copy", 256<<10, "most payload bytes copied from one packet by eBPF (GRO/GSO super-packets); the rest is counted as truncated")
-	f.StringVar(&cf.listen, "listen", ":9464", "address for /metrics, /hotkeys, /healthz, /readyz (empty: none)")
+	f.StringVar(&cf.listen, "listen", ":9464", "address for / (web view), /metrics, /hotkeys, /healthz, /readyz (empty: none)")
+	f.StringVar(&cf.health, "health-listen", "", "also serve /healthz and /readyz alone, in plain HTTP without the web configuration, on this address (e.g. 127.0.0.1:9465, for the kubelet's probes when --web-config asks for credentials)")
+	f.StringVar(&cf.webCfg, "web-config", "", "web configuration file (Prometheus exporter format: tls_server_config, basic_auth_users) for TLS, client certificates and basic auth on every --listen endpoint; re-read on each request")
 	f.BoolVar(&cf.check, "config-check", false, "load and validate the configuration, print a summary and exit")
 	f.BoolVar(&cf.pprof, "pprof", false, "also serve Go profiling at /debug/pprof/ on --listen")
 	// One pipeline goroutine does the work; the publisher and HTTP are
@@ -134,7 +153,8 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	f.IntVar(&cf.procs, "gomaxprocs", 1, "threads running Go code at once (GOMAXPROCS); 0 keeps Go's default (the GOMAXPROCS variable, else the CPU count or limit)")
 	f.IntVar(&cf.nice, "nice", 10, "CPU priority of the daemon's threads, -20 (highest) to 19: by default it yields to the cache server when the CPU is saturated")
 	f.Float64Var(&cf.maxCPU, "max-cpu", 0, "CPU budget as a share of one core (0.05: 5 %), the eBPF programs' run time included: above it the programs copy only some connections (one in 2, 4, 8, ...) and counts are scaled back, thresholds staying in true requests per second; 0: no budget")
-	f.BoolVar(&cf.replies, "capture-replies", false, "eBPF: copy server replies too (not needed to find hot keys; replies are most of the bytes)")
+	f.BoolVar(&cf.replies, "capture-replies", false, "eBPF: copy server replies whole (exact reply bytes whatever the traffic; replies are most of the bytes)")
+	f.IntVar(&cf.replyCopy, "reply-copy", bpf.DefaultReplyCopy, "eBPF without --capture-replies: copy at most this many bytes of each reply segment, enough to read reply headers and attribute reply bytes to keys (0: copy no reply payload; no reply bytes)")
 	return cmd
 }
 
@@ -148,18 +168,20 @@ func (f *redisFlags) resolvedURL() string {
 
 // daemon is one `hotsniff run`.
 type daemon struct {
-	log    *slog.Logger
-	base   *slog.Logger // for other packages, which add their own component
-	sf     streamFlags
-	df     detectFlags
-	rf     redisFlags
-	cf     captureFlags
-	mode   bpf.Mode
-	ports  *stream.Ports
-	scfg   stream.Config
-	dcfg   detect.Config
-	target *publish.Target
-	stdout io.Writer
+	log     *slog.Logger
+	base    *slog.Logger // for other packages, which add their own component
+	sf      streamFlags
+	df      detectFlags
+	rf      redisFlags
+	cf      captureFlags
+	chf     channelFlags
+	mode    bpf.Mode
+	ports   *stream.Ports
+	scfg    stream.Config
+	skipErr bool // a reply skip update failed (logged once)
+	dcfg    detect.Config
+	target  *publish.Target
+	stdout  io.Writer
 
 	src       capture.Source
 	bpfCap    *bpf.Capture
@@ -188,7 +210,11 @@ func (d *daemon) run(ctx context.Context) error {
 		defer rdb.Close()
 		// Redis may be down now: the publisher queues (bounded) and
 		// reconnects with backoff; capture starts regardless.
-		pub, err = publish.New(rdb, publish.Options{Channel: d.rf.channel, Node: d.df.node, Logger: d.base})
+		opt := publish.Options{Channel: d.rf.channel, Node: d.df.node, Logger: d.base}
+		if err := d.chf.apply(&opt); err != nil {
+			return err
+		}
+		pub, err = publish.New(rdb, opt)
 		if err != nil {
 			return err
 		}
@@ -215,8 +241,21 @@ func (d *daemon) run(ctx context.Context) error {
 	defer d.samp.close()
 	counter := decode.NewCounter(det)
 	reg := registry()
-	if d.bpfCap != nil && !d.cf.replies {
+	switch {
+	case d.bpfCap != nil && d.bpfCap.ReplyHeads():
+		// The programs copy reply heads; large values are skipped in the
+		// kernel once the reply parser has read their header.
+		c := d.bpfCap
+		d.scfg.SkipNotify = 2 * int(c.ReplyCopy())
+		d.scfg.OnSkip = func(f *decode.Flow, start, end uint32) {
+			if err := c.SetReplySkip(f.Server, f.Client, start, end); err != nil && !d.skipErr {
+				d.skipErr = true
+				d.log.Warn("reply skips: kernel map update failed; replies are still decoded, at full copy cost", "err", err)
+			}
+		}
+	case d.bpfCap != nil && !d.cf.replies:
 		reg = withoutReplies(reg)
+		d.scfg.Replies = false // no reply parser drains the queues
 	}
 	asm := stream.NewAssembler(d.scfg, d.ports, reg, counter)
 
@@ -231,6 +270,7 @@ func (d *daemon) run(ctx context.Context) error {
 	// The pipeline owns the assembler, decoders and detector: one goroutine,
 	// no locks on the per-packet path.
 	done := make(chan error, 1)
+	d.beat.Store(time.Now().UnixNano()) // /healthz is ok before the first tick
 	go func() { done <- d.pipeline(asm, counter, det, pub) }()
 	d.running.Store(true)
 	d.log.Info("capturing", "mode", d.modeName, "ports", d.ports.List(), "listen", d.cf.listen, "publish", d.target != nil)
@@ -246,12 +286,17 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	d.running.Store(false)
 	asm.Flush()
+	det.Flush() // merged invalidates still waiting for their interval
 	if pub != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := pub.Close(cctx); err != nil {
-			d.log.Warn("publish flush incomplete", "err", err)
-		}
+		before := pub.Stats().Dropped
+		cerr := pub.Close(cctx)
 		cancel()
+		// Subscribers missed what was lost: the exit status says so, as
+		// replay's does, so a supervisor or a script sees it.
+		if lost := pub.Stats().Dropped - before; (cerr != nil || lost > 0) && perr == nil {
+			perr = fmt.Errorf("publish on shutdown: %d event(s) not published to %s: %w", lost, d.target.Redacted, cmp.Or(cerr, errLostOnClose))
+		}
 	}
 	if srv != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -261,18 +306,27 @@ func (d *daemon) run(ctx context.Context) error {
 	return perr
 }
 
+var errLostOnClose = errors.New("Redis did not take them before the shutdown deadline")
+
 // openCapture attaches eBPF at the cgroup root or on the interfaces (see
 // capturemode.go), or opens AF_PACKET.
 func (d *daemon) openCapture() error {
 	ports := d.ports.List()
-	cfg := bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Replies: d.cf.replies, Logger: d.base}
+	cfg := bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Replies: d.cf.replies,
+		ReplyHeads: !d.cf.replies && d.cf.replyCopy > 0, ReplyCopy: uint32(max(d.cf.replyCopy, 0)), Logger: d.base}
+	if d.mode != bpf.ModeAFPacket {
+		// Kernels before 5.11 charge BPF maps to the locked memory limit;
+		// later ones ignore it. Without CAP_SYS_RESOURCE this fails and
+		// the permission error below says what to do.
+		_ = rlimit.RemoveMemlock()
+	}
 	if d.chooseCgroup() {
 		err := d.openCgroup(cfg)
 		if err == nil {
 			return nil
 		}
 		if d.mode == bpf.ModeCgroup {
-			return fmt.Errorf("start cgroup capture: %w", err)
+			return privilegeError("start cgroup capture", "ebpf", err)
 		}
 		d.log.Warn("cgroup capture unavailable, capturing on interfaces", "err", err)
 	}
@@ -286,9 +340,9 @@ func (d *daemon) openCapture() error {
 			return nil
 		}
 		if d.mode != bpf.ModeAuto {
-			return fmt.Errorf("start %s capture: %w", d.mode, err)
+			return privilegeError(fmt.Sprintf("start %s capture", d.mode), "ebpf", err)
 		}
-		d.log.Warn("eBPF unavailable, falling back to AF_PACKET", "err", err)
+		d.log.Warn("eBPF unavailable, falling back to AF_PACKET", "err", privilegeError("start eBPF capture", "ebpf", err))
 	}
 	ifaces, err := expand(names, patterns)
 	if err != nil {
@@ -302,7 +356,10 @@ func (d *daemon) openCapture() error {
 	}
 	src, err := afpacket.Open(afpacket.Config{Ifaces: ifaces, Ports: ports, Blocks: max(1, cmp.Or(d.cf.ringSize, afpacketRingSize)/(1<<20)), Logger: d.base})
 	if err != nil {
-		return fmt.Errorf("start afpacket capture: %w", err)
+		if d.mode == bpf.ModeAuto && errors.Is(err, os.ErrPermission) {
+			return privilegeError("start capture (eBPF, then AF_PACKET)", "auto", err)
+		}
+		return privilegeError("start afpacket capture", "afpacket", err)
 	}
 	d.src, d.afp, d.modeName = src, src, "afpacket"
 	return nil
@@ -349,11 +406,13 @@ func (d *daemon) pipeline(asm *stream.Assembler, counter *decode.Counter, det *d
 		dl.SetDeadline(next)
 	}
 	lastMetrics := time.Time{}
+	heads := d.bpfCap != nil && d.bpfCap.ReplyHeads()
 	for n := 1; ; n++ {
 		err := d.src.Next(&seg)
 		switch {
 		case err == nil:
-			if seg.Missing > 0 {
+			// With reply heads, reply segments leave bytes out on purpose.
+			if seg.Missing > 0 && (!heads || d.ports.Lookup(seg.Src.Port()) == decode.ProtoUnknown) {
 				d.truncSegs++
 			}
 			if seg.SampleShift != det.SampleShift() {
@@ -406,6 +465,9 @@ func (d *daemon) tick(now time.Time, asm *stream.Assembler, counter *decode.Coun
 		d.samp.step(d, now)
 		d.col.Update(func(s *metrics.Snapshot) { s.Sampling = d.samp.last })
 	}
+	if pub != nil {
+		pub.UpdateRates(hot) // the snapshot carries current rates
+	}
 	d.updateMetrics(asm.Stats(), counter, hot, pub)
 	d.col.Update(func(s *metrics.Snapshot) { s.Absorbed = absorbedMetrics(det.Stats()) })
 }
@@ -421,10 +483,15 @@ func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.E
 			s.Keys, s.Gaps, s.HotKeys = map[decode.Proto]uint64{}, map[decode.Proto]uint64{}, map[decode.Proto]int{}
 		}
 		clear(s.HotKeys)
+		if s.ReplyBytes == nil {
+			s.ReplyBytes, s.ReplyUnpaired = map[decode.Proto]uint64{}, map[decode.Proto]uint64{}
+		}
 		for _, p := range decode.Protos() {
 			s.Keys[p] = c.Reads[p] + c.Writes[p]
 			s.Gaps[p] = st.Gaps[p]
+			s.ReplyBytes[p], s.ReplyUnpaired[p] = c.ReplyBytes[p], c.Unpaired[p]
 		}
+		s.Pending = st.Pending
 		for i := range hot {
 			if p, ok := decode.ParseProto(hot[i].Proto); ok {
 				s.HotKeys[p]++
@@ -435,6 +502,7 @@ func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.E
 		if pub != nil {
 			ps := pub.Stats()
 			s.Published, s.PublishErrors, s.PublishDropped, s.PublishLag = ps.Published, ps.Errors, ps.Dropped, ps.LastLag.Seconds()
+			s.PublishMessages, s.PublishShed, s.PublishDelayed = ps.Messages, ps.Shed, ps.Delayed
 		}
 		for _, l := range d.lat {
 			s.DetectionLatency = append(s.DetectionLatency, l.Seconds())
@@ -483,7 +551,7 @@ func (d *daemon) captureStats() []metrics.CaptureStat {
 	return out
 }
 
-// serve starts the HTTP endpoints of CONTRACT §4.
+// serve starts the HTTP endpoints: metrics, the hot set, health.
 func (d *daemon) serve() (*http.Server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(d.col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -495,28 +563,47 @@ func (d *daemon) serve() (*http.Server, error) {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		// Alive while the pipeline loop turns: it beats at least every tick.
-		if age := time.Since(time.Unix(0, d.beat.Load())); d.running.Load() && age > 10*time.Second {
-			http.Error(w, fmt.Sprintf("pipeline stalled for %s", age.Round(time.Second)), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !d.running.Load() {
-			http.Error(w, "capture not running", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintf(w, "ready: capturing with %s\n", d.modeName)
-	})
+	mux.HandleFunc("/healthz", d.healthz)
+	mux.Handle(webview.IndexPath, webview.Handler())
+	mux.Handle(webview.AssetsPath, webview.Handler())
+	mux.HandleFunc("/readyz", d.readyz)
 	l, err := net.Listen("tcp", d.cf.listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", d.cf.listen, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(l)
+	go serveWeb(l, srv, d.cf.webCfg, d.base.With("component", "http"))
+	if d.cf.health != "" {
+		hl, err := net.Listen("tcp", d.cf.health)
+		if err != nil {
+			srv.Close()
+			return nil, fmt.Errorf("listen %s (--health-listen): %w", d.cf.health, err)
+		}
+		hmux := http.NewServeMux()
+		hmux.HandleFunc("/healthz", d.healthz)
+		hmux.HandleFunc("/readyz", d.readyz)
+		hsrv := &http.Server{Handler: hmux, ReadHeaderTimeout: 5 * time.Second}
+		go hsrv.Serve(hl)
+		srv.RegisterOnShutdown(func() { hsrv.Close() })
+	}
 	return srv, nil
+}
+
+func (d *daemon) healthz(w http.ResponseWriter, _ *http.Request) {
+	// Alive while the pipeline loop turns: it beats at least every tick.
+	if age := time.Since(time.Unix(0, d.beat.Load())); d.running.Load() && age > 10*time.Second {
+		http.Error(w, fmt.Sprintf("pipeline stalled for %s", age.Round(time.Second)), http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+func (d *daemon) readyz(w http.ResponseWriter, _ *http.Request) {
+	if !d.running.Load() {
+		http.Error(w, "capture not running", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintf(w, "ready: capturing with %s\n", d.modeName)
 }
 
 // hotkeysDoc is the /hotkeys document: the current hot set as events.

@@ -65,7 +65,9 @@ func startDaemonVia(t *testing.T, p *netnstest.Pair, wrapper []string, args ...s
 			_ = cmd.Wait()
 		}
 	})
-	deadline := time.Now().Add(15 * time.Second)
+	// Generous: loading and verifying the programs takes seconds on a
+	// loaded 2-core CI machine; a ready daemon answers at once.
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := http.Get(d.http + "/readyz")
 		if err == nil {

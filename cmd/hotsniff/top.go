@@ -26,20 +26,25 @@ type topFlags struct {
 	replay   bool
 	speed    float64
 	hotQPS   float64
+	hotBytes float64
 	detector string
 	once     bool
 	sort     string
 	reverse  bool
 	filter   string
 	coldFor  time.Duration
+	redis    redisFlags
 	tuning   detect.Config
+	top      int
 }
 
-func newTopCmd() *cobra.Command {
-	var f topFlags
+func newTopCmd() *cobra.Command { return newTopCmdWith(new(topFlags)) }
+
+// newTopCmdWith builds the command around f (tests read the parsed flags).
+func newTopCmdWith(f *topFlags) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "top [flags] | top --replay [flags] FILE...",
-		Short: "Live terminal view of the hottest keys of a running daemon, or of a replay",
+		Use:   "top [flags] | top --redis-url URL | top --replay [flags] FILE...",
+		Short: "Live terminal view of the hottest keys of a running daemon, of every node through the channel, or of a replay",
 		Long: `Shows the hottest keys in a live table: rate, trend, protocol, server,
 namespace, hot/cold state, source and key.
 
@@ -47,10 +52,18 @@ By default it polls GET http://ADDR/hotkeys of a daemon started with
 'hotsniff run --listen ADDR' every --interval. If the daemon cannot be reached
 the view says so and keeps retrying.
 
+With --redis-url it follows the hot-key channel (--channel) as a client shim
+does, reading the snapshot first, and shows the hot keys of every node that
+publishes there: the node column, the key's demand (qps of its last hot
+message), its write rate and whether shims may cache it (CACHE no: written
+too often). Rates change when a node sends a refresh or a new verdict.
+
 With --replay it runs the capture files through replay's pipeline in process
 (packet timestamps as the clock) and samples the hot set every --interval of
-packet time, at --speed (default: up to 10 frames a second; 1 = real time).
-The last frame stays until you quit.
+packet time, at --speed (default 1: the recorded pace; 0: as fast as 10
+frames a second). p pauses the replay itself. The last frame stays until you
+quit. --top N lists the N hottest keys: with --replay whether or not they
+cross the threshold (those below it show state "-").
 
 Keys: q or ctrl-c quit; s cycles the sort column (rate, key, proto, server,
 state), S back; r reverses; / filters (substring of key, proto or server,
@@ -61,10 +74,11 @@ When stdout is not a terminal, or with --once, it prints one plain-text
 table and exits (a replay is run to its end first).`,
 		Example: `  hotsniff top --addr 127.0.0.1:9464
   hotsniff top --once --addr cache-node-3:9464 --sort key
-  hotsniff top --replay --hot-qps 1000 capture.pcap.gz
-  hotsniff top --replay --hot-qps 1000 --speed 1 --interval 250ms a.pcap b.pcap`,
+  hotsniff top --redis-url redis://channel-redis:6379
+  hotsniff top --replay --hot-qps 1000 --top 10 capture.pcap.gz
+  hotsniff top --replay --hot-qps 1000 --speed 10 --interval 250ms a.pcap b.pcap`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runTop(cmd, &f, args)
+			return runTop(cmd, f, args)
 		},
 	}
 	f.stream.register(cmd)
@@ -72,14 +86,17 @@ table and exits (a replay is run to its end first).`,
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:9464", "daemon to poll: host:port (or http[s]:// URL) of 'hotsniff run --listen'")
 	fs.DurationVar(&f.interval, "interval", time.Second, "time between two samples (wall time; packet time with --replay)")
 	fs.BoolVar(&f.replay, "replay", false, "replay the capture files given as arguments instead of polling a daemon")
-	fs.Float64Var(&f.speed, "speed", 0, "replay speed: 1 = real time, 10 = ten times faster; 0 = up to 10 frames a second")
+	fs.Float64Var(&f.speed, "speed", 1, "with --replay: 1 = the recorded pace, 10 = ten times faster; 0 = as fast as 10 frames a second")
+	fs.IntVar(&f.top, "top", 0, "list the N hottest keys: with --replay whether or not they are hot (keys below the threshold show state -); from a daemon, the N hottest hot keys. 0: every hot key")
 	fs.Float64Var(&f.hotQPS, "hot-qps", 0, "with --replay: a key is hot when its weighted read rate at one server reaches this (required)")
 	fs.StringVar(&f.detector, "detector", detect.DetectorDefault, "with --replay: detection algorithm, default or tair")
 	fs.BoolVar(&f.once, "once", false, "print one plain-text table and exit (also when stdout is not a terminal)")
-	fs.StringVar(&f.sort, "sort", "rate", "initial sort column: rate, key, proto, server or state")
+	fs.Float64Var(&f.hotBytes, "hot-bytes", 0, "with --replay: also hot when the reply bytes attributed to a key at one server reach this per second (0: off)")
+	fs.StringVar(&f.sort, "sort", "rate", "initial sort column: rate, key, proto, server, state or bytes (reply bytes per second)")
 	fs.BoolVar(&f.reverse, "reverse", false, "reverse the initial sort order")
 	fs.StringVar(&f.filter, "filter", "", "initial filter: substring of key, proto or server")
 	fs.DurationVar(&f.coldFor, "cold-for", 30*time.Second, "how long a key that left the hot set stays listed as cold")
+	f.redis.register(fs)
 	registerTuning(fs, &f.tuning)
 	return cmd
 }
@@ -94,12 +111,19 @@ func runTop(cmd *cobra.Command, f *topFlags, args []string) error {
 	if f.speed < 0 {
 		return usagef("--speed %v: must not be negative", f.speed)
 	}
+	if f.top < 0 {
+		return usagef("--top %d: must not be negative", f.top)
+	}
 	if f.coldFor < 0 {
 		return usagef("--cold-for %v: must not be negative", f.coldFor)
 	}
 	sortCol, err := topview.ParseSort(f.sort)
 	if err != nil {
 		return usagef("--sort: %v", err)
+	}
+	fleet := cmd.Flags().Changed("redis-url")
+	if fleet && (f.replay || cmd.Flags().Changed("addr")) {
+		return usagef("--redis-url, --addr and --replay exclude each other")
 	}
 	if f.replay {
 		if len(args) == 0 {
@@ -119,21 +143,36 @@ func runTop(cmd *cobra.Command, f *topFlags, args []string) error {
 		src   topview.Source
 		label string
 	)
-	if f.replay {
+	switch {
+	case fleet:
+		quietRedisLogs()
+		rdb, err := f.redis.connect(ctx)
+		if err != nil {
+			return err
+		}
+		defer rdb.Close()
+		label = "channel " + f.redis.channel
+		cs, err := topview.NewChannelSource(rdb, f.redis.channel, label, f.interval, nil)
+		if err != nil {
+			return usageError{err}
+		}
+		defer cs.Close()
+		src = cs
+	case f.replay:
 		rs, err := newTopReplay(f, args)
 		if err != nil {
 			return err
 		}
 		defer rs.Close()
 		src, label = rs, "replay"
-	} else {
+	default:
 		hs, err := topview.NewHTTPSource(f.addr, f.interval)
 		if err != nil {
 			return usagef("--addr: %v", err)
 		}
 		src, label = hs, f.addr
 	}
-	m := topview.NewModel(label, topview.Options{ColdFor: f.coldFor, Sort: sortCol, Reverse: f.reverse, Filter: f.filter})
+	m := topview.NewModel(label, topview.Options{ColdFor: f.coldFor, Sort: sortCol, Reverse: f.reverse, Filter: f.filter, TopN: f.top, Fleet: fleet})
 
 	out := cmd.OutOrStdout()
 	if f.once || !isTerminal(out) {
@@ -168,6 +207,9 @@ func newTopReplay(f *topFlags, paths []string) (*topview.ReplaySource, error) {
 		return nil, err
 	}
 	dcfg.HotQPS = f.hotQPS
+	if f.hotBytes > 0 {
+		dcfg.HotBytes = f.hotBytes
+	}
 	if !(dcfg.HotQPS > 0) {
 		return nil, usagef("--replay needs --hot-qps N (a positive rate), or hot-qps in --config")
 	}
@@ -178,7 +220,7 @@ func newTopReplay(f *topFlags, paths []string) (*topview.ReplaySource, error) {
 	}
 	rs, err := topview.NewReplaySource(topview.ReplayConfig{
 		Paths: paths, Ports: ports, Stream: scfg, Registry: registry(),
-		Detect: dcfg, Interval: f.interval, FrameDelay: delay,
+		Detect: dcfg, Interval: f.interval, FrameDelay: delay, TopN: f.top,
 	})
 	if err != nil {
 		return nil, usageError{err}
@@ -196,6 +238,15 @@ func topOnce(ctx context.Context, src topview.Source, m *topview.Model, out io.W
 			return err
 		}
 		m.Apply(snap)
+	case *topview.ChannelSource:
+		select {
+		case <-s.Synced():
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Second):
+			return errors.New("read the channel snapshot: no answer in 10s")
+		}
+		m.Apply(s.Fetch())
 	case *topview.ReplaySource:
 		s.NoDelay()
 		for {

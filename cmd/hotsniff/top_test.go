@@ -2,13 +2,18 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/hotsniff/hotsniff/internal/topview"
 )
 
 // runTopCLI runs `hotsniff top ARGS` in-process (stdout is a buffer, not a
@@ -56,9 +61,9 @@ func TestTopOnceHTTP(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	want := "hotsniff top · " + addr + ` · node cache-node-3 · 2026-11-29T18:00:00.123456Z · 2 hot ≥1000 qps
-  RATE  TREND  PROTO  SERVER         NS  STATE  SOURCE    LOCAL  KEY
-1843.5  █ ·    redis  10.0.0.5:6379  0   hot    detected  97%    item:42
-1200.0  █ ·    redis  10.0.0.5:6379  0   hot    detected  -      item:7
+  RATE  TREND  PROTO  SERVER         NS  STATE  SOURCE    LOCAL  BYTES/S  KEY
+1843.5  █ ·    redis  10.0.0.5:6379  0   hot    detected  97%          -  item:42
+1200.0  █ ·    redis  10.0.0.5:6379  0   hot    detected  -            -  item:7
 `
 	if out != want {
 		t.Errorf("stdout:\n%s\nwant:\n%s", out, want)
@@ -96,7 +101,7 @@ func TestTopReplayOnce(t *testing.T) {
 	}
 	// At the end item:hot has cooled (it is read during the first 2 s only)
 	// and is listed as cold; nothing else was ever hot.
-	if fs := strings.Fields(lines[2]); len(fs) != 10 || fs[3] != "redis" || fs[4] != "127.0.0.1:6379" || fs[6] != "cold" || fs[9] != "item:hot" {
+	if fs := strings.Fields(lines[2]); len(fs) != 11 || fs[3] != "redis" || fs[4] != "127.0.0.1:6379" || fs[6] != "cold" || fs[10] != "item:hot" {
 		t.Errorf("row = %q", lines[2])
 	}
 }
@@ -124,5 +129,76 @@ func TestTopUsageErrors(t *testing.T) {
 	_, errs, code := runTopCLI(t, "--replay", "--hot-qps", "1000", "no-such-file.pcap")
 	if code != 1 || !strings.Contains(errs, "no-such-file.pcap") {
 		t.Errorf("missing file: exit %d, %q", code, errs)
+	}
+}
+
+// TestTopReadmeExample runs the README's `top --replay` example as written
+// (from the repository root) and checks a viewer sees something before the
+// replay ends: it runs at the recorded pace, item:hot shows hot in frames
+// before the last, and --top lists keys below the threshold from the first
+// frame on.
+func TestTopReadmeExample(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, l := range strings.Split(string(readme), "\n") {
+		if i := strings.Index(l, "go run ./cmd/hotsniff top --replay"); i >= 0 {
+			l, _, _ = strings.Cut(l[i:], "#")
+			args = strings.Fields(l)[4:] // after "go run ./cmd/hotsniff top"
+			break
+		}
+	}
+	if args == nil {
+		t.Fatal("README has no `go run ./cmd/hotsniff top --replay` example")
+	}
+	for i, a := range args {
+		if strings.HasPrefix(a, "testdata/") {
+			args[i] = "../../" + a
+		}
+	}
+	f := new(topFlags)
+	cmd := newTopCmdWith(f)
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyConfig(cmd, f.stream.configPath); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := newTopReplay(f, cmd.Flags().Args())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	if f.speed != 1 || f.top == 0 {
+		t.Errorf("the example replays at speed %v with --top %d: a viewer sees only the end", f.speed, f.top)
+	}
+	rs.NoDelay()
+	var frames []topview.Snapshot
+	for {
+		s, err := rs.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = append(frames, s)
+	}
+	if len(frames) < 3 {
+		t.Fatalf("%d frames", len(frames))
+	}
+	hotBefore := false
+	for _, s := range frames[:len(frames)-1] {
+		for _, e := range s.Keys {
+			hotBefore = hotBefore || string(e.Key) == "item:hot"
+		}
+	}
+	if !hotBefore {
+		t.Error("item:hot is never hot before the last frame")
+	}
+	if n := len(frames[0].Keys) + len(frames[0].Warm); n < f.top {
+		t.Errorf("first frame lists %d keys, want %d", n, f.top)
 	}
 }

@@ -140,7 +140,12 @@ func (p *Parser) binary(b []byte, f *decode.Flow, s decode.Sink) int {
 		return needMore // at most 24+20+250 bytes: bounded
 	}
 	p.req.Op, p.req.Write = op.name, op.kind == binWrite
+	// Replies echo the opaque; quiet opcodes (names ending in Q) are not
+	// answered on a miss (reads) or on success (writes).
+	p.req.ID = binary.BigEndian.Uint32(b[12:16])
+	p.req.Quiet = op.name[len(op.name)-1] == 'Q'
 	s.Request(f, &p.req)
+	p.req.ID, p.req.Quiet = 0, false
 	if hasKey {
 		s.Key(f, &p.req, decode.Key{Bytes: b[binHeaderLen+extLen : keyEnd], Weight: 1})
 	}

@@ -92,11 +92,12 @@ func New() *Decoder { return &Decoder{} }
 // Proto reports decode.ProtoMemcache.
 func (*Decoder) Proto() decode.Proto { return decode.ProtoMemcache }
 
-// NewParser returns a request parser for ToServer and nil for ToClient:
-// replies are not needed (hot keys are counted on requests, hits or misses).
+// NewParser returns a request parser for ToServer and a reply parser for
+// ToClient (hot keys are counted on requests, hits or misses; replies give
+// the bytes each key costs, when the stream layer pairs them).
 func (*Decoder) NewParser(dir decode.Dir, midStream bool) decode.Parser {
 	if dir != decode.ToServer {
-		return nil
+		return &replyParser{}
 	}
 	return NewParser(midStream)
 }

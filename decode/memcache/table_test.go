@@ -232,8 +232,8 @@ func TestDecoder(t *testing.T) {
 	if d.Proto() != decode.ProtoMemcache {
 		t.Errorf("Proto = %v", d.Proto())
 	}
-	if p := d.NewParser(decode.ToClient, false); p != nil {
-		t.Errorf("ToClient parser = %v, want nil", p)
+	if p := d.NewParser(decode.ToClient, false); p == nil {
+		t.Error("ToClient parser is nil, want the reply parser")
 	}
 	if p := d.NewParser(decode.ToServer, true); p == nil {
 		t.Error("ToServer parser is nil")

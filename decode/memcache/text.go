@@ -219,7 +219,11 @@ func (p *Parser) text(b []byte, f *decode.Flow, s decode.Sink) int {
 		s.Error(f, reason)
 	} else {
 		p.req.Op, p.req.Write = c.op, c.write
+		// noreply (text) and the q flag (meta) ask the server to stay
+		// silent unless something goes wrong (meta: on a miss).
+		p.req.Quiet = quietLine(line)
 		s.Request(f, &p.req)
+		p.req.Quiet = false
 		if key != nil {
 			s.Key(f, &p.req, decode.Key{Bytes: key, Weight: 1})
 		}
@@ -590,4 +594,21 @@ func (p *Parser) textCandidate(b []byte) verdict {
 		}
 	}
 	return accept
+}
+
+// quietLine reports whether a text line ends with "noreply" or carries the
+// meta "q" flag token.
+func quietLine(line []byte) bool {
+	if bytes.HasSuffix(line, []byte(" noreply")) {
+		return true
+	}
+	if len(line) < 2 || line[0] != 'm' {
+		return false
+	}
+	for i := 0; i+1 < len(line); i++ {
+		if line[i] == ' ' && line[i+1] == 'q' && (i+2 == len(line) || line[i+2] == ' ') {
+			return true
+		}
+	}
+	return false
 }

@@ -14,8 +14,8 @@ func TestDecoderInterface(t *testing.T) {
 	if d.Proto() != decode.ProtoRedis {
 		t.Errorf("Proto() = %v", d.Proto())
 	}
-	if d.NewParser(decode.ToClient, false) != nil {
-		t.Error("NewParser(ToClient) should be nil: replies are not decoded")
+	if d.NewParser(decode.ToClient, false) == nil {
+		t.Error("NewParser(ToClient) is nil, want the reply parser")
 	}
 	if d.NewParser(decode.ToServer, true) == nil {
 		t.Error("NewParser(ToServer) is nil")

@@ -88,10 +88,12 @@ func New(cfg Config) *Decoder {
 func (d *Decoder) Proto() decode.Proto { return decode.ProtoRedis }
 
 // NewParser returns a request parser for the client-to-server direction and
-// nil for replies, which hotsniff does not need.
+// a reply parser for the other, which pairs replies with the requests the
+// stream layer queued on the flow (decode.Flow.Pending) and does nothing
+// without such a queue.
 func (d *Decoder) NewParser(dir decode.Dir, midStream bool) decode.Parser {
 	if dir != decode.ToServer {
-		return nil
+		return &replyParser{}
 	}
 	return newParser(d.cfg, midStream)
 }

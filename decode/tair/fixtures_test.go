@@ -179,7 +179,7 @@ func countPcap(t *testing.T, path string) []byte {
 	return formatCounts(reqSink.counts)
 }
 
-// formatCounts writes the `hotsniff decode --count` lines (CONTRACT §1).
+// formatCounts writes the `hotsniff decode --count` lines (docs/events.md).
 func formatCounts(m map[countKey]*[2]uint64) []byte {
 	type row struct {
 		count, weight uint64

@@ -18,7 +18,10 @@ import (
 	"github.com/hotsniff/hotsniff/bpf"
 	"github.com/hotsniff/hotsniff/capture"
 	"github.com/hotsniff/hotsniff/capture/ebpfsrc"
+	"github.com/hotsniff/hotsniff/decode"
+	"github.com/hotsniff/hotsniff/decode/redis"
 	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/stream"
 )
 
 // TestFigures prints the tables of docs/performance.md. It takes minutes and
@@ -56,6 +59,24 @@ func TestFigures(t *testing.T) {
 	t.Logf("load average %s at end", loadavg())
 }
 
+// replyConfig sets how the programs treat replies from HOTSNIFF_REPLIES:
+// "off" (default: only control flags), "heads" (at most bpf.DefaultReplyCopy
+// bytes of each reply segment; nothing registers skips here, so every reply
+// segment pays for its first 4 KiB: the worst case) or "all" (whole replies,
+// --capture-replies).
+func replyConfig(t testing.TB, c bpf.Config) bpf.Config {
+	switch v := os.Getenv("HOTSNIFF_REPLIES"); v {
+	case "", "off":
+	case "heads":
+		c.ReplyHeads = true
+	case "all":
+		c.Replies = true
+	default:
+		t.Fatalf("HOTSNIFF_REPLIES=%q: want off, heads or all", v)
+	}
+	return c
+}
+
 func numCPU() int {
 	var s unix.CPUSet
 	if unix.SchedGetaffinity(0, &s) != nil {
@@ -69,22 +90,23 @@ type workload struct {
 	name string
 	n    int // requests
 	pipe int
-	big  bool // GET one key holding a 16 KiB value: replies are GSO packets, the client sends pure ACKs
+	big  int // GET one key holding a value of this size: replies are GSO packets, the client sends pure ACKs
 }
 
 var workloads = []workload{
-	{"GET -P 1", 100000, 1, false},
-	{"GET -P 16", 1000000, 16, false},
-	{"GET 16KiB -P 1", 20000, 1, true},
+	{"GET -P 1", 100000, 1, 0},
+	{"GET -P 16", 1000000, 16, 0},
+	{"GET 16KiB -P 1", 20000, 1, 16 << 10},
+	{"GET 256KiB -P 1", 5000, 1, 256 << 10},
 }
 
 func runWorkload(t testing.TB, srv netstestAddr, w workload) float64 {
 	t.Helper()
-	if !w.big {
+	if w.big == 0 {
 		return benchmark(t, srv, w.n, w.pipe)
 	}
 	// Without -r redis-benchmark GETs the literal key "key:__rand_int__".
-	if r := redisCmd(t, srv, "SET", "key:__rand_int__", strings.Repeat("v", 16<<10)); !strings.HasPrefix(r, "+OK") {
+	if r := redisCmd(t, srv, "SET", "key:__rand_int__", strings.Repeat("v", w.big)); !strings.HasPrefix(r, "+OK") {
 		t.Fatalf("SET: %q", r)
 	}
 	bin := netnstest.Need(t, "redis-benchmark")
@@ -130,7 +152,7 @@ func bpfCost(t *testing.T, p *netnstest.Pair, srv netstestAddr, rounds int) {
 			var rps []float64
 			var sum bpf.Counters
 			for range rounds {
-				c, err := bpf.Open(bpf.Config{Ports: []uint16{srv.Port()}})
+				c, err := bpf.Open(replyConfig(t, bpf.Config{Ports: []uint16{srv.Port()}}))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -146,7 +168,12 @@ func bpfCost(t *testing.T, p *netnstest.Pair, srv netstestAddr, rounds int) {
 				}
 				// Drain like the daemon does, without keeping anything
 				// (netnstest.Collect keeps every byte: too slow for 64 KiB replies).
+				// With reply heads, decode like the daemon too, so large
+				// values are skipped in the kernel once their header is read.
 				col := drain(src)
+				if c.ReplyHeads() {
+					col = drainDecode(src, c, srv.Port())
+				}
 				rps = append(rps, runWorkload(t, srv, w))
 				col.waitIdle(200*time.Millisecond, 5*time.Second)
 				cnt, err := a.Counters()
@@ -185,7 +212,7 @@ func bpfCost(t *testing.T, p *netnstest.Pair, srv netstestAddr, rounds int) {
 				mode, w.name, span(rps, "%.0f"), sum.Packets, sum.Matched, sum.Records, sum.RingbufFull, sum.Truncated, loadavg()))
 		}
 	}
-	t.Log("\nBPF ns/run (median [min–max] over rounds), runs per round\n" + strings.Join(rows, "\n"))
+	t.Logf("\nBPF ns/run (median [min–max] over rounds), runs per round, replies %q\n%s", os.Getenv("HOTSNIFF_REPLIES"), strings.Join(rows, "\n"))
 }
 
 func throughput(t *testing.T, p *netnstest.Pair, srv netstestAddr, rounds int) {
@@ -304,6 +331,37 @@ func drain(src *ebpfsrc.Source) *drainer {
 				d.done <- err
 				return
 			}
+			d.n.Add(1)
+		}
+	}()
+	return d
+}
+
+// drainDecode is drain that also reassembles and decodes Redis requests and
+// replies, registering each large value's skip with the kernel as the
+// daemon does in reply-heads mode.
+func drainDecode(src *ebpfsrc.Source, c *bpf.Capture, port uint16) *drainer {
+	d := &drainer{src: src, done: make(chan error, 1)}
+	var reg decode.Registry
+	reg.Register(redis.New(redis.Config{}))
+	ports := new(stream.Ports)
+	ports.Set(port, decode.ProtoRedis)
+	cfg := stream.DefaultConfig()
+	cfg.Replies = true
+	cfg.SkipNotify = 2 * int(c.ReplyCopy())
+	cfg.OnSkip = func(f *decode.Flow, start, end uint32) { _ = c.SetReplySkip(f.Server, f.Client, start, end) }
+	asm := stream.NewAssembler(cfg, ports, &reg, decode.NewCounter(nil))
+	go func() {
+		var seg capture.Segment
+		for {
+			if err := src.Next(&seg); err != nil {
+				if errors.Is(err, io.EOF) {
+					err = nil
+				}
+				d.done <- err
+				return
+			}
+			asm.Add(&seg)
 			d.n.Add(1)
 		}
 	}()

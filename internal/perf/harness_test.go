@@ -76,7 +76,7 @@ func startSniffer(t testing.TB, bin string, p *netnstest.Pair, srv netip.AddrPor
 func startSnifferOut(t testing.TB, bin string, p *netnstest.Pair, srv netip.AddrPort, mode string, stdout io.Writer, extra ...string) *sniffer {
 	t.Helper()
 	var addr string
-	var cmd *exec.Cmd
+	var args []string
 	if mode == "cgroup" {
 		// The cgroup programs see every socket of the host, the namespace's
 		// included; `ip netns exec` remounts /sys, hiding the cgroup
@@ -87,13 +87,20 @@ func startSnifferOut(t testing.TB, bin string, p *netnstest.Pair, srv netip.Addr
 		}
 		addr = l.Addr().String()
 		l.Close()
-		cmd = exec.Command(bin, append([]string{"run", "--capture", "cgroup",
-			"--port", "redis=" + strconv.Itoa(int(srv.Port())), "--listen", addr, "--hot-qps", "1000", "--output", "jsonl"}, extra...)...)
+		args = []string{"run", "--capture", "cgroup"}
 	} else {
 		addr = net.JoinHostPort(p.NSIP.String(), strconv.Itoa(freePort(t, p)))
+		args = []string{"run", "--iface", p.NSIface, "--capture", mode}
+	}
+	args = append(append(args, "--port", "redis="+strconv.Itoa(int(srv.Port())), "--listen", addr, "--hot-qps", "1000", "--output", "jsonl"), extra...)
+	// HOTSNIFF_RUN_ARGS adds flags to every run (compare --reply-copy 0,
+	// the default reply heads and --capture-replies side by side).
+	args = append(args, strings.Fields(os.Getenv("HOTSNIFF_RUN_ARGS"))...)
+	var cmd *exec.Cmd
+	if mode == "cgroup" {
+		cmd = exec.Command(bin, args...)
+	} else {
 		// `ip netns exec` execs hotsniff: the pid is hotsniff's own.
-		args := append([]string{"run", "--iface", p.NSIface, "--capture", mode,
-			"--port", "redis=" + strconv.Itoa(int(srv.Port())), "--listen", addr, "--hot-qps", "1000", "--output", "jsonl"}, extra...)
 		cmd = p.Command(context.Background(), bin, args...)
 	}
 	var stderr strings.Builder

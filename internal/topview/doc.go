@@ -28,7 +28,7 @@
 //
 // v is the schema version (1), node the daemon's node name, ts the time of
 // the document, hot_qps the default threshold, and keys the hot keys as
-// hot-key events (CONTRACT §2) whose qps is the current measured rate: a key
+// hot-key events (docs/events.md) whose qps is the current measured rate: a key
 // that is not valid UTF-8 comes as key_b64. Unknown fields are ignored.
 //
 // # Keys on screen

@@ -5,13 +5,12 @@ import (
 	"encoding/base64"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/termtext"
 )
 
 // SortCol is a column the table can be sorted by.
@@ -24,10 +23,11 @@ const (
 	SortProto
 	SortServer
 	SortState
+	SortBytes
 	numSort
 )
 
-var sortNames = [...]string{"rate", "key", "proto", "server", "state"}
+var sortNames = [...]string{"rate", "key", "proto", "server", "state", "bytes"}
 
 func (c SortCol) String() string { return sortNames[c] }
 
@@ -58,6 +58,13 @@ type Options struct {
 	Reverse bool
 	// Filter is the initial filter.
 	Filter string
+	// TopN, when positive, lists only the TopN rows with the highest rate
+	// (hot keys and, from sources that report them, keys below the
+	// threshold), plus the keys that recently left the hot set.
+	TopN int
+	// Fleet shows the keys of every node (the channel's view): a node
+	// column, each key's write rate and whether shims may cache it.
+	Fleet bool
 }
 
 // row is one key on screen.
@@ -67,16 +74,25 @@ type row struct {
 	keyText   string // the key as shown (quoted or b64: as needed)
 	hist      []float64
 	hot       bool
-	coldSince time.Time
-	seen      uint64 // generation of the last snapshot that listed it
+	warm      bool      // listed by the source among the hottest, below the threshold
+	coldSince time.Time // when it left the hot set; zero if it never was hot
+	seen      uint64    // generation of the last snapshot that listed it
 }
 
-// rate is the sort rate: cold rows sink below every hot one.
+// rate is the sort rate: cold rows sink below every listed one.
 func (r *row) rate() float64 {
-	if !r.hot {
+	if !r.hot && !r.warm {
 		return -1
 	}
 	return r.ev.QPS
+}
+
+// byteRate is the reply-bytes sort rate: cold rows sink below every hot one.
+func (r *row) byteRate() float64 {
+	if !r.hot {
+		return -1
+	}
+	return r.ev.BytesPS
 }
 
 // Trend is the direction of a row's rate over its last samples.
@@ -191,8 +207,9 @@ func NewModel(source string, opt Options) *Model {
 	}
 }
 
+// rowID is a row's identity: two nodes reporting one key are two rows.
 func rowID(e *event.Event) string {
-	return e.Proto + "\x00" + e.Server + "\x00" + e.NS + "\x00" + string(e.Key)
+	return e.Node + "\x00" + e.Proto + "\x00" + e.Server + "\x00" + e.NS + "\x00" + string(e.Key)
 }
 
 // KeyText is how a key is shown: as is when printable UTF-8, Go-quoted when
@@ -201,13 +218,12 @@ func KeyText(k []byte) string {
 	if !utf8.Valid(k) {
 		return "b64:" + base64.StdEncoding.EncodeToString(k)
 	}
-	s := string(k)
-	for _, r := range s {
-		if !unicode.IsPrint(r) {
-			return strconv.Quote(s)
-		}
+	// Spaces stay readable here (the key is the last column); every
+	// other non-printable character is escaped by the shared helper.
+	if s := string(k); termtext.Strip(s) == s {
+		return s
 	}
-	return s
+	return termtext.Key(k)
 }
 
 // Apply takes a snapshot: its keys are hot, listed keys missing from it turn
@@ -243,7 +259,26 @@ func (m *Model) Apply(s Snapshot) {
 			r.hist = r.hist[:len(r.hist)-1]
 		}
 		r.ev = e
-		r.hot = true
+		r.hot, r.warm, r.coldSince = true, false, time.Time{}
+		r.seen = m.gen
+		r.hist = appendHist(r.hist, e.QPS)
+	}
+	for i := range s.Warm {
+		e := s.Warm[i]
+		id := rowID(&e)
+		r := m.rows[id]
+		if r == nil {
+			r = &row{id: id, keyText: KeyText(e.Key)}
+			m.rows[id] = r
+		}
+		if r.seen == m.gen {
+			continue // hot in this snapshot
+		}
+		if r.hot { // it just left the hot set
+			r.coldSince = s.TS
+		}
+		r.ev = e
+		r.hot, r.warm = false, true
 		r.seen = m.gen
 		r.hist = appendHist(r.hist, e.QPS)
 	}
@@ -251,7 +286,14 @@ func (m *Model) Apply(s Snapshot) {
 	for id, r := range m.rows {
 		switch {
 		case r.seen == m.gen:
-			m.nHot++
+			if r.hot {
+				m.nHot++
+			}
+		case r.warm && r.coldSince.IsZero():
+			delete(m.rows, id) // no longer among the hottest
+		case r.warm:
+			r.warm = false
+			r.hist = appendHist(r.hist, 0)
 		case r.hot:
 			r.hot = false
 			r.coldSince = s.TS
@@ -404,23 +446,29 @@ func (m *Model) rowsView() []*row {
 	for _, r := range m.rows {
 		if f != "" && !strings.Contains(strings.ToLower(r.keyText), f) &&
 			!strings.Contains(strings.ToLower(r.ev.Proto), f) &&
-			!strings.Contains(strings.ToLower(r.ev.Server), f) {
+			!strings.Contains(strings.ToLower(r.ev.Server), f) &&
+			!(m.opt.Fleet && strings.Contains(strings.ToLower(r.ev.Node), f)) {
 			continue
 		}
 		m.view = append(m.view, r)
+	}
+	if n := m.opt.TopN; n > 0 {
+		m.view = topRows(m.view, n)
 	}
 	slices.SortFunc(m.view, m.compare)
 	m.dirty = false
 	return m.view
 }
 
-// compare orders rows by the sort column (rate and state: highest first;
+// compare orders rows by the sort column (rate, bytes and state: highest first;
 // the others ascending), then by rate, then by identity.
 func (m *Model) compare(a, b *row) int {
 	var c int
 	switch m.sortCol {
 	case SortRate:
 		c = cmp.Compare(b.rate(), a.rate())
+	case SortBytes:
+		c = cmp.Compare(b.byteRate(), a.byteRate())
 	case SortKey:
 		c = strings.Compare(a.keyText, b.keyText)
 	case SortProto:
@@ -447,4 +495,27 @@ func stateRank(r *row) int {
 		return 1
 	}
 	return 0
+}
+
+// topRows keeps the n listed (hot or warm) rows of highest rate, and every
+// cold row.
+func topRows(rows []*row, n int) []*row {
+	slices.SortFunc(rows, func(a, b *row) int {
+		if c := cmp.Compare(b.rate(), a.rate()); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	out := rows[:0]
+	kept := 0
+	for _, r := range rows {
+		if r.hot || r.warm {
+			if kept == n {
+				continue
+			}
+			kept++
+		}
+		out = append(out, r)
+	}
+	return out
 }

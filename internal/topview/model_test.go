@@ -72,16 +72,17 @@ func TestWritePlain(t *testing.T) {
 	m.Apply(snap(0, hotEv("item:42", 1843.5), mc, hotEv("gone", 1100)))
 	served := hotEv("item:42", 2000)
 	served.AbsorbedQPS = 1500 // shims served three quarters locally
+	served.BytesPS = 2.5e6
 	m.Apply(snap(1, served, mc))
 	var b strings.Builder
 	if err := m.WritePlain(&b); err != nil {
 		t.Fatal(err)
 	}
 	want := `hotsniff top · fake · node cache-node-3 · 2026-11-29T18:00:01.000000Z · 2 hot ≥1000 qps
-  RATE  TREND  PROTO     SERVER          NS  STATE  SOURCE    LOCAL  KEY
-2000.0  ▇█ ↑   redis     10.0.0.5:6379   0   hot    detected  75%    item:42
-1200.0  ██ →   memcache  10.0.0.6:11211      hot    detected  -      b64:/wBh
-     -  █▁ ↓   redis     10.0.0.5:6379   0   cold   detected  -      gone
+  RATE  TREND  PROTO     SERVER          NS  STATE  SOURCE    LOCAL  BYTES/S  KEY
+2000.0  ▇█ ↑   redis     10.0.0.5:6379   0   hot    detected  75%       2.5M  item:42
+1200.0  ██ →   memcache  10.0.0.6:11211      hot    detected  -            -  b64:/wBh
+     -  █▁ ↓   redis     10.0.0.5:6379   0   cold   detected  -            -  gone
 `
 	if b.String() != want {
 		t.Errorf("plain table:\n%s\nwant:\n%s", b.String(), want)

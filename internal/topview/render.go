@@ -9,6 +9,7 @@ import (
 	"github.com/rivo/uniseg"
 
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/termtext"
 )
 
 // Style is the role of a piece of text; the runner maps it to colors.
@@ -134,68 +135,147 @@ const (
 	wState  = 5
 	wSource = 8
 	wLocal  = 5
+	wBytes  = 7
 	minKey  = 16
 )
 
-// nCols is the number of columns; the key is the last.
-const nCols = 9
+// nCols is the number of columns of the plain layout; the key is the last.
+const nCols = 10
+
+// colBytes is the BYTES/S column of the plain layout: reply bytes per
+// second attributed to the key (bytes_ps), right-aligned like RATE.
+const colBytes = 8
 
 // LOCAL is the share of RATE that client shims served from memory and
 // reported (absorbed_qps / qps).
-var titles = [nCols]string{"RATE", "TREND", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "LOCAL", "KEY"}
+var titles = []string{"RATE", "TREND", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "LOCAL", "BYTES/S", "KEY"}
+
+// The fleet view (several nodes, from the channel) inserts three columns
+// after TREND: the publishing node, the key's write rate and whether shims
+// may cache it.
+var fleetTitles = []string{"RATE", "TREND", "NODE", "WRITE/S", "CACHE", "PROTO", "SERVER", "NS", "STATE", "SOURCE", "LOCAL", "BYTES/S", "KEY"}
+
+const (
+	wWrite = 8
+	wCache = 5
+)
+
+// col maps a column of the plain layout (titles) to its place in the
+// current one.
+func (m *Model) col(i int) int {
+	if m.opt.Fleet && i >= 2 {
+		return i + 3
+	}
+	return i
+}
+
+func (m *Model) titles() []string {
+	if m.opt.Fleet {
+		return fleetTitles
+	}
+	return titles
+}
+
+// fmtBytes formats a byte rate in at most 7 characters: "-" when unknown.
+func fmtBytes(b float64) string {
+	switch {
+	case b <= 0:
+		return "-"
+	case b < 1e4:
+		return strconv.FormatFloat(b, 'f', 0, 64)
+	case b < 1e6:
+		return strconv.FormatFloat(b/1e3, 'f', 1, 64) + "k"
+	case b < 1e9:
+		return strconv.FormatFloat(b/1e6, 'f', 1, 64) + "M"
+	}
+	return strconv.FormatFloat(b/1e9, 'f', 1, 64) + "G"
+}
 
 // cells returns a row's column texts, in title order.
-func (r *row) cells() [nCols]string {
+func (m *Model) cells(r *row) []string {
 	rate, trend := "-", r.spark()+" "+r.trend().Arrow()
-	state, local := "cold", "-"
-	if r.hot {
-		rate, state = fmtRate(r.ev.QPS), "hot"
+	state, local, bytes := "cold", "-", "-"
+	switch {
+	case r.hot:
+		rate, state, bytes = fmtRate(r.ev.QPS), "hot", fmtBytes(r.ev.BytesPS)
 		if r.ev.AbsorbedQPS > 0 && r.ev.QPS > 0 {
 			local = strconv.Itoa(int(min(r.ev.AbsorbedQPS/r.ev.QPS, 1)*100)) + "%"
+		}
+	case r.warm:
+		rate = fmtRate(r.ev.QPS)
+		if r.coldSince.IsZero() {
+			state = "-" // below the threshold, never hot
 		}
 	}
 	src := r.ev.Source
 	if src == "" {
 		src = event.SourceDetected
 	}
-	return [nCols]string{rate, trend, r.ev.Proto, r.ev.Server, r.ev.NS, state, src, local, r.keyText}
+	// Fields come from /hotkeys or the channel, which an attacker may
+	// forge: escaped here, at render time, so no control sequence reaches
+	// the terminal (the key is escaped when its row is made).
+	if !m.opt.Fleet {
+		return []string{rate, trend, termtext.Field(r.ev.Proto), termtext.Field(r.ev.Server), termtext.Field(r.ev.NS), state, termtext.Field(src), local, bytes, r.keyText}
+	}
+	write, cache := "-", "yes"
+	if r.ev.WriteQPS > 0 {
+		write = fmtRate(r.ev.WriteQPS)
+	}
+	if r.ev.Uncacheable {
+		cache = "no"
+	}
+	return []string{rate, trend, termtext.Field(r.ev.Node), write, cache, termtext.Field(r.ev.Proto), termtext.Field(r.ev.Server), termtext.Field(r.ev.NS), state, termtext.Field(src), local, bytes, r.keyText}
 }
 
 // colWidths lays the columns out in w cells; the key takes what is left.
-// On a narrow screen the server column shrinks (elided in the middle), then
-// local, source, trend, ns and proto are dropped (width 0), in that order.
-func colWidths(rows []*row, w int) [nCols]int {
-	sw, nw := width("SERVER"), width("NS")
+// On a narrow screen the bytes column is dropped, the server column shrinks (elided in the middle), then
+// local, source, trend, (write rate,) ns and proto are dropped (width 0),
+// in that order.
+func (m *Model) colWidths(rows []*row, w int) []int {
+	sw, nw, dw := width("SERVER"), width("NS"), width("NODE")
 	for _, r := range rows {
-		sw = max(sw, width(r.ev.Server))
-		nw = max(nw, width(r.ev.NS))
+		sw = max(sw, width(termtext.Field(r.ev.Server)))
+		nw = max(nw, width(termtext.Field(r.ev.NS)))
+		dw = max(dw, width(termtext.Field(r.ev.Node)))
 	}
-	sw, nw = min(sw, 47), min(nw, 6)
-	ws := [nCols]int{wRate, wTrend, wProto, sw, nw, wState, wSource, wLocal, 0}
+	sw, nw, dw = min(sw, 47), min(nw, 6), min(dw, 24)
+	ws := []int{wRate, wTrend, wProto, sw, nw, wState, wSource, wLocal, wBytes, 0}
+	if m.opt.Fleet {
+		ws = []int{wRate, wTrend, dw, wWrite, wCache, wProto, sw, nw, wState, wSource, wLocal, wBytes, 0}
+	}
+	last := len(ws) - 1
 	fixed := func() int {
 		n := 0
-		for _, x := range ws[:nCols-1] {
+		for _, x := range ws[:last] {
 			if x > 0 {
 				n += x + 1 // and its separator
 			}
 		}
 		return n
 	}
-	if k := w - fixed(); k < minKey {
-		ws[3] = max(ws[3]-(minKey-k), min(ws[3], 12))
+	if w-fixed() < minKey {
+		ws[m.col(colBytes)] = 0 // the first to go: most events have no bytes_ps
 	}
-	for _, drop := range []int{7, 6, 1, 4, 2} {
+	srv := m.col(3)
+	if k := w - fixed(); k < minKey {
+		ws[srv] = max(ws[srv]-(minKey-k), min(ws[srv], 12))
+	}
+	drops := []int{m.col(7), m.col(6), m.col(1), m.col(4), m.col(2)}
+	if m.opt.Fleet {
+		drops = []int{m.col(7), m.col(6), m.col(1), 3, m.col(4), m.col(2)}
+	}
+	for _, drop := range drops {
 		if w-fixed() >= minKey {
 			break
 		}
 		ws[drop] = 0
 	}
-	ws[nCols-1] = max(w-fixed(), 1)
+	ws[last] = max(w-fixed(), 1)
 	return ws
 }
 
 func (m *Model) sortArrow() string {
-	desc := m.sortCol == SortRate || m.sortCol == SortState
+	desc := m.sortCol == SortRate || m.sortCol == SortBytes || m.sortCol == SortState
 	if m.reverse {
 		desc = !desc
 	}
@@ -205,7 +285,7 @@ func (m *Model) sortArrow() string {
 	return "▲"
 }
 
-var sortTitle = [...]int{SortRate: 0, SortKey: nCols - 1, SortProto: 2, SortServer: 3, SortState: 5}
+var sortTitle = [...]int{SortRate: 0, SortKey: nCols - 1, SortProto: 2, SortServer: 3, SortState: 5, SortBytes: colBytes}
 
 // Frame lays out the whole screen in w×h cells: a header, a status line,
 // the column titles, as many rows as fit from the scroll position, and
@@ -224,21 +304,21 @@ func (m *Model) Frame(w, h int) []Line {
 	st, stStyle := m.statusText(len(rows))
 	out = append(out, Line{{pad(st, w, false), stStyle}})
 
-	ws := colWidths(rows, w)
+	ws := m.colWidths(rows, w)
 	var tl Line
-	for i, t := range titles {
+	for i, t := range m.titles() {
 		if ws[i] == 0 {
 			continue
 		}
 		style := StyleTitle
-		if i == sortTitle[m.sortCol] {
+		if i == m.col(sortTitle[m.sortCol]) {
 			t += m.sortArrow()
 			style = StyleTitleSorted
 		}
 		if len(tl) > 0 {
 			tl = append(tl, Span{" ", StyleTitle})
 		}
-		tl = append(tl, Span{pad(t, ws[i], i == 0), style})
+		tl = append(tl, Span{pad(t, ws[i], i == 0 || i == m.col(colBytes)), style})
 	}
 	out = append(out, fitLine(tl, w))
 
@@ -255,10 +335,10 @@ func (m *Model) Frame(w, h int) []Line {
 	return out[:h]
 }
 
-func (m *Model) rowLine(r *row, ws [nCols]int) Line {
-	c := r.cells()
+func (m *Model) rowLine(r *row, ws []int) Line {
+	c := m.cells(r)
 	base := StyleNormal
-	if !r.hot {
+	if !r.hot && !r.warm {
 		base = StyleCold
 	}
 	var l Line
@@ -270,10 +350,10 @@ func (m *Model) rowLine(r *row, ws [nCols]int) Line {
 			l = append(l, Span{" ", base})
 		}
 		s := base
-		if i == 5 && r.hot {
+		if i == m.col(5) && r.hot {
 			s = StyleHot
 		}
-		l = append(l, Span{pad(t, ws[i], i == 0), s})
+		l = append(l, Span{pad(t, ws[i], i == 0 || i == m.col(colBytes)), s})
 	}
 	return l
 }
@@ -324,19 +404,23 @@ func (m *Model) headerText(w int, full bool) string {
 	var tail []string
 	if m.got {
 		if m.node != "" {
-			tail = append(tail, "node "+m.node)
+			tail = append(tail, "node "+termtext.Field(m.node))
 		}
 		ts := m.ts.UTC().Format("15:04:05Z")
 		if full {
 			ts = m.ts.UTC().Format(event.TSFormat)
 		}
-		tail = append(tail, ts, fmt.Sprintf("%d hot ≥%s qps", m.nHot, fmtThreshold(m.hotQPS)))
+		if m.hotQPS > 0 {
+			tail = append(tail, ts, fmt.Sprintf("%d hot ≥%s qps", m.nHot, fmtThreshold(m.hotQPS)))
+		} else {
+			tail = append(tail, ts, fmt.Sprintf("%d hot", m.nHot)) // the channel does not carry thresholds
+		}
 	} else {
 		tail = append(tail, "waiting for data…")
 	}
 	rest := " · " + strings.Join(tail, " · ")
 	lead := " hotsniff top · "
-	src := m.source
+	src := termtext.Strip(m.source)
 	if !full {
 		src = elide(src, max(w-width(lead)-width(rest), 8))
 	}
@@ -345,7 +429,7 @@ func (m *Model) headerText(w int, full bool) string {
 
 func (m *Model) statusText(n int) (string, Style) {
 	if m.status != "" && m.statusErr {
-		s := " ✖ " + m.status
+		s := " ✖ " + termtext.Strip(m.status)
 		if !m.ended {
 			s += " (retrying"
 			if m.got {
@@ -357,7 +441,7 @@ func (m *Model) statusText(n int) (string, Style) {
 	}
 	cold := 0
 	for _, r := range m.view {
-		if !r.hot {
+		if !r.hot && !r.coldSince.IsZero() {
 			cold++
 		}
 	}
@@ -369,7 +453,7 @@ func (m *Model) statusText(n int) (string, Style) {
 		s += " · PAUSED (p resumes)"
 	}
 	if m.status != "" {
-		s += " · " + m.status
+		s += " · " + termtext.Strip(m.status)
 	}
 	return s, StyleInfo
 }
@@ -403,12 +487,12 @@ func (m *Model) WritePlain(w io.Writer) error {
 		b.WriteString(strings.TrimSpace(st))
 		b.WriteByte('\n')
 	}
-	cells := make([][nCols]string, 0, len(rows)+1)
-	cells = append(cells, titles)
+	cells := make([][]string, 0, len(rows)+1)
+	cells = append(cells, m.titles())
 	for _, r := range rows {
-		cells = append(cells, r.cells())
+		cells = append(cells, m.cells(r))
 	}
-	var ws [nCols]int
+	ws := make([]int, len(m.titles()))
 	for _, c := range cells {
 		for i, t := range c {
 			ws[i] = max(ws[i], width(t))
@@ -423,7 +507,7 @@ func (m *Model) WritePlain(w io.Writer) error {
 			switch {
 			case i == len(c)-1:
 				l.WriteString(t)
-			case i == 0:
+			case i == 0 || i == m.col(colBytes):
 				l.WriteString(strings.Repeat(" ", ws[i]-width(t)) + t)
 			default:
 				l.WriteString(t + strings.Repeat(" ", ws[i]-width(t)))

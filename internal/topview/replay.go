@@ -12,6 +12,7 @@ import (
 	"github.com/hotsniff/hotsniff/capture"
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/detect"
+	"github.com/hotsniff/hotsniff/event"
 	"github.com/hotsniff/hotsniff/stream"
 )
 
@@ -33,6 +34,10 @@ type ReplayConfig struct {
 	// a replay at a given speed, 100ms for "as fast as 10 frames a second".
 	// 0 does not wait at all (tests, --once).
 	FrameDelay time.Duration
+	// TopN, when positive, adds to every snapshot the TopN keys with the
+	// highest read rate over the interval that are not hot (Warm), so the
+	// view can list the hottest keys whether or not they cross a threshold.
+	TopN int
 }
 
 // ReplaySource runs capture files through the replay pipeline in process and
@@ -53,6 +58,10 @@ type ReplaySource struct {
 	lastTS  int64
 	done    bool
 	lastOut time.Time
+	top     *topCounter // with TopN
+	first   int64       // packet time of the first packet
+	prevAt  int64       // packet time of the previous snapshot
+	topLast []event.Event
 }
 
 // NewReplaySource builds the pipeline. Errors are configuration errors.
@@ -75,12 +84,14 @@ func NewReplaySource(cfg ReplayConfig) (*ReplaySource, error) {
 		names[i] = filepath.Base(p)
 	}
 	label := "replay " + strings.Join(names, ",")
-	return &ReplaySource{
-		cfg:   cfg,
-		label: label,
-		det:   det,
-		asm:   stream.NewAssembler(cfg.Stream, cfg.Ports, cfg.Registry, det),
-	}, nil
+	rs := &ReplaySource{cfg: cfg, label: label, det: det}
+	var sink decode.Sink = det
+	if cfg.TopN > 0 {
+		rs.top = newTopCounter(det, cfg.TopN)
+		sink = rs.top
+	}
+	rs.asm = stream.NewAssembler(cfg.Stream, cfg.Ports, cfg.Registry, sink)
+	return rs, nil
 }
 
 // Detector is the detector the replay feeds.
@@ -125,6 +136,7 @@ func (r *ReplaySource) advance(ctx context.Context) (Snapshot, error) {
 		ts := r.seg.TS
 		if r.sample == 0 {
 			r.sample = ts + iv
+			r.first = ts
 		}
 		if ts >= r.sample {
 			at := r.sample
@@ -180,12 +192,37 @@ func (r *ReplaySource) read() error {
 
 func (r *ReplaySource) snap(at int64) Snapshot {
 	r.det.Tick(at)
-	return Snapshot{
+	s := Snapshot{
 		Source: r.label,
 		TS:     time.Unix(0, at).UTC(),
 		HotQPS: r.det.Config().HotQPS,
 		Keys:   r.det.HotSet(),
 	}
+	if r.top != nil {
+		from := r.prevAt
+		if from == 0 {
+			from = r.first
+		}
+		iv := max(time.Duration(at-from), time.Millisecond)
+		hot := make(map[string]bool, len(s.Keys))
+		for i := range s.Keys {
+			hot[rowID(&s.Keys[i])] = true
+		}
+		top := r.top.take(r.cfg.TopN, iv, s.TS)
+		if len(top) == 0 {
+			// No read since the last frame (the tail of a capture is
+			// often only connection closes): the last rates stand.
+			top = r.topLast
+		}
+		r.topLast = top
+		for _, e := range top {
+			if !hot[rowID(&e)] {
+				s.Warm = append(s.Warm, e)
+			}
+		}
+	}
+	r.prevAt = at
+	return s
 }
 
 // Close releases the open file, if any.

@@ -27,6 +27,9 @@ type Snapshot struct {
 	HotQPS float64
 	// Keys are the hot keys, type "hot", qps the current rate.
 	Keys []event.Event
+	// Warm are keys that are not hot, listed because they are among the
+	// hottest (replay with a top N): qps is their rate over the interval.
+	Warm []event.Event
 }
 
 // Source yields snapshots. Next blocks until the next snapshot is due (the
@@ -63,6 +66,7 @@ type HotkeysDoc struct {
 // HTTPSource polls a daemon's /hotkeys endpoint.
 type HTTPSource struct {
 	url      string
+	shown    string // url with any password masked, for messages
 	label    string
 	interval time.Duration
 	client   *http.Client
@@ -80,7 +84,14 @@ func NewHTTPSource(addr string, interval time.Duration) (*HTTPSource, error) {
 		return nil, fmt.Errorf("interval %v: must be positive", interval)
 	}
 	timeout := max(interval, 5*time.Second)
-	return &HTTPSource{url: u, label: label, interval: interval, client: &http.Client{Timeout: timeout}}, nil
+	// Credentials in the URL (https://user:pass@node:9464, for a daemon
+	// with a web configuration) are sent as basic auth by the client and
+	// never shown.
+	shown := u
+	if p, err := url.Parse(u); err == nil {
+		shown = p.Redacted()
+	}
+	return &HTTPSource{url: u, shown: shown, label: label, interval: interval, client: &http.Client{Timeout: timeout}}, nil
 }
 
 func hotkeysURL(addr string) (u, label string, err error) {
@@ -138,22 +149,22 @@ func (h *HTTPSource) Fetch(ctx context.Context) (Snapshot, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return Snapshot{}, fmt.Errorf("daemon unreachable: GET %s: %w", h.url, err)
+		return Snapshot{}, fmt.Errorf("daemon unreachable: GET %s: %w", h.shown, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-		return Snapshot{}, fmt.Errorf("GET %s: HTTP %s", h.url, resp.Status)
+		return Snapshot{}, fmt.Errorf("GET %s: HTTP %s", h.shown, resp.Status)
 	}
 	var doc HotkeysDoc
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&doc); err != nil {
-		return Snapshot{}, fmt.Errorf("GET %s: bad /hotkeys document: %v", h.url, err)
+		return Snapshot{}, fmt.Errorf("GET %s: bad /hotkeys document: %v", h.shown, err)
 	}
 	s := Snapshot{Source: h.label, Node: doc.Node, HotQPS: doc.HotQPS, Keys: doc.Keys}
 	if doc.TS != "" {
 		t, err := time.Parse(time.RFC3339Nano, doc.TS)
 		if err != nil {
-			return Snapshot{}, fmt.Errorf("GET %s: bad ts %q: %v", h.url, doc.TS, err)
+			return Snapshot{}, fmt.Errorf("GET %s: bad ts %q: %v", h.shown, doc.TS, err)
 		}
 		s.TS = t
 	} else {

@@ -114,7 +114,7 @@ func TestViewHTTP(t *testing.T) {
 	if got := tableKeys(f); len(got) != 3 || got[0] != "item:42" || got[1] != "b64:/wBh" || got[2] != "flag:maintenance" {
 		t.Errorf("rows = %v\n%s", got, f)
 	}
-	if fs := rowFields(f, "flag:maintenance"); len(fs) != 10 || fs[0] != "-" || fs[6] != "hot" || fs[7] != "manual" || fs[8] != "-" {
+	if fs := rowFields(f, "flag:maintenance"); len(fs) != 11 || fs[0] != "-" || fs[6] != "hot" || fs[7] != "manual" || fs[8] != "-" || fs[9] != "-" {
 		t.Errorf("manual row = %q", fs)
 	}
 	if !strings.Contains(f.lines[0], "node cache-node-3") || !strings.Contains(f.lines[0], "18:00:00Z") {

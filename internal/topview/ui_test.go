@@ -47,7 +47,7 @@ func TestViewOrderSortReverse(t *testing.T) {
 	if got, want := tableKeys(f), []string{"item:c", "item:b", "item:a"}; !slices.Equal(got, want) {
 		t.Fatalf("rows by key reversed = %v, want %v\n%s", got, want, f)
 	}
-	for _, want := range []string{"sort proto ▼", "sort server ▼", "sort state ▲", "sort rate ▲"} {
+	for _, want := range []string{"sort proto ▼", "sort server ▼", "sort state ▲", "sort bytes ▲", "sort rate ▲"} {
 		h.key(tcell.KeyRune, 's')
 		h.waitText(want)
 	}

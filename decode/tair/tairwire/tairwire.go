@@ -1,7 +1,7 @@
 // Package tairwire encodes classic Tair binary packets (the C++ Taobao/Alibaba
 // Tair data-server protocol, not the Redis-compatible cloud product).
 //
-// It was written from /work/shared/docs/tair-protocol.md (which restates the
+// It was written from the project's byte-level protocol notes (which restate the
 // open-source server alibaba/tair 3.2.4 and the Java client 2.3.4.71), not
 // checked against a running Tair: no Tair server or client can run in the
 // project's build environment. Tests, fuzz seeds and the fixture generator use

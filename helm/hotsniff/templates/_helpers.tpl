@@ -100,8 +100,12 @@ Keys rendered here win over extraConfig.
 {{- if gt (float64 (default 0 .Values.capture.maxCPU)) 0.0 }}{{ $_ := set $cfg "max-cpu" (float64 .Values.capture.maxCPU) }}{{ end -}}
 {{- with .Values.detection.rules }}{{ $_ := set $cfg "rules" . }}{{ end -}}
 {{- with .Values.detection.ignore }}{{ $_ := set $cfg "ignore" . }}{{ end -}}
+{{- if .Values.webConfig.existingSecret }}
+{{- $_ := set $cfg "web-config" (printf "/etc/hotsniff-web/%s" .Values.webConfig.key) }}
+{{- $_ := set $cfg "health-listen" (printf "127.0.0.1:%d" (int .Values.webConfig.healthPort)) }}
+{{- end -}}
 {{- $d := .Values.detection -}}
-{{- range $key, $val := dict "ttl" $d.ttl "refresh-every" $d.refreshEvery "window" $d.window "cold-ratio" $d.coldRatio "buckets" $d.buckets "max-hot" $d.maxHot "invalidate-gap" $d.invalidateGap "absorbed-cap" $d.absorbedCap }}{{ if $val }}{{ $_ := set $cfg $key $val }}{{ end }}{{ end -}}
+{{- range $key, $val := dict "ttl" $d.ttl "refresh-every" $d.refreshEvery "window" $d.window "cold-ratio" $d.coldRatio "buckets" $d.buckets "max-hot" $d.maxHot "invalidate-gap" $d.invalidateGap "local-ttl" $d.localTTL "uncacheable-writes" $d.uncacheableWrites "absorbed-cap" $d.absorbedCap "hot-bytes" $d.hotBytes }}{{ if $val }}{{ $_ := set $cfg $key $val }}{{ end }}{{ end -}}
 {{- with $d.tair }}{{ range $key, $val := dict "tair-buckets" .buckets "tair-sample-max" .sampleMax "tair-sigma-n" .sigmaN "tair-reap-max" .reapMax }}{{ if $val }}{{ $_ := set $cfg $key $val }}{{ end }}{{ end }}{{ end -}}
 {{- $cfg = merge $cfg (deepCopy .Values.extraConfig) -}}
 {{- toYaml $cfg }}

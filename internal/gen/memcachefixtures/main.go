@@ -50,6 +50,8 @@ type fixture struct {
 	// fromCapture, when set, fills the truth from the finished capture
 	// instead: for clients whose keys we cannot know in advance.
 	fromCapture func(pcap string, t truth) error
+	// args are extra memcached arguments.
+	args []string
 }
 
 // session carries what warm hands to drive: connections opened before the
@@ -75,6 +77,7 @@ var fixtures = []fixture{
 	{name: "binary", drive: driveBinary},
 	{name: "midstream", warm: warmMidstream, drive: driveMidstream},
 	{name: "hotkey", drive: driveHotkey},
+	{name: "bytes", drive: driveBytes, args: []string{"-C"}},
 }
 
 func run(log *slog.Logger, out, only string) error {
@@ -106,7 +109,7 @@ func run(log *slog.Logger, out, only string) error {
 // record runs one fixture against a fresh memcached, so no state leaks from
 // one scenario to the next.
 func record(log *slog.Logger, out string, fx fixture) error {
-	mc, err := startMemcached()
+	mc, err := startMemcached(fx.args...)
 	if err != nil {
 		return err
 	}
@@ -136,6 +139,7 @@ func record(log *slog.Logger, out string, fx fixture) error {
 	// fixture it is what makes the connections "already open".
 	time.Sleep(300 * time.Millisecond)
 	t := truth{}
+	btruth = capfix.NewBytesTruth()
 	derr := fx.drive(s, t)
 	time.Sleep(300 * time.Millisecond)
 	if err := td.Stop(); err != nil {
@@ -153,6 +157,18 @@ func record(log *slog.Logger, out string, fx fixture) error {
 	if err := formatCount(t).Write(golden); err != nil {
 		return fmt.Errorf("write golden: %w", err)
 	}
+	if btruth.Len() > 0 {
+		if err := btruth.Write(filepath.Join(out, fx.name+".bytes.golden")); err != nil {
+			return fmt.Errorf("write bytes golden: %w", err)
+		}
+	}
+	if fx.name == "bytes" {
+		// Mostly value bytes of one repeated letter: kept gzipped.
+		if out, err := exec.Command("gzip", "-9", "-f", pcap).CombinedOutput(); err != nil {
+			return fmt.Errorf("gzip %s: %v: %s", pcap, err, out)
+		}
+		pcap += ".gz"
+	}
 	st, err := os.Stat(pcap)
 	if err != nil {
 		return fmt.Errorf("stat pcap: %w", err)
@@ -161,8 +177,8 @@ func record(log *slog.Logger, out string, fx fixture) error {
 	return nil
 }
 
-func startMemcached() (*exec.Cmd, error) {
-	cmd := exec.Command("memcached", "-l", "127.0.0.1", "-p", "11211", "-U", "0", "-m", "64", "-u", "root")
+func startMemcached(extra ...string) (*exec.Cmd, error) {
+	cmd := exec.Command("memcached", append([]string{"-l", "127.0.0.1", "-p", "11211", "-U", "0", "-m", "64", "-u", "root"}, extra...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start memcached: %w", err)

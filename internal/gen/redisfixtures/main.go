@@ -76,6 +76,9 @@ func run(out, only string) error {
 		{"resp3", resp3},
 		{"midstream", nil}, // special: capture starts while traffic is flowing
 		{"hotkey", hotkey},
+		{"writehot", writehot},
+		{"bytes-mix", bytesMix},
+		{"bytes-bench", benchBytes},
 	}
 	ctx := context.Background()
 	for _, g := range gens {
@@ -85,6 +88,7 @@ func run(out, only string) error {
 		pcap := filepath.Join(out, g.name+".pcap")
 		golden := filepath.Join(out, g.name+".count.golden")
 		truth := fixture.NewTruth()
+		btruth = fixture.NewBytesTruth()
 		if g.name == "midstream" {
 			err = midstream(ctx, pcap, truth)
 		} else {
@@ -96,7 +100,12 @@ func run(out, only string) error {
 		if err := truth.Write(golden); err != nil {
 			return err
 		}
-		if g.name == "hotkey" {
+		if btruth.Len() > 0 {
+			if err := btruth.Write(filepath.Join(out, g.name+".bytes.golden")); err != nil {
+				return err
+			}
+		}
+		if g.name == "hotkey" || g.name == "writehot" || g.name == "bytes-mix" {
 			// Kept gzipped: it is the largest capture, and it exercises the
 			// reader's transparent gunzip.
 			if out, err := exec.Command("gzip", "-9", "-f", pcap).CombinedOutput(); err != nil {
@@ -501,6 +510,82 @@ func hotkey(ctx context.Context, t *fixture.Truth) error {
 				})
 				if err != nil && err != redis.Nil {
 					errc <- err
+					return
+				}
+			}
+		}(c)
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// writehot is the channel-at-scale case for `hotsniff replay`: one key read
+// 12 000/s and written 4 000/s, beside a hot key that is written rarely.
+// For 2.5 s, every 2 ms, a reader connection sends one pipeline of what is
+// owed by then at 12 000 GETs/s of "bench:hot", 2 000/s of "bench:warm" and
+// 2 000/s Zipf background reads; a writer connection sends one pipeline of
+// what is owed at 4 000 SETs/s of "bench:hot" (a new value each) and 4/s of
+// "bench:warm". Pacing by elapsed time, not by ticks, keeps the rates exact
+// when the ticker lags.
+func writehot(ctx context.Context, t *fixture.Truth) error {
+	const dur = 2500 * time.Millisecond
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	start := time.Now()
+	for c := 0; c < 2; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			cl := client(&redis.Options{PoolSize: 1})
+			defer cl.Close()
+			next := zipfKeys(uint64(200+c), 10000)
+			tick := time.NewTicker(2 * time.Millisecond)
+			defer tick.Stop()
+			var sent [3]int // by stream
+			owed := func(i int, rate float64, el time.Duration) int {
+				n := int(rate*el.Seconds()) - sent[i]
+				sent[i] += n
+				return n
+			}
+			for range tick.C {
+				el := min(time.Since(start), dur)
+				_, err := cl.Pipelined(ctx, func(p redis.Pipeliner) error {
+					mu.Lock()
+					defer mu.Unlock()
+					if c == 1 {
+						for j := owed(0, 4000, el); j > 0; j-- {
+							p.Set(ctx, "bench:hot", fmt.Sprintf("v%d", sent[0]-j), 0)
+						}
+						for j := owed(1, 4, el); j > 0; j-- {
+							p.Set(ctx, "bench:warm", fmt.Sprintf("w%d", sent[1]-j), 0)
+						}
+						return nil
+					}
+					hot, warm, bg := owed(0, 12000, el), owed(1, 2000, el), owed(2, 2000, el)
+					for j := 0; j < hot+warm+bg; j++ {
+						k := "bench:hot"
+						switch {
+						case j >= hot+warm:
+							k = next()
+						case j >= hot:
+							k = "bench:warm"
+						}
+						p.Get(ctx, k)
+						t.Add("redis", "0", k, 1, 1)
+					}
+					return nil
+				})
+				if err != nil && err != redis.Nil && !strings.Contains(err.Error(), "no commands") {
+					errc <- err
+					return
+				}
+				if el >= dur {
 					return
 				}
 			}

@@ -52,6 +52,7 @@ func main() {
 		{"tair_mget_hot", genMGetHot},
 		{"tair_mixed", genMixed},
 		{"tair_midstream", genMidStream},
+		{"tair_bytes", genBytes},
 	} {
 		if err := write(*out, g.name, g.fn); err != nil {
 			log.Error("write fixture", "name", g.name, "err", err)
@@ -67,6 +68,7 @@ type fixture struct {
 	rng   *rand.Rand
 	err   error
 	lines map[line]*[2]uint64 // (ns, key) -> count, weight
+	bytes map[line]*[2]uint64 // (ns, key) -> reply bytes, reads
 	chid  uint32
 	now   time.Duration // time of the last packet, kept monotonic
 }
@@ -96,6 +98,11 @@ func write(dir, name string, gen func(*fixture)) error {
 	}
 	if err := os.WriteFile(filepath.Join(dir, name+".count.golden"), fx.golden(), 0o644); err != nil {
 		return fmt.Errorf("write golden: %w", err)
+	}
+	if fx.bytes != nil {
+		if err := os.WriteFile(filepath.Join(dir, name+".bytes.golden"), fx.bytesGolden(), 0o644); err != nil {
+			return fmt.Errorf("write bytes golden: %w", err)
+		}
 	}
 	return nil
 }

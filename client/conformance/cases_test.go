@@ -1,0 +1,706 @@
+package conformance
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotsniff/hotsniff/event"
+)
+
+// tcase is one row of the conformance table in docs/client-shim.md.
+type tcase struct {
+	name string
+	// what the row says, in the table's words.
+	what string
+	run  func(e *env)
+	// setup adjusts the adapter's configuration before it starts.
+	setup func(e *env)
+}
+
+// pending lists cases a shim does not pass yet, with the reason: they are
+// skipped for that shim, and the table in docs/client-shim.md shows them as
+// not passing. Remove an entry as soon as the shim gains the feature.
+var pending = map[string]map[string]string{
+	"python":       otherShimsPending,
+	"node-ioredis": otherShimsPending,
+	"node-redis":   otherShimsPending,
+}
+
+// otherShimsPending is what the Python and Node shims lack of the Go
+// shim's issue-14 fixes.
+var otherShimsPending = map[string]string{
+	"pipeline-served":      "pipelines are sent to Redis whole (correct, not served locally)",
+	"mget-nil-not-cached":  "an MGET nil is cached as a missing key",
+	"big-hash-sized-first": "a hot hash is fetched whole with HGETALL before its size is checked",
+}
+
+var cases = []tcase{
+	{name: "snapshot-on-start", what: "keys in the snapshot are hot on start (subscribe, then read the snapshot)",
+		setup: func(e *env) {
+			e.set("k", "v1")
+			e.seq += 10
+			e.snap["k"] = e.ev(event.TypeHot, "k")
+			e.snap["k"].Seq = e.seq
+			e.writeSnapshot()
+		},
+		run: func(e *env) { e.warm("k", "v1") }},
+	{name: "hot-message-admission", what: "a hot message makes a key hot; the first read only records it, the second fetches it, later reads are local",
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			e.expectGets("k", "v1", 0, 0, 0)
+		}},
+	{name: "not-hot-passes", what: "keys that are not hot always go to Redis",
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.set("other", "x")
+			e.publish(e.ev(event.TypeHot, "other"))
+			e.sync()
+			e.expectGets("k", "v1", 1, 1, 1, 1, 1)
+		}},
+	{name: "server-ns-filter", what: "events for another server, DB, protocol or a prefix entry are ignored; an empty server (manual) applies",
+		run: func(e *env) {
+			for _, k := range []string{"srv", "ns", "proto", "prefix", "manual", "mine"} {
+				e.set(k, "v")
+			}
+			srv := e.ev(event.TypeHot, "srv")
+			srv.Server = "10.255.0.1:6379"
+			ns := e.ev(event.TypeHot, "ns")
+			ns.NS = "1"
+			proto := e.ev(event.TypeHot, "proto")
+			proto.Proto = "memcache"
+			prefix := e.ev(event.TypeHot, "prefix")
+			prefix.Prefix = true
+			manual := e.ev(event.TypeHot, "manual")
+			manual.Server, manual.Source, manual.Node = "", event.SourceManual, "manual@host"
+			manual.Seq = uint64(time.Now().UnixMicro())
+			e.publish(srv, ns, proto, prefix, manual, e.ev(event.TypeHot, "mine"))
+			e.sync()
+			for _, k := range []string{"srv", "ns", "proto", "prefix"} {
+				e.expectGets(k, "v", 1, 1, 1, 1)
+			}
+			e.warm("manual", "v")
+			e.warm("mine", "v")
+		}},
+	{name: "missing-key-cached", what: "a hot key that does not exist is cached as missing",
+		run: func(e *env) {
+			e.publish(e.ev(event.TypeHot, "nokey"))
+			e.sync()
+			e.warm("nokey", nil)
+		}},
+	{name: "local-ttl-refresh", what: "a value is served for the local TTL, then one read refreshes it",
+		setup: func(e *env) { e.cfg.LocalTTLms = 500 },
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			time.Sleep(550 * time.Millisecond)
+			e.expectGets("k", "v1", 1, 0)
+		}},
+	{name: "single-caller-renewal", what: "when a value expires, exactly one of many concurrent readers goes to Redis; the others get the current value",
+		setup: func(e *env) { e.cfg.LocalTTLms, e.cfg.StaleGraceMs = 500, 3000 },
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			time.Sleep(550 * time.Millisecond)
+			var vals []any
+			d := e.remote(func() { vals, _ = e.a.do(map[string]any{"op": "burst", "key": "k", "n": 32})["values"].([]any) })
+			if d["get"] != 1 {
+				e.t.Errorf("32 concurrent reads of an expired value: %d GETs reached Redis, want 1", d["get"])
+			}
+			for i, v := range vals {
+				if v != "v1" {
+					e.t.Errorf("read %d = %v", i, v)
+				}
+			}
+		}},
+	{name: "hot-entry-lapses", what: "a key whose hot entry is not refreshed within ttl_ms stops being served",
+		run: func(e *env) {
+			e.set("k", "v1")
+			ev := e.ev(event.TypeHot, "k")
+			ev.TTLms = 800
+			e.deadline = time.Now().Add(800 * time.Millisecond)
+			e.publish(ev)
+			e.sync()
+			e.warm("k", "v1")
+			time.Sleep(time.Until(e.deadline) + 300*time.Millisecond)
+			e.deadline = time.Time{}
+			e.expectGets("k", "v1", 1, 1, 1)
+		}},
+	{name: "invalidate-event", what: "an invalidate message drops the value; the key stays hot",
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			e.set("k", "v2") // a write the shim cannot see
+			e.expectGets("k", "v1", 0)
+			e.publish(e.ev(event.TypeInvalidate, "k"))
+			e.sync()
+			e.expectGets("k", "v2", 1, 0)
+		}},
+	{name: "cold-event", what: "a cold message stops caching the key",
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			e.publish(e.ev(event.TypeCold, "k"))
+			e.sync()
+			e.expectGets("k", "v1", 1, 1, 1)
+		}},
+	{name: "node-independence", what: "one publisher's cold does not end another's hot",
+		run: func(e *env) {
+			e.set("k", "v1")
+			b := e.ev(event.TypeHot, "k")
+			b.Node, b.Seq = "sniffer-2", 77
+			e.publish(e.ev(event.TypeHot, "k"), b)
+			e.publish(e.ev(event.TypeCold, "k"))
+			e.sync()
+			e.warm("k", "v1")
+		}},
+	{name: "write-same-client", what: "a write through the same client drops the key: the next read sees the new value",
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			e.a.do(map[string]any{"op": "set", "key": "k", "value": "v2"})
+			e.expectGets("k", "v2", 1, 0)
+			e.a.do(map[string]any{"op": "del", "key": "k"})
+			e.expectGets("k", nil, 1, 0)
+		}},
+	{name: "write-pipeline", what: "writes inside a pipeline drop the key",
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			e.a.do(map[string]any{"op": "pipeline_set", "key": "k", "value": "v2"})
+			e.expectGets("k", "v2", 1, 0)
+		}},
+	{name: "write-key-specs", what: "written keys come from the COMMAND key specs: MSET drops all its keys, RENAME both, FLUSHDB everything",
+		run: func(e *env) {
+			for _, k := range []string{"a", "b", "c", "d"} {
+				e.set(k, "v1")
+			}
+			e.publish(e.ev(event.TypeHot, "a"), e.ev(event.TypeHot, "b"), e.ev(event.TypeHot, "c"), e.ev(event.TypeHot, "d"))
+			e.sync()
+			for _, k := range []string{"a", "b", "c", "d"} {
+				e.warm(k, "v1")
+			}
+			e.a.do(map[string]any{"op": "do", "args": []string{"MSET", "a", "x", "b", "y"}})
+			e.expectGets("a", "x", 1, 0)
+			e.expectGets("b", "y", 1, 0)
+			e.a.do(map[string]any{"op": "do", "args": []string{"RENAME", "c", "d"}})
+			e.expectGets("c", nil, 1, 0)
+			e.expectGets("d", "v1", 1, 0)
+			e.a.do(map[string]any{"op": "do", "args": []string{"FLUSHDB"}})
+			e.expectGets("a", nil, 1, 0)
+		}},
+	{name: "multi-exec-not-served", what: "reads inside MULTI/EXEC go to Redis",
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			var v any
+			d := e.remote(func() { v = e.a.do(map[string]any{"op": "multi_get", "key": "k"})["value"] })
+			if d["get"] != 1 || d["exec"] != 1 || v != "v1" {
+				e.t.Errorf("GET in MULTI/EXEC: %v, Redis saw %v", v, d)
+			}
+		}},
+	{name: "watch-not-served", what: "reads after WATCH (before EXEC) go to Redis",
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			var v any
+			d := e.remote(func() { v = e.a.do(map[string]any{"op": "watch_get", "key": "k"})["value"] })
+			if d["watch"] != 1 || d["get"] != 2 || v != "v1" {
+				e.t.Errorf("WATCH, GET, MULTI, GET, EXEC: %v; Redis saw %v, want watch 1 get 2", v, d)
+			}
+		}},
+	{name: "pipeline-read", what: "a read inside a non-transactional pipeline returns the current value, also right after a write through the same client",
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			if v := e.a.do(map[string]any{"op": "pipeline_get", "key": "k"})["value"]; v != "v1" {
+				e.t.Errorf("pipelined GET = %v, want v1", v)
+			}
+			e.a.do(map[string]any{"op": "set", "key": "k", "value": "v2"})
+			if v := e.a.do(map[string]any{"op": "pipeline_get", "key": "k"})["value"]; v != "v2" {
+				e.t.Errorf("pipelined GET after SET v2 = %v", v)
+			}
+		}},
+	{name: "pipeline-served", what: "a hot read inside a non-transactional pipeline is answered locally",
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			var v any
+			d := e.remote(func() { v = e.a.do(map[string]any{"op": "pipeline_get", "key": "k"})["value"] })
+			if d["get"] != 0 || v != "v1" {
+				e.t.Errorf("pipelined GET: %v, Redis saw %v, want nothing", v, d)
+			}
+		}},
+	{name: "mget-partial", what: "MGET serves hot members locally and sends only the rest",
+		run: func(e *env) {
+			e.set("a", "va")
+			e.set("b", "vb")
+			e.publish(e.ev(event.TypeHot, "a"))
+			e.sync()
+			e.warm("a", "va")
+			var vals []any
+			d := e.remote(func() {
+				vals, _ = e.a.do(map[string]any{"op": "mget", "keys": []string{"a", "b", "nope"}})["values"].([]any)
+			})
+			if fmt.Sprint(vals) != "[va vb <nil>]" || d["mget"] != 1 || d["get"] != 0 {
+				e.t.Errorf("MGET a b nope = %v; Redis saw %v", vals, d)
+			}
+			d = e.remote(func() { vals, _ = e.a.do(map[string]any{"op": "mget", "keys": []string{"a", "a"}})["values"].([]any) })
+			if fmt.Sprint(vals) != "[va va]" || len(d) != 0 {
+				e.t.Errorf("MGET a a = %v; Redis saw %v, want nothing", vals, d)
+			}
+		}},
+	{name: "mget-nil-not-cached", what: "an MGET nil is not cached as missing (MGET also answers nil for a key of another type): a later GET gets WRONGTYPE",
+		run: func(e *env) {
+			e.s.cacheC.HSet(context.Background(), "h", "f", "v")
+			e.publish(e.ev(event.TypeHot, "h"))
+			e.sync()
+			for range 3 {
+				if vals := e.a.do(map[string]any{"op": "mget", "keys": []string{"h"}})["values"]; fmt.Sprint(vals) != "[<nil>]" {
+					e.t.Errorf("MGET h = %v", vals)
+				}
+			}
+			e.a.mu.Lock()
+			e.a.send(map[string]any{"op": "get", "key": "h"})
+			var out map[string]any
+			e.a.read(&out)
+			e.a.mu.Unlock()
+			if msg, _ := out["error"].(string); !strings.Contains(msg, "WRONGTYPE") {
+				e.t.Errorf("GET of a hash after MGETs = %v, want the server's WRONGTYPE", out)
+			}
+		}},
+	{name: "big-hash-sized-first", what: "a hot hash with more fields than the maximum (1000 by default) is sized with HLEN, never fetched whole, and the verdict is kept",
+		run: func(e *env) {
+			args := make([]any, 0, 3000)
+			for i := range 1500 {
+				args = append(args, "f"+strconv.Itoa(i), "v")
+			}
+			e.s.cacheC.HSet(context.Background(), "big", args...)
+			e.publish(e.ev(event.TypeHot, "big"))
+			e.sync()
+			var vals []any
+			d := e.remote(func() {
+				for range 5 {
+					vals = append(vals, e.a.do(map[string]any{"op": "hget", "key": "big", "field": "f7"})["value"])
+				}
+			})
+			if fmt.Sprint(vals) != "[v v v v v]" || d["hgetall"] != 0 || d["hlen"] != 1 {
+				e.t.Errorf("HGET big f7 x5 = %v; Redis saw %v, want hlen 1, no hgetall", vals, d)
+			}
+		}},
+	{name: "hash-reads", what: "HGET/HMGET/HGETALL of a hot hash are served from one cached HGETALL; HSET drops it",
+		run: func(e *env) {
+			e.s.cacheC.HSet(context.Background(), "h", "f1", "x", "f2", "y")
+			e.publish(e.ev(event.TypeHot, "h"))
+			e.sync()
+			e.a.do(map[string]any{"op": "hgetall", "key": "h"})
+			e.a.do(map[string]any{"op": "hgetall", "key": "h"})
+			var r1, r2, r3 map[string]any
+			d := e.remote(func() {
+				r1 = e.a.do(map[string]any{"op": "hget", "key": "h", "field": "f1"})
+				r2 = e.a.do(map[string]any{"op": "hmget", "key": "h", "fields": []string{"f2", "f9"}})
+				r3 = e.a.do(map[string]any{"op": "hgetall", "key": "h"})
+			})
+			if r1["value"] != "x" || fmt.Sprint(r2["values"]) != "[y <nil>]" || fmt.Sprint(r3["hash"]) != "map[f1:x f2:y]" || len(d) != 0 {
+				e.t.Errorf("hash reads %v %v %v; Redis saw %v, want nothing", r1, r2, r3, d)
+			}
+			e.a.do(map[string]any{"op": "hset", "key": "h", "field": "f1", "value": "z"})
+			d = e.remote(func() { r1 = e.a.do(map[string]any{"op": "hget", "key": "h", "field": "f1"}) })
+			if r1["value"] != "z" || d["hgetall"]+d["hget"] != 1 {
+				e.t.Errorf("after HSET: %v; Redis saw %v", r1, d)
+			}
+		}},
+	{name: "seq-gap-reload", what: "a seq gap reloads the snapshot and drops cached values (the hot set stays)",
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			e.set("k", "v2") // unseen write; its invalidate is "lost" in the gap
+			reloads := e.stat("reloads")
+			e.seq += 5
+			e.writeSnapshot()
+			e.publish(e.ev(event.TypeHot, "other"))
+			e.sync()
+			e.waitReload(reloads)
+			e.expectGets("k", "v2", 1, 0)
+		}},
+	{name: "stale-seq-ignored", what: "a message with a seq already seen is ignored",
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			old := e.ev(event.TypeCold, "k")
+			old.Seq = e.seq - 1
+			e.publish(old)
+			e.sync()
+			e.expectGets("k", "v1", 0)
+		}},
+	{name: "publisher-restart", what: "a seq far below the last one (a restarted publisher) reloads the snapshot",
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			reloads := e.stat("reloads")
+			e.seq = 5
+			e.writeSnapshot()
+			e.publish(e.ev(event.TypeHot, "other"))
+			e.sync()
+			e.waitReload(reloads)
+			e.expectGets("k", "v1", 1, 0)
+		}},
+	{name: "batch-v2", what: `the v2 batch envelope {"v":2,"node":…,"events":[…]} is applied event by event, in seq`,
+		run: func(e *env) {
+			e.set("a", "va")
+			e.set("b", "vb")
+			reloads := e.stat("reloads")
+			e.batch(e.ev(event.TypeHot, "a"), e.ev(event.TypeHot, "b"))
+			e.sync()
+			e.warm("a", "va")
+			e.warm("b", "vb")
+			e.set("a", "va2")
+			e.batch(e.ev(event.TypeInvalidate, "a"), e.ev(event.TypeCold, "b"))
+			e.publish(e.ev(event.TypeHot, "c")) // follows the batch's seqs: no gap
+			e.sync()
+			e.expectGets("a", "va2", 1, 0)
+			e.expectGets("b", "vb", 1, 1)
+			if r := e.stat("reloads"); r != reloads {
+				e.t.Errorf("%v snapshot reloads after batches in sequence, want none", r-reloads)
+			}
+		}},
+	{name: "cacheable-false", what: "a key marked cacheable:false is never cached, and a cached one is dropped",
+		run: func(e *env) {
+			e.set("u", "vu")
+			e.set("k", "v1")
+			u := e.ev(event.TypeHot, "u")
+			u.Uncacheable = true
+			e.publish(u, e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.expectGets("u", "vu", 1, 1, 1, 1)
+			e.warm("k", "v1")
+			k := e.ev(event.TypeHot, "k")
+			k.Uncacheable = true
+			e.publish(k)
+			e.sync()
+			e.expectGets("k", "v1", 1, 1, 1)
+		}},
+	{name: "binary-key", what: "key_b64 keys (not UTF-8) are matched as bytes",
+		run: func(e *env) {
+			key := "bin\xff\xfe"
+			e.set(key, "vb")
+			e.publish(e.ev(event.TypeHot, key))
+			e.sync()
+			b64 := base64.StdEncoding.EncodeToString([]byte(key))
+			for i, want := range []int{1, 1, 0, 0} {
+				var v any
+				d := e.remote(func() { v = e.a.do(map[string]any{"op": "get", "key_b64": b64})["value"] })
+				if d["get"] != want || v != "vb" {
+					e.t.Errorf("read %d: %v, %d GETs at Redis, want %d", i+1, v, d["get"], want)
+				}
+			}
+		}},
+	{name: "bad-messages", what: "undecodable messages and oversized batches are counted and skipped; the shim keeps working",
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.raw("not json")
+			e.raw(`{"v":1,"seq":`)
+			e.raw(`{"v":1,"seq":"x","type":"hot","key":"k"}`)
+			e.raw(`{"v":2,"node":"sniffer-1","events":[` + strings.Repeat(`{},`, event.MaxBatchEvents) + `{}]}`)
+			e.raw(`{"v":1,"seq":1,"type":"hot","key_b64":"!!!"}`)
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+		}},
+	{name: "hot-mode-ends", what: "hot-running mode ends when no hot message came for the linger time: the cache empties",
+		setup: func(e *env) { e.cfg.LingerMs = 800 },
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.deadline = time.Now().Add(800 * time.Millisecond)
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			time.Sleep(time.Until(e.deadline) + 600*time.Millisecond)
+			e.deadline = time.Time{}
+			if e.stat("hot_mode") != 0 && e.a.do(map[string]any{"op": "stats"})["hot_mode"] != false {
+				e.t.Error("still in hot-running mode")
+			}
+			e.expectGets("k", "v1", 1, 1)
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+		}},
+	{name: "manual-until-cold", what: "a manual entry with ttl_ms 0 stays hot (and the mode on) until cold",
+		setup: func(e *env) { e.cfg.LingerMs = 600 },
+		run: func(e *env) {
+			e.set("k", "v1")
+			m := e.ev(event.TypeHot, "k")
+			m.Server, m.Source, m.Node, m.TTLms = "", event.SourceManual, "manual@host", 0
+			m.Seq = uint64(time.Now().UnixMicro())
+			e.publish(m)
+			e.sync()
+			e.warm("k", "v1")
+			time.Sleep(1000 * time.Millisecond)
+			e.expectGets("k", "v1", 0)
+			c := e.ev(event.TypeCold, "k")
+			c.Server, c.Source, c.Node = "", event.SourceManual, "manual@other"
+			c.Seq = uint64(time.Now().UnixMicro())
+			e.publish(c)
+			e.sync()
+			e.expectGets("k", "v1", 1, 1)
+		}},
+	{name: "bounded-entries", what: "the cache holds at most max_entries keys",
+		setup: func(e *env) { e.cfg.MaxEntries = 3 },
+		run: func(e *env) {
+			var evs []*event.Event
+			for i := range 8 {
+				k := "k" + strconv.Itoa(i)
+				e.set(k, "v")
+				evs = append(evs, e.ev(event.TypeHot, k))
+			}
+			e.publish(evs...)
+			e.sync()
+			for i := range 8 {
+				k := "k" + strconv.Itoa(i)
+				e.get(k)
+				e.get(k)
+			}
+			if n := e.stat("entries"); n > 3 || n < 1 {
+				e.t.Errorf("%v entries cached, max 3", n)
+			}
+		}},
+	{name: "absorbed-report", what: `a refresh read is followed on the same connection by ECHO "hotsniff:absorbed:1 <hits> <window_ms> <key>"; no ECHO when nothing was served`,
+		setup: func(e *env) { e.cfg.LocalTTLms = 500 },
+		run: func(e *env) {
+			key := "item 7:\x01z"
+			e.set(key, "v1")
+			e.publish(e.ev(event.TypeHot, key))
+			e.sync()
+			mon := e.monitor()
+			start := time.Now()
+			e.warm(key, "v1") // the third read is the first local one
+			e.expectGets(key, "v1", 0, 0, 0, 0)
+			time.Sleep(550 * time.Millisecond)
+			e.expectGets(key, "v1", 1, 0)
+			time.Sleep(550 * time.Millisecond)
+			e.expectGets(key, "v1", 1)
+			time.Sleep(550 * time.Millisecond)
+			e.expectGets(key, "v1", 1) // nothing served since the last report: no ECHO
+			elapsed := time.Since(start)
+			var reports [][]string
+			lines := mon.settle(e)
+			for i, l := range lines {
+				if len(l.args) == 2 && strings.EqualFold(l.args[0], "echo") {
+					// The read just before it on the same connection.
+					var prev []string
+					for j := i - 1; j >= 0; j-- {
+						if lines[j].client == l.client {
+							prev = lines[j].args
+							break
+						}
+					}
+					if len(prev) == 2 && strings.EqualFold(prev[0], "get") {
+						prev[0] = "GET" // ioredis sends command names in lower case
+					}
+					reports = append(reports, []string{l.args[1], strings.Join(prev, " ")})
+				}
+			}
+			re := regexp.MustCompile(`^hotsniff:absorbed:1 ([0-9]+) ([0-9]+) (.*)$`)
+			var hits []int
+			for _, r := range reports {
+				m := re.FindStringSubmatch(r[0])
+				if m == nil || m[3] != key || r[1] != "GET "+key {
+					e.t.Errorf("report %q after %q", r[0], r[1])
+					continue
+				}
+				h, _ := strconv.Atoi(m[1])
+				w, _ := strconv.Atoi(m[2])
+				if w < 1 || time.Duration(w)*time.Millisecond > elapsed {
+					e.t.Errorf("report %q: window %d ms, the test took %v", r[0], w, elapsed)
+				}
+				hits = append(hits, h)
+			}
+			if e.slipped {
+				e.t.Logf("reported hits %v (not checked: some reads missed their window)", hits)
+			} else if fmt.Sprint(hits) != "[5 1]" {
+				e.t.Errorf("reported hits %v, want [5 1] (5 local reads before the first refresh, 1 before the second, none before the third)", hits)
+			}
+		}},
+	{name: "absorbed-report-mget", what: "an MGET refresh carries the report only when it names that one key (the daemon pairs a report with a one-key read)",
+		setup: func(e *env) { e.cfg.LocalTTLms = 500 },
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.set("other", "x")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			mon := e.monitor()
+			e.warm("k", "v1")
+			e.expectGets("k", "v1", 0, 0) // 3 local hits in all
+			time.Sleep(550 * time.Millisecond)
+			e.a.do(map[string]any{"op": "mget", "keys": []string{"k"}})
+			e.expectGets("k", "v1", 0)
+			time.Sleep(550 * time.Millisecond)
+			e.a.do(map[string]any{"op": "mget", "keys": []string{"k", "other"}})
+			var got []string
+			lines := mon.settle(e)
+			for i, l := range lines {
+				if len(l.args) == 2 && strings.EqualFold(l.args[0], "echo") {
+					prev := ""
+					for j := i - 1; j >= 0; j-- {
+						if lines[j].client == l.client {
+							prev = strings.ToUpper(lines[j].args[0]) + " " + strings.Join(lines[j].args[1:], " ")
+							break
+						}
+					}
+					h, _, _ := strings.Cut(strings.TrimPrefix(l.args[1], "hotsniff:absorbed:1 "), " ")
+					got = append(got, prev+" -> "+h)
+				}
+			}
+			if want := "[MGET k -> 3]"; e.slipped {
+				e.t.Logf("reports %v (not checked: some reads missed their window)", got)
+			} else if fmt.Sprint(got) != want {
+				e.t.Errorf("reports %v, want %s (none after the two-key MGET)", got, want)
+			}
+		}},
+	{name: "absorbed-refused", what: "an error reply to the report (ACL, unknown command) is logged once and reporting stops; reads are unaffected",
+		setup: func(e *env) {
+			ctx := context.Background()
+			if err := e.s.cacheC.Do(ctx, "ACL", "SETUSER", "noecho", "on", ">pw", "~*", "&*", "+@all", "-echo").Err(); err != nil {
+				e.t.Fatal(err)
+			}
+			e.cfg.Username, e.cfg.Password, e.cfg.LocalTTLms = "noecho", "pw", 500
+		},
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			rejected := e.cmdstats()["echo"][1]
+			e.warm("k", "v1")
+			for range 3 {
+				e.expectGets("k", "v1", 0, 0)
+				time.Sleep(550 * time.Millisecond)
+				e.expectGets("k", "v1", 1)
+			}
+			if n := e.cmdstats()["echo"][1] - rejected; n > 1 || (n == 0 && !e.slipped) {
+				e.t.Errorf("%d reports refused by ACL, want exactly 1 (stop after the first error)", n)
+			}
+		}},
+	{name: "foreign-write-bound", what: "after another client's write, reads see the new value within local TTL + grace (150 ms by default) with no invalidation at all",
+		setup: func(e *env) { e.cfg.LocalTTLms, e.cfg.StaleGraceMs = 50, 100 },
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			e.a.send(map[string]any{"op": "watch", "key": "k", "want": "v2", "ms": 700})
+			time.Sleep(200 * time.Millisecond)
+			e.set("k", "v2")
+			done := time.Now().UnixNano()
+			r := e.a.recv()
+			reads, _ := r["reads"].(float64)
+			lastBad, _ := r["last_bad_ns"].(float64)
+			stale := time.Duration(int64(lastBad) - done)
+			if stale < 0 {
+				stale = 0
+			}
+			e.t.Logf("%s: %v reads; the last read that saw the old value started %v after the write", e.lang.name, reads, stale)
+			if stale > 150*time.Millisecond {
+				e.t.Errorf("stale %v after the write, bound 150ms", stale)
+			}
+		}},
+}
+
+func TestConformance(t *testing.T) {
+	only := os.Getenv("HOTSNIFF_CONFORMANCE_SHIMS") // e.g. "go,python"; empty: all
+	for _, l := range langs(t) {
+		if only != "" && !strings.Contains(","+only+",", ","+l.name+",") {
+			continue
+		}
+		t.Run(l.name, func(t *testing.T) {
+			// The shims run side by side (own servers, own adapters): the
+			// cases mostly wait on timers.
+			t.Parallel()
+			l.prepare(t)
+			s := startServers(t)
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					if why, ok := pending[l.name][c.name]; ok {
+						t.Skip("pending: " + why)
+					}
+					e := newEnv(t, l, s)
+					if c.setup != nil {
+						c.setup(e)
+					}
+					if e.snap != nil && len(e.snap) == 0 {
+						e.writeSnapshot()
+					}
+					e.start()
+					c.run(e)
+				})
+			}
+		})
+	}
+}
+
+// TestTableListsEveryCase keeps docs/client-shim.md's conformance table in
+// step with the cases.
+func TestTableListsEveryCase(t *testing.T) {
+	b, err := os.ReadFile("../../docs/client-shim.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "| `") {
+			name := strings.TrimPrefix(line, "| `")
+			if i := strings.IndexByte(name, '`'); i > 0 {
+				rows = append(rows, name[:i])
+			}
+		}
+	}
+	have := map[string]bool{}
+	for _, r := range rows {
+		have[r] = true
+	}
+	var missing []string
+	for _, c := range cases {
+		if !have[c.name] {
+			missing = append(missing, c.name)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("docs/client-shim.md's conformance table lacks rows for %v", missing)
+	}
+}

@@ -1,0 +1,218 @@
+// The shim on a node-redis (v4+) client: its sendCommand, which every typed
+// command goes through, is wrapped; pipelines and MULTI (_executePipeline,
+// _executeMulti) never reach it and are never served, but their writes
+// drop their keys. After WATCH nothing is served until EXEC, DISCARD or
+// UNWATCH.
+
+import { keyString } from './events';
+import { Act, Core, KIND_HASH, KIND_STRING, Ticket, Value } from './cache';
+import { ChannelTransport, now } from './subscriber';
+import type { Arg } from './writes';
+
+/* eslint-disable @typescript-eslint/no-explicit-any */
+
+export function isNodeRedis(c: any): boolean {
+  return c && typeof c._executeCommand === 'function' && typeof c.sendCommand === 'function';
+}
+
+export function nodeRedisInfo(c: any) {
+  const o = c.options ?? {};
+  const s = o.socket ?? {};
+  return { host: s.path ? undefined : s.host ?? 'localhost', port: s.path ? undefined : s.port ?? 6379, path: s.path, db: o.database ?? 0 };
+}
+
+export function nodeRedisTransport(c: any): ChannelTransport {
+  const sub = c.duplicate();
+  let first = true;
+  return {
+    async start(channel, h) {
+      sub.on('error', (err: unknown) => h.onLost(err));
+      sub.on('ready', () => {
+        // node-redis resubscribes on reconnect before it is ready again.
+        if (!first) h.onSubscribed();
+      });
+      await sub.connect();
+      await sub.subscribe(channel, (msg: string) => h.onMessage(msg));
+      first = false;
+      h.onSubscribed();
+    },
+    get: (key) => (c._self ?? c).get(key),
+    async close() {
+      if (sub.isOpen) await sub.quit().catch(() => sub.disconnect?.());
+    },
+  };
+}
+
+const hashIndex = (raw: unknown): Map<string, unknown> | null => {
+  const m = new Map<string, unknown>();
+  if (Array.isArray(raw)) {
+    for (let i = 0; i + 1 < raw.length; i += 2) m.set(keyString(raw[i]), raw[i + 1]);
+  } else if (raw instanceof Map) {
+    for (const [f, v] of raw) m.set(keyString(f), v);
+  } else if (raw && typeof raw === 'object') {
+    for (const [f, v] of Object.entries(raw)) m.set(keyString(f), v);
+  } else {
+    return null;
+  }
+  return m;
+};
+
+const copyRaw = (raw: unknown): unknown => (Array.isArray(raw) ? raw.slice() : raw instanceof Map ? new Map(raw) : raw && typeof raw === 'object' ? { ...raw } : raw);
+
+export function installNodeRedis(client: any, core: Core): () => void {
+  const self = client._self ?? client;
+  const origSend = self.sendCommand;
+  const origPipe = self._executePipeline;
+  const origMulti = self._executeMulti;
+  const send = (args: Arg[], options?: any): Promise<unknown> => origSend.call(self, args, options);
+  let inMulti = false;
+  let watching = false;
+
+  // The reply form depends on the typeMapping a command asked for; a value
+  // is served only to commands asking the same way it was fetched.
+  const tagOf = (options: any) => options?.typeMapping;
+
+  const fetch = (tickets: Ticket[], args: Arg[], options: any): Promise<unknown> => {
+    const p = send(args, options);
+    // Same tick, same connection: the report directly follows the read.
+    // The daemon pairs a report only with a read naming exactly one key:
+    // an MGET of several keys carries none.
+    const best = args.length === 2 && tickets.length === 1 ? tickets[0] : undefined;
+    const t = now();
+    const rep = best ? core.report(best, t) : null;
+    if (best && rep) {
+      send(['ECHO', rep.msg]).then(() => core.reported(best, rep.hits, t), (err) => core.refused(err));
+    }
+    return p;
+  };
+
+  const get = async (args: Arg[], options: any): Promise<unknown> => {
+    const a = core.acquire(keyString(args[1]), KIND_STRING, now());
+    if (a.act === Act.Hit && a.v!.tag === tagOf(options)) return a.v!.raw;
+    if (a.act !== Act.Fetch) return send(args, options);
+    const tk = a.t!;
+    try {
+      const r = await fetch([tk], args, options);
+      // Missing keys are cached too: a hot missing key is the stampede.
+      core.store(tk, { expires: 0, raw: r, tag: tagOf(options) });
+      return r;
+    } catch (err) {
+      core.m.fetchErrors++;
+      core.release(tk);
+      throw err;
+    }
+  };
+
+  const mget = async (args: Arg[], options: any): Promise<unknown> => {
+    const t = now();
+    const keys = args.slice(1);
+    const plan = keys.map((k) => core.acquire(keyString(k), KIND_STRING, t));
+    const tag = tagOf(options);
+    plan.forEach((p, i) => {
+      if (p.act === Act.Hit && p.v!.tag !== tag) plan[i] = { act: Act.Pass };
+    });
+    const tickets = plan.filter((p) => p.act === Act.Fetch).map((p) => p.t!);
+    const idx: number[] = [];
+    const out: unknown[] = new Array(keys.length);
+    plan.forEach((p, i) => (p.act === Act.Hit ? (out[i] = p.v!.raw) : idx.push(i)));
+    if (idx.length === 0) return out;
+    try {
+      const rv = (await fetch(tickets, [args[0], ...idx.map((i) => keys[i])], options)) as unknown[];
+      if (!Array.isArray(rv) || rv.length !== idx.length) throw new Error('mget: reply length does not match the keys sent');
+      idx.forEach((i, j) => {
+        out[i] = rv[j];
+        if (plan[i].act === Act.Fetch) core.store(plan[i].t!, { expires: 0, raw: rv[j], tag });
+      });
+      return out;
+    } catch (err) {
+      for (const tk of tickets) {
+        core.m.fetchErrors++;
+        core.release(tk);
+      }
+      throw err;
+    }
+  };
+
+  const hash = async (args: Arg[], options: any, answer: (v: Value) => unknown): Promise<unknown> => {
+    const a = core.acquire(keyString(args[1]), KIND_HASH, now());
+    if (a.act === Act.Hit && a.v!.tag === tagOf(options)) return answer(a.v!);
+    if (a.act !== Act.Fetch) return send(args, options);
+    const tk = a.t!;
+    let r: unknown;
+    try {
+      r = await fetch([tk], ['HGETALL', args[1]], options);
+    } catch {
+      // WRONGTYPE and the like: the caller's own command gets the answer.
+      core.m.fetchErrors++;
+      core.release(tk);
+      return send(args, options);
+    }
+    const hidx = hashIndex(r);
+    if (hidx === null || hidx.size > core.maxHashFields) {
+      tk.e.uncacheable = true;
+      core.release(tk);
+      return send(args, options);
+    }
+    const v: Value = { expires: 0, raw: r, hidx, tag: tagOf(options) };
+    core.store(tk, v);
+    return answer(v);
+  };
+
+  const write = (args: Arg[], run: () => Promise<unknown>): Promise<unknown> => {
+    // Before and after: a refresh sent in between may have read the old
+    // value; the second drop (a new gen) keeps it from being stored.
+    if (!core.active || !core.invalidateWritten(args)) return run();
+    const again = () => { core.invalidateWritten(args); };
+    const p = run();
+    p.then(again, again);
+    return p;
+  };
+
+  self.sendCommand = function (args: Arg[], options?: any): Promise<unknown> {
+    const name = typeof args[0] === 'string' ? args[0].toUpperCase() : String(args[0]).toUpperCase();
+    if (name === 'EXEC' || name === 'DISCARD' || name === 'RESET') {
+      inMulti = false;
+      watching = false;
+    } else if (name === 'MULTI') inMulti = true;
+    else if (name === 'WATCH') watching = true;
+    else if (name === 'UNWATCH') watching = false;
+    if (!core.active) return send(args, options);
+    const n = args.length;
+    if (!inMulti && !watching) {
+      switch (name) {
+        case 'GET': if (n === 2) return get(args, options); break;
+        case 'MGET': if (n >= 2) return mget(args, options); break;
+        case 'HGET': if (n === 3) return hash(args, options, (v) => v.hidx!.get(keyString(args[2])) ?? null); break;
+        case 'HMGET': if (n >= 3) return hash(args, options, (v) => args.slice(2).map((f) => v.hidx!.get(keyString(f)) ?? null)); break;
+        case 'HGETALL': if (n === 2) return hash(args, options, (v) => copyRaw(v.raw)); break;
+      }
+    }
+    return write(args, () => send(args, options));
+  };
+
+  const batch = (orig: any) => function (this: any, commands: { args: Arg[] }[], ...rest: unknown[]) {
+    if (!core.active) return orig.call(this, commands, ...rest);
+    let wrote = false;
+    for (const c of commands) wrote = core.invalidateWritten(c.args) || wrote;
+    const p: Promise<unknown> = orig.call(this, commands, ...rest);
+    if (wrote) {
+      const again = () => { for (const c of commands) core.invalidateWritten(c.args); };
+      p.then(again, again);
+    }
+    return p;
+  };
+  self._executePipeline = batch(origPipe);
+  const multi = batch(origMulti);
+  self._executeMulti = function (this: any, ...a: any[]) {
+    // EXEC ends a WATCH, whatever its outcome.
+    const p = multi.apply(this, a as any);
+    const clear = () => { watching = false; };
+    p.then(clear, clear);
+    return p;
+  };
+  return () => {
+    self.sendCommand = origSend;
+    self._executePipeline = origPipe;
+    self._executeMulti = origMulti;
+  };
+}

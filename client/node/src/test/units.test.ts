@@ -1,0 +1,80 @@
+// Unit tests of the Node shim's pieces; behaviour against a real Redis is
+// the conformance suite's job (client/conformance).
+import { test } from 'node:test';
+import * as assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { DecodeError, decodeMessage, decodeSnapshot, keyString } from '../events';
+import { HotSet } from '../subscriber';
+import { writtenKeys } from '../writes';
+
+const VECTORS = path.join(__dirname, '..', '..', '..', 'conformance', 'testdata', 'written_keys.json');
+
+test('written keys agree with the shared vectors', () => {
+  const vecs = JSON.parse(fs.readFileSync(VECTORS, 'utf8')) as { cmd: string[]; keys: string[]; all: boolean }[];
+  assert.ok(vecs.length > 20);
+  for (const v of vecs) {
+    const got = writtenKeys(v.cmd);
+    assert.deepEqual({ keys: got.keys, all: got.all }, { keys: v.keys, all: v.all }, v.cmd.join(' '));
+  }
+});
+
+test('buffer arguments', () => {
+  const got = writtenKeys([Buffer.from('DEL'), Buffer.from('a'), Buffer.from([0xff])]);
+  assert.equal(got.keys.length, 2);
+  assert.equal(keyString(got.keys[1]), '\xff');
+});
+
+test('v1 events and v2 batches', () => {
+  const [e] = decodeMessage('{"v":1,"seq":3,"type":"hot","proto":"redis","server":"1.2.3.4:6379","ns":"0","key":"k","qps":1,"ttl_ms":60000,"ts":"x","source":"detected","node":"n","future":1}');
+  assert.equal(e.key, 'k');
+  assert.equal(e.seq, 3);
+  assert.equal(e.cacheable, true);
+  const evs = decodeMessage(Buffer.from('{"v":2,"node":"n","events":[{"seq":1,"type":"hot","key_b64":"/w==","cacheable":false},{"seq":2,"type":"cold","key":"é"}]}'));
+  assert.deepEqual(evs.map((x) => x.key), ['\xff', Buffer.from('é').toString('latin1')]);
+  assert.deepEqual(evs.map((x) => x.cacheable), [false, true]);
+});
+
+test('bad messages are rejected', () => {
+  for (const m of ['not json', '[]', '{"seq":"x"}', '{"seq":-1}', '{"key":1}', '{"key_b64":"!!"}', '{"ttl_ms":-5}',
+    '{"v":2,"events":[' + Array(4097).fill('{}').join(',') + ']}']) {
+    assert.throws(() => decodeMessage(m), DecodeError, m);
+  }
+});
+
+test('snapshot', () => {
+  const s = decodeSnapshot('{"v":1,"seq":9,"node":"a","nodes":[{"node":"a","seq":9,"keys":1}],"keys":[{"seq":8,"type":"hot","key":"k","ttl_ms":0,"node":"a"},{"seq":7,"type":"cold","key":"c"}]}');
+  assert.deepEqual([...s.nodes], [['a', 9]]);
+  assert.deepEqual(s.keys.map((k) => k.key), ['k']);
+  assert.equal(decodeSnapshot(null).keys.length, 0);
+});
+
+test('hot set: nodes are independent, manual entries are shared', () => {
+  const hs = new HotSet();
+  const ev = (s: string) => decodeMessage(s)[0];
+  hs.apply(ev('{"seq":1,"type":"hot","proto":"redis","ns":"0","key":"k","ttl_ms":1000,"node":"a"}'), 0);
+  hs.apply(ev('{"seq":1,"type":"hot","proto":"redis","ns":"0","key":"k","ttl_ms":5000,"node":"b"}'), 0);
+  hs.apply(ev('{"seq":2,"type":"cold","proto":"redis","ns":"0","key":"k","node":"a"}'), 500);
+  assert.deepEqual(hs.hotUntil('redis', '0', 'k', 500), { hot: true, until: 5000, cacheable: true });
+  assert.equal(hs.hotUntil('redis', '0', 'k', 5000).hot, false);
+  hs.apply(ev('{"seq":1,"type":"hot","proto":"redis","ns":"0","key":"m","ttl_ms":0,"node":"x","source":"manual"}'), 0);
+  assert.deepEqual(hs.hotUntil('redis', '0', 'm', 1e12), { hot: true, until: 0, cacheable: true });
+  hs.apply(ev('{"seq":1,"type":"cold","proto":"redis","ns":"0","key":"m","node":"y","source":"manual"}'), 0);
+  assert.equal(hs.hotUntil('redis', '0', 'm', 0).hot, false);
+});
+
+test('prom-client metrics', async () => {
+  const prom = require('prom-client');
+  const { Core } = require('../cache');
+  const core = new Core({ db: 0 }, { anyServer: true });
+  core.sub = { stats: { reloads: 2, gaps: 1, reconnects: 0, messages: 7 } };
+  core.m.hits = 5;
+  core.invalidations.write = 3;
+  const { registerMetrics } = require('../metrics');
+  const reg = new prom.Registry();
+  registerMetrics(core, reg);
+  const text: string = await reg.metrics();
+  assert.match(text, /^hotsniff_client_hits_total 5$/m);
+  assert.match(text, /^hotsniff_client_invalidations_total\{reason="write"\} 3$/m);
+  assert.match(text, /^hotsniff_client_channel_messages_total 7$/m);
+});

@@ -1,0 +1,183 @@
+"""The conformance adapter: drives this shim for client/conformance.
+
+Run as ``python3 -m hotsniff_shim.conformance_adapter CONFIG_JSON``. It
+installs the shim on a redis-py client, prints {"ready":true} once the first
+snapshot is loaded, then answers one JSON request per stdin line with one
+JSON line on stdout. The protocol is described in client/conformance/README.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import sys
+import threading
+import time
+
+import redis
+
+from . import install
+
+
+def _s(v):
+    if v is None:
+        return None
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "surrogateescape")
+    return v
+
+
+def main() -> int:
+    cfg = json.loads(sys.argv[1])
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO)
+    host, port = cfg["cache"].rsplit(":", 1)
+    kw = {}
+    if cfg.get("username"):
+        kw["username"] = cfg["username"]
+    if cfg.get("password"):
+        kw["password"] = cfg["password"]
+    r = redis.Redis(host=host, port=int(port), db=int(cfg.get("db", 0)), **kw)
+    plain = redis.Redis(host=host, port=int(port), db=int(cfg.get("db", 0)), **kw)
+    chost, cport = cfg["channel_addr"].rsplit(":", 1)
+    ch = redis.Redis(host=chost, port=int(cport))
+    shim = install(
+        r, channel_client=ch, channel=cfg.get("channel", "hotsniff:hotkeys"),
+        servers=cfg.get("servers") or (), any_server=bool(cfg.get("any_server")),
+        local_ttl=cfg.get("local_ttl_ms", 50) / 1000.0,
+        stale_grace=cfg.get("stale_grace_ms", 100) / 1000.0,
+        max_entries=int(cfg.get("max_entries", 10000)),
+        hot_mode_linger=cfg.get("linger_ms", 120000) / 1000.0,
+    )
+    if not shim.wait_synced(10):
+        print(json.dumps({"error": "snapshot never loaded"}), flush=True)
+        return 1
+    print(json.dumps({"ready": True}), flush=True)
+
+    def key(req, name="key"):
+        if name + "_b64" in req:
+            return base64.b64decode(req[name + "_b64"])
+        return req[name]
+
+    for line in sys.stdin:
+        req = json.loads(line)
+        op = req["op"]
+        try:
+            if op == "get":
+                out = {"value": _s(r.get(key(req)))}
+            elif op == "mget":
+                out = {"values": [_s(v) for v in r.mget(req["keys"])]}
+            elif op == "hget":
+                out = {"value": _s(r.hget(key(req), req["field"]))}
+            elif op == "hmget":
+                out = {"values": [_s(v) for v in r.hmget(key(req), req["fields"])]}
+            elif op == "hgetall":
+                out = {"hash": {_s(k): _s(v) for k, v in r.hgetall(key(req)).items()}}
+            elif op == "set":
+                r.set(key(req), req["value"])
+                out = {}
+            elif op == "hset":
+                r.hset(key(req), req["field"], req["value"])
+                out = {}
+            elif op == "del":
+                r.delete(key(req))
+                out = {}
+            elif op == "do":
+                r.execute_command(*req["args"])
+                out = {}
+            elif op == "pipeline_set":
+                p = r.pipeline(transaction=False)
+                p.set(key(req), req["value"])
+                p.execute()
+                out = {}
+            elif op == "pipeline_get":
+                p = r.pipeline(transaction=False)
+                p.get(key(req))
+                out = {"value": _s(p.execute()[0])}
+            elif op == "multi_get":
+                p = r.pipeline(transaction=True)
+                p.get(key(req))
+                out = {"value": _s(p.execute()[0])}
+            elif op == "watch_get":
+                with r.pipeline() as p:
+                    p.watch(key(req))
+                    v = p.get(key(req))
+                    p.multi()
+                    p.get(key(req))
+                    p.execute()
+                out = {"value": _s(v)}
+            elif op == "burst":
+                n = int(req["n"])
+                vals = [None] * n
+                bar = threading.Barrier(n)
+
+                def one(i):
+                    bar.wait()
+                    vals[i] = _s(r.get(key(req)))
+                ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+                for t in ts:
+                    t.start()
+                for t in ts:
+                    t.join()
+                out = {"values": vals}
+            elif op == "hot":
+                out = {"hot": shim.is_hot(key(req))}
+            elif op == "stats":
+                st = shim.stats()
+                out = {"entries": st["entries"], "hot_keys": st["hot_keys"], "hot_mode": st["hot_mode"],
+                       "hits": st["hits"] + st["stale_hits"], "reloads": st["channel_reloads"],
+                       "messages": st["channel_messages"]}
+            elif op == "watch":
+                out = watch(r, key(req), req["want"], req["ms"])
+            elif op == "load":
+                out = load(r, key(req), req.get("want"), req["ms"], int(req.get("threads", 1)))
+            elif op == "plain_get":
+                out = {"value": _s(plain.get(key(req)))}
+            elif op == "close":
+                shim.close()
+                print(json.dumps({}), flush=True)
+                return 0
+            else:
+                out = {"error": "unknown op " + op}
+        except redis.RedisError as err:
+            out = {"error": str(err)}
+        print(json.dumps(out), flush=True)
+    shim.close()
+    return 0
+
+
+def watch(r, k, want, ms):
+    """Reads k for ms; reports when the last read that did not see want
+    started (wall clock ns), so the driver can compare it with its write."""
+    end = time.monotonic() + ms / 1000.0
+    reads, last_bad = 0, 0
+    while time.monotonic() < end:
+        start = time.time_ns()
+        v = _s(r.get(k))
+        reads += 1
+        if v != want:
+            last_bad = start
+    return {"reads": reads, "last_bad_ns": last_bad}
+
+
+def load(r, k, want, ms, threads):
+    end = time.monotonic() + ms / 1000.0
+    counts = [0] * threads
+    bad = [0] * threads
+
+    def run(i):
+        while time.monotonic() < end:
+            v = _s(r.get(k))
+            counts[i] += 1
+            if want is not None and v != want:
+                bad[i] += 1
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return {"reads": sum(counts), "bad": sum(bad)}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,333 @@
+"""Follows the hot-key channel: subscribe, load the snapshot, apply messages
+checking each publisher's seq, reload the snapshot on a gap, a restart or a
+reconnect. The procedure is docs/channel-protocol.md §5."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+import redis
+
+from .events import (SOURCE_MANUAL, TYPE_COLD, TYPE_HOT, DecodeError, Event,
+                     decode_message, decode_snapshot, Snapshot)
+
+DEFAULT_CHANNEL = "hotsniff:hotkeys"
+log = logging.getLogger("hotsniff_shim")
+
+
+def snapshot_key(channel: str) -> str:
+    return channel + ":snapshot"
+
+
+def entry_id(e: Event) -> Tuple:
+    # Manual entries are shared by every host: a remove from anywhere ends
+    # an add from anywhere.
+    node = "" if e.source == SOURCE_MANUAL else e.node
+    return (node, e.proto, e.server, e.ns, e.prefix, e.key)
+
+
+class HotSet:
+    """The live entries, by entry id and by (proto, ns, key). Not locked."""
+
+    def __init__(self) -> None:
+        self.m: Dict[Tuple, Tuple[Event, float]] = {}
+        self.lookup: Dict[Tuple, set] = {}
+
+    def put(self, e: Event, now: float) -> None:
+        i = entry_id(e)
+        if i not in self.m:
+            self.lookup.setdefault((e.proto, e.ns, e.key), set()).add(i)
+        # Expiry counts from arrival (local clock), never from e.ts.
+        self.m[i] = (e, now + e.ttl_ms / 1000.0 if e.ttl_ms > 0 else 0.0)
+
+    def delete(self, i: Tuple) -> None:
+        en = self.m.pop(i, None)
+        if en is None:
+            return
+        e = en[0]
+        lk = (e.proto, e.ns, e.key)
+        ids = self.lookup.get(lk)
+        if ids is not None:
+            ids.discard(i)
+            if not ids:
+                del self.lookup[lk]
+
+    def apply(self, e: Event, now: float) -> None:
+        if e.type == TYPE_HOT:
+            self.put(e, now)
+        elif e.type == TYPE_COLD:
+            self.delete(entry_id(e))
+
+    def expire(self, now: float) -> None:
+        for i, (_, exp) in list(self.m.items()):
+            if exp and now >= exp:
+                self.delete(i)
+
+    def hot_until(self, proto: str, ns: str, key: bytes, now: float,
+                  match: Optional[Callable[[Event], bool]] = None) -> Tuple[float, bool, bool]:
+        """(until, hot, cacheable) over the live entries match accepts;
+        until 0.0 means until cold. The key may be cached when some live
+        entry allows it (cacheable:false on every one: not cached)."""
+        until, found, cacheable, forever = 0.0, False, False, False
+        for i in self.lookup.get((proto, ns, key), ()):
+            e, exp = self.m[i]
+            if exp and now >= exp:
+                continue
+            if match is not None and not match(e):
+                continue
+            found = True
+            if e.cacheable:
+                cacheable = True
+            if exp == 0.0:
+                forever = True
+            elif exp > until:
+                until = exp
+        return (0.0 if forever else until), found, cacheable
+
+    def live(self, now: float) -> List[Event]:
+        return [e for e, exp in self.m.values() if not exp or now < exp]
+
+
+class Handler:
+    """Told about every change, on the subscriber thread, in order."""
+
+    def on_snapshot(self, snap: Snapshot) -> None:  # pragma: no cover - interface
+        pass
+
+    def on_event(self, e: Event) -> None:  # pragma: no cover - interface
+        pass
+
+
+class Subscriber:
+    """Follows one channel on a background thread (start/close)."""
+
+    def __init__(self, rdb: "redis.Redis", channel: str = DEFAULT_CHANNEL,
+                 handler: Optional[Handler] = None, log_size: int = 10000,
+                 retry_delay: float = 0.25, max_retries: int = 20,
+                 restart_window: int = 1 << 20, ping_interval: float = 15.0,
+                 logger: Optional[logging.Logger] = None) -> None:
+        self.rdb = rdb
+        self.channel = channel
+        self.handler = handler or Handler()
+        self.log_size = max(log_size, 1)
+        self.retry_delay = retry_delay
+        self.max_retries = max_retries
+        self.restart_window = restart_window
+        self.ping_interval = ping_interval
+        self.log = logger or log
+        self.lock = threading.Lock()
+        self.set = HotSet()
+        # Owned by the subscriber thread.
+        self.last: Dict[str, int] = {}
+        self.pending: Dict[str, int] = {}
+        self.logbuf: List[Event] = []
+        self.log_floor: Dict[str, int] = {}
+        self.retries = 0
+        self.last_reload = 0.0
+        self.retry_at = 0.0
+        self.reload_failing = False
+        self.last_expire = 0.0
+        self.synced = threading.Event()
+        self.stopping = threading.Event()
+        self.thread: Optional[threading.Thread] = None
+        self.stats = dict(messages=0, stale=0, invalid=0, gaps=0, restarts=0,
+                          reloads=0, reload_errors=0, reconnects=0, log_dropped=0)
+        self._ps = None
+
+    # -- queries, from any thread --------------------------------------------------
+    def hot_until(self, proto, ns, key, match=None):
+        with self.lock:
+            return self.set.hot_until(proto, ns, key, time.monotonic(), match)
+
+    def hot_set(self) -> List[Event]:
+        with self.lock:
+            return self.set.live(time.monotonic())
+
+    # -- lifecycle -----------------------------------------------------------------
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._run, name="hotsniff-subscriber", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stopping.set()
+        ps = self._ps
+        if ps is not None:
+            try:
+                ps.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(timeout=5)
+
+    def _run(self) -> None:
+        backoff, failing, subscribed = 0.1, False, False
+        while not self.stopping.is_set():
+            try:
+                if self._ps is None:
+                    self._ps = self.rdb.pubsub()
+                    self._ps.subscribe(self.channel)
+                timeout = self.ping_interval
+                if self.retry_at:
+                    d = self.retry_at - time.monotonic()
+                    if d <= 0:
+                        self._reload()
+                        continue
+                    timeout = min(timeout, d)
+                msg = self._ps.get_message(timeout=timeout)
+                if msg is None:
+                    self._expire()
+                    if self._ps.subscribed:
+                        self._ps.ping()
+                    continue
+                backoff = 0.1
+                kind = msg.get("type")
+                if kind == "subscribe":
+                    if failing or subscribed:
+                        self.stats["reconnects"] += 1
+                        self.log.info("hot-key subscription restored; reloading snapshot")
+                    failing, subscribed = False, True
+                    # Anything may have been missed while away.
+                    self._reload()
+                elif kind == "message":
+                    failing = False
+                    self._on_message(msg.get("data"))
+            except Exception as err:  # noqa: BLE001 - any failure: reconnect
+                if self.stopping.is_set():
+                    return
+                if not failing:
+                    self.log.warning("hot-key subscription lost; reconnecting: %s", err)
+                failing, subscribed = True, False
+                try:
+                    if self._ps is not None:
+                        self._ps.close()
+                except Exception:  # noqa: BLE001
+                    pass
+                self._ps = None
+                self.stopping.wait(backoff)
+                backoff = min(2 * backoff, 5.0)
+
+    def _on_message(self, payload) -> None:
+        self.stats["messages"] += 1
+        try:
+            events = decode_message(payload)
+        except DecodeError as err:
+            self.stats["invalid"] += 1
+            self.log.debug("undecodable hot-key message: %s", err)
+            return
+        for e in events:
+            self._apply_one(e)
+
+    def _apply_one(self, e: Event) -> None:
+        now = time.monotonic()
+        reload = False
+        last = self.last.get(e.node)
+        if last is None:
+            self.last[e.node] = e.seq
+        elif e.seq <= last:
+            if last - e.seq <= self.restart_window:
+                self.stats["stale"] += 1
+                return
+            self.stats["restarts"] += 1
+            self.log.info("hot-key publisher %r restarted", e.node)
+            self._forget(e.node)
+            self.last[e.node] = e.seq
+            reload = self._want(e.node, e.seq - 1)
+        elif e.seq > last + 1:
+            self.stats["gaps"] += 1
+            self.last[e.node] = e.seq
+            reload = self._want(e.node, e.seq - 1)
+        else:
+            self.last[e.node] = e.seq
+        self._remember(e)
+        with self.lock:
+            self.set.apply(e, now)
+            if now - self.last_expire > 1.0:
+                self.set.expire(now)
+                self.last_expire = now
+        self.handler.on_event(e)
+        if reload:
+            self._reload()
+
+    def _remember(self, e: Event) -> None:
+        # Every message is kept, not only those after a gap: a reload caused
+        # by one node must not roll another node's entries back.
+        if len(self.logbuf) >= self.log_size:
+            n = max(self.log_size // 4, 1)
+            for old in self.logbuf[:n]:
+                self.log_floor[old.node] = max(self.log_floor.get(old.node, 0), old.seq)
+            del self.logbuf[:n]
+            self.stats["log_dropped"] += n
+        self.logbuf.append(e)
+
+    def _forget(self, node: str) -> None:
+        self.logbuf = [x for x in self.logbuf if x.node != node]
+        self.log_floor.pop(node, None)
+
+    def _want(self, node: str, seq: int) -> bool:
+        if seq > self.pending.get(node, 0):
+            self.pending[node] = seq
+            self.retries = 0
+        if time.monotonic() - self.last_reload >= self.retry_delay:
+            return True
+        self.retry_at = self.last_reload + self.retry_delay
+        return False
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        with self.lock:
+            self.set.expire(now)
+            self.last_expire = now
+
+    def _reload(self) -> None:
+        self.stats["reloads"] += 1
+        self.last_reload = time.monotonic()
+        self.retry_at = 0.0
+        try:
+            snap = decode_snapshot(self.rdb.get(snapshot_key(self.channel)))
+        except (redis.RedisError, DecodeError, OSError) as err:
+            self.stats["reload_errors"] += 1
+            if not self.reload_failing:
+                self.log.warning("reload hot-key snapshot; retrying: %s", err)
+            self.reload_failing = True
+            self.retry_at = time.monotonic() + self.retry_delay
+            return
+        self.reload_failing = False
+        now = time.monotonic()
+        hs = HotSet()
+        for e in snap.keys:
+            hs.put(e, now)
+        sec = snap.nodes
+        for e in self.logbuf:
+            q = sec.get(e.node)
+            if q is not None and e.seq > q:
+                hs.apply(e, now)
+        for n, q in sec.items():
+            if n not in self.last or q > self.last[n]:
+                self.last[n] = q
+            f = self.log_floor.get(n, 0)
+            if f > q:
+                # Messages between the section and the log are gone.
+                self.pending[n] = max(self.pending.get(n, 0), f)
+        for n in list(self.pending):
+            q = sec.get(n)
+            if q is None or q >= self.pending[n]:
+                del self.pending[n]
+        with self.lock:
+            self.set = hs
+            self.last_expire = now
+        if not self.pending:
+            self.retries = 0
+        else:
+            self.retries += 1
+            if self.retries > self.max_retries:
+                self.log.warning("hot-key snapshot never caught up with the channel; carrying on")
+                self.pending.clear()
+                self.log_floor.clear()
+                self.retries = 0
+            else:
+                self.retry_at = time.monotonic() + self.retry_delay
+        self.handler.on_snapshot(snap)
+        self.synced.set()

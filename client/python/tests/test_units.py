@@ -1,0 +1,89 @@
+"""Unit tests of the Python shim's pieces; behaviour against a real Redis
+is the conformance suite's job (client/conformance)."""
+
+import json
+import os
+
+import pytest
+
+from hotsniff_shim.events import DecodeError, decode_message, decode_snapshot
+from hotsniff_shim.subscriber import HotSet
+from hotsniff_shim.writes import written_keys
+
+VECTORS = os.path.join(os.path.dirname(__file__), "..", "..", "conformance", "testdata", "written_keys.json")
+
+
+def test_written_keys_vectors():
+    with open(VECTORS) as f:
+        vecs = json.load(f)
+    assert len(vecs) > 20
+    for v in vecs:
+        keys, all_ = written_keys(v["cmd"])
+        assert (list(keys), all_) == (v["keys"], v["all"]), v["cmd"]
+
+
+def test_bytes_arguments():
+    keys, all_ = written_keys([b"DEL", b"a", b"\xff"])
+    assert keys == [b"a", b"\xff"] and not all_
+
+
+def test_decode_v1_and_batch():
+    ev = decode_message('{"v":1,"seq":3,"type":"hot","proto":"redis","server":"1.2.3.4:6379","ns":"0",'
+                        '"key":"k","qps":1,"ttl_ms":60000,"ts":"x","source":"detected","node":"n","future":1}')
+    assert len(ev) == 1 and ev[0].key == b"k" and ev[0].seq == 3 and ev[0].cacheable
+    evs = decode_message(b'{"v":2,"node":"n","events":[{"seq":1,"type":"hot","key_b64":"/w==","cacheable":false},'
+                         b'{"seq":2,"type":"cold","key":"a"}]}')
+    assert [e.key for e in evs] == [b"\xff", b"a"]
+    assert not evs[0].cacheable and evs[1].cacheable
+
+
+@pytest.mark.parametrize("msg", [
+    "not json", "[]", '{"seq":"x"}', '{"seq":-1}', '{"key":1}', '{"key_b64":"!!"}', '{"ttl_ms":-5}',
+    '{"v":2,"events":[' + ",".join(["{}"] * 4097) + "]}", b"\xff\xfe",
+])
+def test_decode_rejects(msg):
+    with pytest.raises(DecodeError):
+        decode_message(msg)
+
+
+def test_snapshot():
+    s = decode_snapshot('{"v":1,"seq":9,"node":"a","nodes":[{"node":"a","seq":9,"keys":1}],'
+                        '"keys":[{"seq":8,"type":"hot","key":"k","ttl_ms":0,"node":"a"},{"seq":7,"type":"cold","key":"c"}]}')
+    assert s.nodes == {"a": 9} and [e.key for e in s.keys] == [b"k"]
+    assert decode_snapshot(None).keys == []
+
+
+def test_hot_set_nodes_and_manual():
+    hs = HotSet()
+    a = decode_message('{"seq":1,"type":"hot","proto":"redis","ns":"0","key":"k","ttl_ms":1000,"node":"a"}')[0]
+    b = decode_message('{"seq":1,"type":"hot","proto":"redis","ns":"0","key":"k","ttl_ms":5000,"node":"b"}')[0]
+    hs.apply(a, 0.0)
+    hs.apply(b, 0.0)
+    cold_a = decode_message('{"seq":2,"type":"cold","proto":"redis","ns":"0","key":"k","node":"a"}')[0]
+    hs.apply(cold_a, 0.5)
+    until, hot, cacheable = hs.hot_until("redis", "0", b"k", 0.5)
+    assert hot and until == 5.0 and cacheable
+    assert not hs.hot_until("redis", "0", b"k", 5.0)[1]
+    m1 = decode_message('{"seq":1,"type":"hot","proto":"redis","ns":"0","key":"m","ttl_ms":0,"node":"x","source":"manual"}')[0]
+    m2 = decode_message('{"seq":1,"type":"cold","proto":"redis","ns":"0","key":"m","node":"y","source":"manual"}')[0]
+    hs.apply(m1, 0.0)
+    assert hs.hot_until("redis", "0", b"m", 1e9) == (0.0, True, True)
+    u = decode_message('{"seq":3,"type":"hot","proto":"redis","ns":"0","key":"k","ttl_ms":9000,"node":"a","cacheable":false}')[0]
+    hs.apply(u, 0.0)
+    assert hs.hot_until("redis", "0", b"k", 0.5)[2], "b's entry still allows caching"
+    hs.delete(("b", "redis", "", "0", False, b"k"))
+    assert hs.hot_until("redis", "0", b"k", 0.5) == (9.0, True, False)
+    hs.apply(m2, 0.0)
+    assert not hs.hot_until("redis", "0", b"m", 0.0)[1]
+
+
+def test_metrics_collect():
+    prom = pytest.importorskip("prometheus_client")
+    import redis
+    from hotsniff_shim.shim import Shim
+    s = Shim(redis.Redis(port=1), any_server=True)
+    reg = prom.CollectorRegistry()
+    reg.register(s)
+    text = prom.generate_latest(reg).decode()
+    assert "hotsniff_client_hits_total 0.0" in text
+    assert 'hotsniff_client_invalidations_total{reason="write"} 0.0' in text

@@ -1,0 +1,25 @@
+package writespec
+
+import (
+	"bytes"
+	"os"
+	"testing"
+)
+
+// TestCommittedTablesCurrent: the copies the Python and Node shims load are
+// what the generator writes from the current COMMAND table.
+func TestCommittedTablesCurrent(t *testing.T) {
+	want, err := JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"../python/hotsniff_shim/writes.json", "../node/src/writes.json"} {
+		got, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s is stale: run go run ./internal/gen/shimwrites -out client/python/hotsniff_shim/writes.json -out client/node/src/writes.json", p)
+		}
+	}
+}

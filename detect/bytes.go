@@ -1,0 +1,155 @@
+package detect
+
+import (
+	"math"
+
+	"github.com/hotsniff/hotsniff/decode"
+	"github.com/hotsniff/hotsniff/event"
+)
+
+// Hot by bandwidth. With Config.HotBytes (or a rule's hot_bytes) set, the
+// default detector runs a second bucket/locate/confirm stage beside the one
+// on reads: the same windowed structure, counting the reply bytes attributed
+// to each key (decode.ReplySink) instead of its weighted reads. A key is
+// promoted by whichever stage confirms it first; the other stage's count of
+// the key, if it is being located, moves into the hot entry with it, so the
+// first event already carries both rates. A hot entry measures both its reads
+// and its reply bytes, and turns cold only when both fall below ColdRatio of
+// their thresholds. Reason says which thresholds the key is at.
+
+// bytesInit carries the reply-bytes state of a key being promoted.
+type bytesInit struct {
+	thr   float64
+	win   *window
+	since int64
+	bps   float64
+}
+
+// ReplyKey implements decode.ReplySink: n reply bytes answering read key k.
+func (d *Detector) ReplyKey(f *decode.Flow, ns int32, k decode.Key, n uint64) {
+	if d.def == nil || n == 0 {
+		return
+	}
+	if d.clock(f.TS) {
+		d.st.Late++
+		return
+	}
+	h := d.identity(f, ns, k.Bytes)
+	c := uint32(min(n, math.MaxUint32))
+	d.st.ReplyBytes += n
+	if d.gate[h>>(64-gateBits)] != 0 {
+		if e := d.hot.find(h, f, ns, k.Bytes); e != nil {
+			if e.bwin.sum == 0 && e.bthr == 0 && e.bsince == 0 {
+				e.bsince = d.now
+			}
+			e.bwin.add(d.epoch, c)
+			return
+		}
+	}
+	if d.bdet != nil {
+		d.bdet.observe(h, f, ns, k, c)
+	}
+}
+
+// Reply implements decode.ReplySink; whole replies are counted elsewhere.
+func (d *Detector) Reply(*decode.Flow, uint64, bool) {}
+
+// take removes the slot of identity h from w, if it is being counted.
+func (w *windowed) take(h uint64) (slot, bool) {
+	if w == nil {
+		return slot{}, false
+	}
+	bi := h >> w.shift
+	if !w.active[bi] {
+		return slot{}, false
+	}
+	lo := bi * slotsPerBucket
+	for i := lo; i < lo+slotsPerBucket; i++ {
+		if w.sh[i] == h {
+			s := w.slots[i]
+			w.sh[i], w.se[i] = 0, 0
+			return s, true
+		}
+	}
+	return slot{}, false
+}
+
+// promoteFrom promotes the key of slot s, confirmed by stage w, taking the
+// other stage's count of it along.
+func (d *Detector) promoteFrom(w *windowed, h uint64, f *decode.Flow, ns int32, k decode.Key, s *slot) {
+	thr, bthr, _ := d.rules.lookupBoth(f.Proto, k.Bytes)
+	if d.bdet == nil {
+		bthr = 0
+	}
+	reads, bytes := s, (*slot)(nil)
+	other := d.bdet
+	if w.bytes {
+		reads, bytes, other = nil, s, d.def
+	}
+	o, ok := other.take(h)
+	if ok {
+		if w.bytes {
+			reads = &o
+		} else {
+			bytes = &o
+		}
+	}
+	b := &bytesInit{thr: bthr, since: d.now}
+	if bytes != nil {
+		b.win, b.since = &bytes.own, bytes.since
+		b.bps = d.rate(&bytes.own, bytes.since, d.sub/8)
+	}
+	var rw *window
+	since, located, qps := d.now, s.since, 0.0
+	if reads != nil {
+		rw, since = &reads.own, reads.since
+		qps = d.rate(&reads.own, reads.since, d.sub/8)
+	} else if bytes != nil {
+		// The reads stage was not counting this key (too few reads to
+		// locate its bucket): its answered reads, counted with its bytes,
+		// give the rate and seed the entry's read window.
+		rw = &window{epoch: d.epoch}
+		rw.add(d.epoch, bytes.reads)
+		since = bytes.since
+		qps = d.rate(rw, since, d.sub/8)
+	}
+	prefix := s.flags&slotPrefix != 0 || (reads != nil && reads.flags&slotPrefix != 0)
+	d.promote(h, f, ns, k, thr, qps, prefix, located, rw, since, b)
+}
+
+func (e *hotEntry) bytesPS(typ string) float64 {
+	if typ == event.TypeInvalidate || (e.bthr == 0 && e.bps == 0) {
+		return 0
+	}
+	return math.Round(e.bps)
+}
+
+// valueBytes is the mean reply size: reply bytes per weighted read.
+func (e *hotEntry) valueBytes(typ string, qps float64) float64 {
+	if typ == event.TypeInvalidate || e.bps == 0 || qps <= 0 {
+		return 0
+	}
+	return math.Round(e.bps / qps)
+}
+
+// reason names the thresholds the key is at; absent when bytes are not
+// being detected (events stay as they were).
+func (e *hotEntry) reason(typ string, qps float64) string {
+	if typ != event.TypeHot || e.bthr == 0 {
+		return ""
+	}
+	q, b := qps >= e.thr, e.bps >= e.bthr
+	switch {
+	case q && b:
+		return event.ReasonQPSBytes
+	case b:
+		return event.ReasonBytes
+	case q:
+		return event.ReasonQPS
+	}
+	// Still hot by hysteresis: name the threshold it is closer to.
+	if e.bps/e.bthr > qps/e.thr {
+		return event.ReasonBytes
+	}
+	return event.ReasonQPS
+}

@@ -1,0 +1,127 @@
+package detect
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/hotsniff/hotsniff/decode"
+	"github.com/hotsniff/hotsniff/event"
+)
+
+// sized is a key read at qps, each read answered by a reply of size bytes.
+type sized struct {
+	key  string
+	qps  float64
+	size uint64
+}
+
+// playSized feeds reads and their reply bytes, evenly spaced, merged in
+// time order.
+func playSized(d *Detector, from, to time.Duration, ss ...sized) {
+	next := make([]int64, len(ss))
+	for i := range ss {
+		next[i] = int64(from) + int64(float64(i)*1e9/ss[i].qps/float64(len(ss)))
+	}
+	for {
+		i := -1
+		for j := range ss {
+			if next[j] < int64(to) && (i < 0 || next[j] < next[i]) {
+				i = j
+			}
+		}
+		if i < 0 {
+			return
+		}
+		s := &ss[i]
+		f := decode.Flow{Server: srvA, Proto: decode.ProtoRedis, TS: base + next[i]}
+		r := decode.Request{Op: "GET"}
+		k := decode.Key{Bytes: []byte(s.key), Weight: 1}
+		d.Key(&f, &r, k)
+		f.TS += 50_000 // the reply 50 µs later
+		d.ReplyKey(&f, 0, k, s.size)
+		next[i] += int64(1e9 / s.qps)
+	}
+}
+
+func lastHot(rec *recorder, key string) (event.Event, bool) {
+	var out event.Event
+	ok := false
+	for _, e := range rec.ev {
+		if string(e.Key) == key && e.Type == event.TypeHot {
+			out, ok = e, true
+		}
+	}
+	return out, ok
+}
+
+func TestHotByBytes(t *testing.T) {
+	d, rec := newDet(t, Config{HotQPS: T, HotBytes: 1e6, RefreshEvery: 250 * time.Millisecond})
+	var noise []sized
+	for i := range 200 {
+		noise = append(noise, sized{key: "n" + string(rune('A'+i%26)) + string(rune('a'+i/26)), qps: 20, size: 2000})
+	}
+	ss := append([]sized{
+		{"big", 50, 100_000},   // 5 MB/s at 50 reads/s: bytes only
+		{"both", 2 * T, 1000},  // 2 MB/s at 2000 reads/s: both
+		{"many", 2 * T, 10},    // 20 kB/s: qps only
+		{"warm", 0.5 * T, 500}, // 250 kB/s at 500 reads/s: neither
+	}, noise...)
+	playSized(d, 0, 3*time.Second, ss...)
+	want := map[string]string{"big": event.ReasonBytes, "both": event.ReasonQPSBytes, "many": event.ReasonQPS}
+	for key, reason := range want {
+		e, ok := lastHot(rec, key)
+		if !ok {
+			t.Errorf("%s never hot: %v", key, rec.of(key))
+			continue
+		}
+		if e.Reason != reason {
+			t.Errorf("%s: reason %q, want %q", key, e.Reason, reason)
+		}
+	}
+	for _, e := range rec.ev {
+		if _, ok := want[string(e.Key)]; !ok {
+			t.Errorf("unexpected event %s %s", e.Type, e.Key)
+		}
+	}
+	e, _ := lastHot(rec, "big")
+	if math.Abs(e.BytesPS-5e6)/5e6 > 0.1 || math.Abs(e.ValueBytes-100_000)/100_000 > 0.1 || math.Abs(e.QPS-50)/50 > 0.1 {
+		t.Errorf("big: bytes_ps %v value_bytes %v qps %v, want ~5e6, ~100000, ~50", e.BytesPS, e.ValueBytes, e.QPS)
+	}
+	// The first event already carries both measurements.
+	for _, ev := range rec.ev {
+		if string(ev.Key) == "big" {
+			if ev.QPS < 25 || ev.BytesPS < 1e6 {
+				t.Errorf("first event of big: qps %v bytes_ps %v", ev.QPS, ev.BytesPS)
+			}
+			break
+		}
+	}
+	// When the reads stop, the bytes-hot key turns cold too.
+	playSized(d, 3*time.Second, 6*time.Second, ss[1:]...)
+	if rec.count("big", event.TypeCold) != 1 {
+		t.Errorf("big after its reads stopped: %v", rec.of("big"))
+	}
+	if rec.count("both", event.TypeCold) != 0 {
+		t.Errorf("both turned cold while still read: %v", rec.of("both"))
+	}
+}
+
+// TestHotBytesRules: a rule's hot-bytes applies to its keys only; without
+// --hot-bytes events have no reason but carry the measured bytes.
+func TestHotBytesRules(t *testing.T) {
+	d, rec := newDet(t, Config{HotQPS: T, Rules: []Rule{{Pattern: "blob:*", HotBytes: 1e5}}})
+	playSized(d, 0, 2*time.Second, sized{"blob:1", 10, 20_000}, sized{"other", 10, 20_000}, sized{"hot", 2 * T, 100})
+	if e, ok := lastHot(rec, "blob:1"); !ok || e.Reason != event.ReasonBytes {
+		t.Errorf("blob:1 (200 kB/s over its rule's 100 kB/s): %+v %v", e, ok)
+	}
+	if _, ok := lastHot(rec, "other"); ok {
+		t.Errorf("other hot without a bytes threshold")
+	}
+	if e, ok := lastHot(rec, "hot"); !ok || e.Reason != "" || e.BytesPS < 100_000 || e.ValueBytes < 90 {
+		t.Errorf("hot: %+v %v, want no reason, bytes_ps ~200000, value_bytes ~100", e, ok)
+	}
+	if _, err := New(Config{HotQPS: T, HotBytes: -1}, nil); err == nil {
+		t.Error("negative hot_bytes accepted")
+	}
+}

@@ -1,0 +1,42 @@
+// Command shimwrites writes the table of written keys that the Python and
+// Node client shims use to drop cached keys on writes, derived from the
+// redis-server COMMAND table in decode/redis, so every shim agrees with the
+// Go shim's writtenKeys.
+//
+//	go run ./internal/gen/shimwrites -out client/python/hotsniff_shim/writes.json -out client/node/src/writes.json
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/hotsniff/hotsniff/client/writespec"
+)
+
+type outs []string
+
+func (o *outs) String() string     { return strings.Join(*o, ",") }
+func (o *outs) Set(v string) error { *o = append(*o, v); return nil }
+
+func main() {
+	var out outs
+	flag.Var(&out, "out", "file to write (repeatable)")
+	flag.Parse()
+	if len(out) == 0 {
+		fmt.Fprintln(os.Stderr, "shimwrites: give at least one -out FILE")
+		os.Exit(2)
+	}
+	b, err := writespec.JSON()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "shimwrites:", err)
+		os.Exit(1)
+	}
+	for _, p := range out {
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "shimwrites:", err)
+			os.Exit(1)
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package topview
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gdamore/tcell/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/testutil"
+	"github.com/hotsniff/hotsniff/publish"
+)
+
+// rowsOf returns the fields of every table row of key.
+func rowsOf(f frame, key string) [][]string {
+	var out [][]string
+	for _, l := range f.lines[3 : len(f.lines)-1] {
+		fs := strings.Fields(l)
+		if len(fs) > 0 && fs[len(fs)-1] == key {
+			out = append(out, fs)
+		}
+	}
+	return out
+}
+
+// byNode picks the row of node among rows (fields: RATE, spark, arrow,
+// NODE, WRITE/S, CACHE, PROTO, SERVER, NS, STATE, SOURCE, LOCAL, KEY).
+func byNode(rows [][]string, node string) []string {
+	for _, r := range rows {
+		if len(r) == 14 && r[3] == node {
+			return r
+		}
+	}
+	return nil
+}
+
+// TestChannelFleetView: two daemons' publishers (nodes cache-node-a and
+// cache-node-b) share one channel Redis; `top --redis-url`'s view follows
+// the channel and lists every node's keys, the same key once per node,
+// with its demand, write rate and cacheable verdict, and follows cold
+// messages and verdict changes live.
+func TestChannelFleetView(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	quiet := slog.New(slog.DiscardHandler)
+	pubs := map[string]*publish.Publisher{}
+	for _, n := range []string{"cache-node-a", "cache-node-b"} {
+		p, err := publish.New(rdb, publish.Options{Channel: "hk", Node: n, Logger: quiet, SnapshotInterval: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close(context.Background()) })
+		pubs[n] = p
+	}
+	emit := func(node, typ, key string, qps, wqps float64, uncacheable bool) {
+		pubs[node].Emit(&event.Event{Type: typ, Proto: "redis", Server: "10.0.0.5:6379", NS: "0", Key: []byte(key),
+			QPS: qps, WriteQPS: wqps, Uncacheable: uncacheable, TTLms: 60000, TS: time.Now(), Source: event.SourceDetected})
+	}
+	// Before the view starts (it finds these in the snapshot) ...
+	emit("cache-node-a", event.TypeHot, "bench:hot", 12000, 4000, true)
+	emit("cache-node-a", event.TypeHot, "bench:warm", 2000, 4, false)
+	emit("cache-node-b", event.TypeHot, "bench:hot", 9000, 0, false)
+	time.Sleep(200 * time.Millisecond)
+
+	cs, err := NewChannelSource(rdb, "hk", "channel hk", 50*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	h := startHarness(t, 140, 20, cs, NewModel("channel hk", Options{Fleet: true}))
+	// ... and after (it gets this one from the channel).
+	<-cs.Synced()
+	emit("cache-node-b", event.TypeHot, "item:b", 1500, 0, false)
+	f := h.waitText("item:b", "bench:warm", "NODE", "WRITE/S", "CACHE")
+	if !strings.Contains(f.lines[0], "channel hk · 2 nodes") || !strings.Contains(f.lines[0], "3 hot") && !strings.Contains(f.lines[0], "4 hot") {
+		t.Errorf("header %q", f.lines[0])
+	}
+	hot := rowsOf(f, "bench:hot")
+	a, b := byNode(hot, "cache-node-a"), byNode(hot, "cache-node-b")
+	if a == nil || b == nil {
+		t.Fatalf("bench:hot rows %q: want one per node\n%s", hot, f)
+	}
+	if a[0] != "12000.0" || a[4] != "4000.0" || a[5] != "no" || a[9] != "hot" {
+		t.Errorf("bench:hot from cache-node-a: %q, want 12000 demand, 4000 writes/s, CACHE no", a)
+	}
+	if b[0] != "9000.0" || b[4] != "-" || b[5] != "yes" {
+		t.Errorf("bench:hot from cache-node-b: %q, want 9000, no writes, CACHE yes", b)
+	}
+	if w := byNode(rowsOf(f, "bench:warm"), "cache-node-a"); w == nil || w[4] != "4.0" || w[5] != "yes" {
+		t.Errorf("bench:warm: %q", w)
+	}
+	// Live changes: node b's key turns cold, node a's verdict flips back.
+	emit("cache-node-b", event.TypeCold, "item:b", 300, 0, false)
+	emit("cache-node-a", event.TypeHot, "bench:hot", 12500, 5, false)
+	f = h.wait("cold and verdict", func(f frame) bool {
+		ib := byNode(rowsOf(f, "item:b"), "cache-node-b")
+		a := byNode(rowsOf(f, "bench:hot"), "cache-node-a")
+		return ib != nil && ib[9] == "cold" && a != nil && a[5] == "yes" && a[0] == "12500.0"
+	})
+	// The node filter.
+	h.key(tcell.KeyRune, '/')
+	h.typeText("node-b")
+	h.key(tcell.KeyEnter, 0)
+	f = h.waitText(`filter "node-b"`)
+	for _, k := range tableKeys(f) {
+		if k == "bench:warm" {
+			t.Errorf("filter node-b still lists cache-node-a's bench:warm\n%s", f)
+		}
+	}
+}

@@ -1,0 +1,146 @@
+package publish_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/testutil"
+	"github.com/hotsniff/hotsniff/publish"
+)
+
+func ev(typ, key string) *event.Event {
+	e := &event.Event{Type: typ, Proto: "redis", Server: "10.0.0.5:6379", NS: "0", Key: []byte(key),
+		TTLms: 60000, TS: time.Now(), Source: event.SourceDetected}
+	if typ == event.TypeHot {
+		e.QPS = 1500
+	}
+	return e
+}
+
+// TestBatchFormat: with the v2 format, events emitted together travel in
+// one message, each with its own consecutive seq, and decode with
+// event.DecodeMessage; the v1 default sends one event per message.
+func TestBatchFormat(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	rdb := dial(t, "redis://"+srv.Addr, publish.TLSOptions{})
+	for _, format := range []string{publish.FormatV1, publish.FormatV2} {
+		t.Run(format, func(t *testing.T) {
+			ch := subscribe(t, rdb, "b-"+format, false)
+			p := newPublisher(t, rdb, publish.Options{Channel: "b-" + format, Node: "n1", Format: format, BatchWindow: 20 * time.Millisecond})
+			for i := range 50 {
+				p.Emit(ev(event.TypeHot, fmt.Sprint("k", i)))
+			}
+			want := 50
+			if format == publish.FormatV2 {
+				want = 1
+			}
+			msgs := receive(t, ch, want, 5*time.Second)
+			var evs []*event.Event
+			for _, m := range msgs {
+				var err error
+				if evs, err = event.DecodeMessage(evs, []byte(m)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(evs) != 50 {
+				t.Fatalf("%d events in %d messages", len(evs), len(msgs))
+			}
+			for i, e := range evs {
+				if string(e.Key) != fmt.Sprint("k", i) || e.Seq != evs[0].Seq+uint64(i) || e.Node != "n1" {
+					t.Fatalf("event %d: %+v", i, e)
+				}
+			}
+			select {
+			case m := <-ch:
+				t.Fatalf("extra message %q", m.Payload)
+			case <-time.After(100 * time.Millisecond):
+			}
+			if st := p.Stats(); st.Messages != uint64(want) {
+				t.Fatalf("Stats.Messages %d, want %d", st.Messages, want)
+			}
+		})
+	}
+	if _, err := publish.New(rdb, publish.Options{Format: "v3", Logger: quiet}); err == nil {
+		t.Fatal("format v3 accepted")
+	}
+}
+
+// TestBudget: a node over its message budget sheds refreshes (counted, no
+// seq taken, so subscribers see no gap) and delays everything else, which
+// is never lost: every invalidate and cold arrives, in seq order, and the
+// message rate stays near the budget.
+func TestBudget(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	rdb := dial(t, "redis://"+srv.Addr, publish.TLSOptions{})
+	for _, format := range []string{publish.FormatV1, publish.FormatV2} {
+		t.Run(format, func(t *testing.T) {
+			ch := subscribe(t, rdb, "bud-"+format, false)
+			const budget = 200.0
+			p := newPublisher(t, rdb, publish.Options{Channel: "bud-" + format, Node: "noisy", Format: format, Budget: budget})
+			for i := range 20 {
+				p.Emit(ev(event.TypeHot, fmt.Sprint("k", i)))
+			}
+			// 0.2 s of a noisy node: 400 invalidates and 400 refreshes
+			// of the same 20 keys, then every key goes cold.
+			start := time.Now()
+			for i := range 400 {
+				p.Emit(ev(event.TypeInvalidate, fmt.Sprint("k", i%20)))
+				p.Emit(ev(event.TypeHot, fmt.Sprint("k", i%20)))
+				time.Sleep(time.Until(start.Add(time.Duration(i+1) * 500 * time.Microsecond)))
+			}
+			for i := range 20 {
+				p.Emit(ev(event.TypeCold, fmt.Sprint("k", i)))
+			}
+			var got []*event.Event
+			msgs := 0
+			deadline := time.After(30 * time.Second)
+			for colds := 0; colds < 20; {
+				select {
+				case m := <-ch:
+					msgs++
+					n := len(got)
+					var err error
+					if got, err = event.DecodeMessage(got, []byte(m.Payload)); err != nil {
+						t.Fatal(err)
+					}
+					for _, e := range got[n:] {
+						if e.Type == event.TypeCold {
+							colds++
+						}
+					}
+				case <-deadline:
+					t.Fatalf("colds did not all arrive: %d events in %d messages", len(got), msgs)
+				}
+			}
+			el := time.Since(start)
+			st := p.Stats()
+			inv := 0
+			for i, e := range got {
+				if i > 0 && e.Seq != got[i-1].Seq+1 {
+					t.Fatalf("seq gap at %d: %d after %d", i, e.Seq, got[i-1].Seq)
+				}
+				if e.Type == event.TypeInvalidate {
+					inv++
+				}
+			}
+			rate := float64(msgs) / el.Seconds()
+			t.Logf("%s: %d messages in %v (%.0f/s, budget %.0f/s), %d events, %d invalidates, shed %d refreshes, delayed %d events",
+				format, msgs, el.Round(time.Millisecond), rate, budget, len(got), inv, st.Shed, st.Delayed)
+			if inv != 400 {
+				t.Fatalf("%d of 400 invalidates arrived", inv)
+			}
+			if st.Shed == 0 {
+				t.Fatal("nothing shed")
+			}
+			if st.Dropped != 0 {
+				t.Fatalf("%d events dropped", st.Dropped)
+			}
+			// The rate plus the burst (a tenth of a second's worth).
+			if limit := budget*el.Seconds() + budget/10 + 2; float64(msgs) > limit {
+				t.Fatalf("%d messages, budget allows %.0f", msgs, limit)
+			}
+		})
+	}
+}

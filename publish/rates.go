@@ -1,0 +1,49 @@
+package publish
+
+import (
+	"math"
+
+	"github.com/hotsniff/hotsniff/event"
+)
+
+// rateChange is the relative change of a rate that rewrites the snapshot.
+const rateChange = 0.2
+
+// UpdateRates refreshes the measurements (qps, write_qps, absorbed_qps,
+// bytes_ps, value_bytes) of keys already in this node's hot set from the
+// detector's current view, without publishing anything: the channel stays
+// quiet, and the snapshot, which `hotsniff top --redis-url` and reloading
+// subscribers read, shows current rates. Only a change of more than 20 %
+// marks the section for rewriting (at most once per SnapshotInterval), so
+// steady keys cost no snapshot writes. Types, verdicts and seqs stay those
+// of the messages published: they change only through the channel.
+func (p *Publisher) UpdateRates(hot []event.Event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range hot {
+		m := &hot[i]
+		id := entryID(m)
+		en, ok := p.set.m[id]
+		if !ok || en.ev.Source == event.SourceManual {
+			continue
+		}
+		old := en.ev
+		if !moved(old.QPS, m.QPS) && !moved(old.WriteQPS, m.WriteQPS) && !moved(old.AbsorbedQPS, m.AbsorbedQPS) &&
+			!moved(old.BytesPS, m.BytesPS) && !moved(old.ValueBytes, m.ValueBytes) {
+			continue
+		}
+		c := *old // stored events are shared with snapshots: copy
+		c.QPS, c.WriteQPS, c.AbsorbedQPS, c.BytesPS, c.ValueBytes = m.QPS, m.WriteQPS, m.AbsorbedQPS, m.BytesPS, m.ValueBytes
+		en.ev = &c
+		p.set.m[id] = en
+		p.dirty = true
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func moved(a, b float64) bool {
+	return math.Abs(a-b) > rateChange*math.Max(math.Abs(a), math.Abs(b))
+}
