@@ -159,6 +159,8 @@ type Capture struct {
 	fullRings int
 	ports     *ebpf.Map
 	wake      *ebpf.Map // shared wakeup state, so attachments do not each wake the reader
+	sampling  *ebpf.Map // shared flow sampling state (sampling.go)
+	sampled   *ebpf.Map // per CPU: segments of sampled-out flows
 	skips     *ebpf.Map // reply ranges user space skips (ReplyHeads)
 
 	mu     sync.Mutex
@@ -291,6 +293,12 @@ func (c *Capture) createMaps(online []bool) error {
 	if c.wake, err = ebpf.NewMap(c.spec.Maps[hotsniffMapWake]); err != nil {
 		return fmt.Errorf("create wakeup map: %w", err)
 	}
+	if c.sampling, err = ebpf.NewMap(c.spec.Maps[hotsniffMapSampling]); err != nil {
+		return fmt.Errorf("create sampling map: %w", err)
+	}
+	if c.sampled, err = ebpf.NewMap(c.spec.Maps[hotsniffMapSampledOut]); err != nil {
+		return fmt.Errorf("create sampled-out map: %w", err)
+	}
 	if c.skips, err = ebpf.NewMap(c.spec.Maps[hotsniffMapReplySkips]); err != nil {
 		return fmt.Errorf("create reply skips map: %w", err)
 	}
@@ -368,6 +376,8 @@ func (c *Capture) loadInto(to any, rawIP bool) error {
 			hotsniffMapRings:      c.rings,
 			hotsniffMapPorts:      c.ports,
 			hotsniffMapWake:       c.wake,
+			hotsniffMapSampling:   c.sampling,
+			hotsniffMapSampledOut: c.sampled,
 			hotsniffMapReplySkips: c.skips,
 		},
 	})
@@ -682,6 +692,11 @@ func (c *Capture) Close() error {
 	}
 	if c.wake != nil {
 		errs = append(errs, c.wake.Close())
+	}
+	for _, m := range []*ebpf.Map{c.sampling, c.sampled} {
+		if m != nil {
+			errs = append(errs, m.Close())
+		}
 	}
 	if c.skips != nil {
 		errs = append(errs, c.skips.Close())

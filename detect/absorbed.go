@@ -68,7 +68,9 @@ func (d *Detector) Absorbed(f *decode.Flow, a *decode.Absorbed) {
 		d.st.AbsorbedNotHot++
 		return
 	}
-	credited, capped := d.absorb(e, a.Hits, a.WindowMS)
+	// A report travels on its connection, so flow sampling saw it with
+	// the same odds as the reads: it stands for 2^shift reports.
+	credited, capped := d.absorb(e, scaleHits(a.Hits, d.scaleShift), a.WindowMS)
 	d.st.AbsorbedReports++
 	d.st.AbsorbedHits += credited
 	if capped {

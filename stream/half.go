@@ -230,6 +230,26 @@ func (a *Assembler) resync(fl *flow, h *half, seq uint32) {
 	a.gap(fl, h)
 }
 
+// resume restarts h at seq after the capture skipped the connection on
+// purpose (flow sampling): the bytes before seq were not lost, so no gap is
+// counted, but the parser still resynchronises, as on a connection joined
+// mid-stream.
+func (a *Assembler) resume(fl *flow, h *half, seq uint32) {
+	a.st.SampleResumes++
+	h.stale = 0
+	for _, s := range h.ooo {
+		a.st.BytesDiscarded += uint64(len(s.data))
+		a.release(fl, s.data)
+	}
+	clear(h.ooo)
+	h.ooo = h.ooo[:0]
+	h.oooBytes = 0
+	h.next = seq
+	a.dropTail(fl, h)
+	h.skip = 0
+	h.parser.Gap()
+}
+
 // room is how many more bytes h may buffer under MaxFlowBuffer.
 func (a *Assembler) room(h *half) int {
 	return a.cfg.MaxFlowBuffer - len(h.tail) - h.oooBytes
