@@ -3,8 +3,6 @@ package detect
 import (
 	"math"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/hotsniff/hotsniff/decode"
 )
 
@@ -47,19 +45,9 @@ func (d *Detector) Absorbed(f *decode.Flow, a *decode.Absorbed) {
 		d.st.AbsorbedMalformed++
 		return
 	}
-	if f.TS > d.now {
-		if f.TS < d.epochEnd {
-			d.now = f.TS
-		} else {
-			d.setClock(f.TS)
-		}
-	} else if f.TS < d.now-clockReset {
-		d.resetClock(f.TS)
-	}
-	h := xxhash.Sum64(a.Key) ^ identitySeed(f.Server, f.Proto, a.NS)
-	if h == 0 {
-		h = 1
-	}
+	// A late report still counts: its hits are spread back from the clock.
+	d.clock(f.TS)
+	h := d.identity(f, a.NS, a.Key)
 	var e *hotEntry
 	if d.gate[h>>(64-gateBits)] != 0 {
 		e = d.hot.find(h, f, a.NS, a.Key)
