@@ -166,10 +166,7 @@ func (p *replyParser) text(b []byte, f *decode.Flow, q *decode.Pending, rs decod
 	}
 	line := trimCR(b[:nl])
 	n := nl + 1
-	word, rest := line, []byte(nil)
-	if i := bytes.IndexByte(line, ' '); i >= 0 {
-		word, rest = line[:i], line[i+1:]
-	}
+	word, rest := cut(line)
 	switch string(word) {
 	case "VALUE":
 		// VALUE <key> <flags> <bytes> [<cas>]
