@@ -65,16 +65,13 @@ func (p *replyParser) reset() {
 
 // Parse implements decode.Parser for replies.
 func (p *replyParser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
-	q := f.Pending
-	rs, _ := s.(decode.ReplySink)
 	p.s = s
-	if q == nil || rs == nil {
+	q, rs, fresh := decode.StartReplies(f, s, &p.epoch)
+	if q == nil {
 		return len(b)
 	}
-	q.SawReply(f.TS)
-	if q.Epoch() != p.epoch {
+	if fresh {
 		p.reset()
-		p.epoch = q.Epoch()
 	}
 	if !q.Synced() || p.dead {
 		rs.Reply(f, uint64(len(b)), false)
