@@ -92,7 +92,7 @@ struct rec_hdr {
 	__u8 flags;      // TCP flags
 	__u8 family;     // 4 or 6
 	__u8 hook;       // enum hook
-	__u8 pad;
+	__u8 sample;     // sampling: shift in effect (bits 0-4), REC_RESUMED (bit 7)
 	__u32 pad2;
 };
 
@@ -633,6 +633,134 @@ static __always_inline void copy_out_x(void *ctx, int xdp, struct counters *cnt,
 		bpf_loop(chunks, copy_chunk_skb, &st, 0);
 }
 
+
+// Flow sampling (--max-cpu). A flow (client address and port, server port:
+// both directions hash alike) is kept at shift s when the low s bits of its
+// hash are zero, so one in 2^s flows is copied and the others are skipped
+// whole: the stream layer never sees part of a request, and the sets kept
+// at larger shifts are subsets of those kept at smaller ones. User space
+// sets the shift from its CPU budget; the programs raise it themselves when
+// a ring fills past three quarters, so under overload whole flows are shed on purpose
+// instead of records being dropped at random.
+struct sampling {
+	__u32 shift;        // current: keep 1 in 2^shift flows (0 = all)
+	__u32 resume_shift; // flows kept now but not at this shift were skipped lately
+	__u64 resume_until; // ...until this time (ns): their records carry REC_RESUMED
+	__u64 raised_ns;    // last time the programs raised the shift
+	__u64 raised_avail; // unread bytes in the ring that raised it, then
+	__u64 raises;       // times the programs raised the shift (ring filling)
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sampling);
+} sampling SEC(".maps");
+
+const struct sampling *unused_sampling __attribute__((unused));
+
+// sampled_out counts, per CPU, the segments of flows sampled out: skipped
+// on purpose, not lost.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} sampled_out SEC(".maps");
+
+#define MAX_SHIFT 12
+#define REC_RESUMED 0x80
+// A ring more than three quarters full (the reader is woken at a
+// sixteenth, so it is far behind; below that a burst still fits, as it did
+// before sampling existed) raises the shift, at most once per RAISE_GAP_NS,
+// and again only while the backlog keeps growing: what the last step left
+// in the ring takes the reader a moment to drain, and a ring that is still
+// over three quarters full but no longer filling needs no further step.
+#define RAISE_GAP_NS 10000000ULL
+
+// sample_check is the sampling decision for a connection given as its
+// client address (four words, network order) and ports (client << 16 |
+// server): -1 to skip it, else the record's sample byte. emit says the
+// segment will make a record (payload to copy, or SYN/FIN/RST): only then
+// is the ring's fill looked at, so pure ACKs and uncopied replies pay for
+// a hash at most. It is a global
+// function so the verifier checks it once, apart from its callers, and the
+// callers continue from one state whatever it did: a static function's
+// branches multiplied the states the copy code after it was verified in,
+// and loading took four times as long.
+__attribute__((noinline)) int sample_check(__u64 a01, __u64 a23, __u32 ports, int emit)
+{
+	__u32 zero = 0;
+	struct sampling *s = bpf_map_lookup_elem(&sampling, &zero);
+	if (!s)
+		return 0;
+	__u32 shift = s->shift;
+	__u32 rs = s->resume_shift;
+	__u64 hash = 0;
+	if (shift || rs) {
+		__u64 x = a01 * 0x9E3779B97F4A7C15ULL ^ a23 * 0xC2B2AE3D27D4EB4FULL ^
+			  (__u64)ports * 0x94D049BB133111EBULL;
+		x ^= x >> 31;
+		x *= 0xBF58476D1CE4E5B9ULL;
+		x ^= x >> 29;
+		hash = x;
+		if (shift > MAX_SHIFT)
+			shift = MAX_SHIFT;
+		if (hash & ((1ULL << shift) - 1)) {
+			__u64 *n = bpf_map_lookup_elem(&sampled_out, &zero);
+			if (n)
+				(*n)++;
+			return -1;
+		}
+	}
+	// Still kept: if this CPU's ring is more than 3/4 full, shed more
+	// flows from now on, before the ring fills and records are lost.
+	void *rb = emit && shift < MAX_SHIFT ? cpu_ring() : 0;
+	if (rb) {
+		__u64 avail = bpf_ringbuf_query(rb, BPF_RB_AVAIL_DATA);
+		__u64 size = bpf_ringbuf_query(rb, BPF_RB_RING_SIZE);
+		if (avail > size / 4 * 3) {
+			__u64 now = bpf_ktime_get_ns();
+			// Plain stores (the programs build for BPF v1, without
+			// cmpxchg): two CPUs racing here raise it twice at worst.
+			// A starved reader lets every record grow the backlog:
+			// step again only once it grew by another 1/32 of
+			// the ring, so the rate falls with the fill level, not
+			// with time (each step halves the growth, the next takes
+			// twice as long). A second later, start over.
+			if (now - s->raised_ns >= RAISE_GAP_NS &&
+			    (avail >= s->raised_avail + size / 32 || now - s->raised_ns >= 100 * RAISE_GAP_NS)) {
+				s->raised_ns = now;
+				s->raised_avail = avail;
+				s->shift = shift + 1;
+				__sync_fetch_and_add(&s->raises, 1);
+			}
+		}
+	}
+	int flags = shift & 0x1f;
+	if (rs > shift && rs <= MAX_SHIFT && (hash & ((1ULL << rs) - 1)) &&
+	    bpf_ktime_get_ns() < s->resume_until)
+		flags |= REC_RESUMED;
+	return flags;
+}
+
+// sample_skip returns 1 when the segment's connection is sampled out, and
+// sets h->sample for a kept one. It is the only sampling code on the packet
+// path: a call and one array lookup when sampling is off.
+static __always_inline int sample_skip(struct rec_hdr *h, struct parsed *p)
+{
+	int reply = p->reply;
+	int emit = (p->pay_len != 0 && (!reply || replies)) || (h->flags & (F_SYN | F_FIN | F_RST));
+	const __u32 *a = (const __u32 *)(reply ? h->daddr : h->saddr);
+	__u32 cport = reply ? h->dport : h->sport;
+	__u32 sport = reply ? h->sport : h->dport;
+	int r = sample_check((__u64)a[0] << 32 | a[1], (__u64)a[2] << 32 | a[3], cport << 16 | sport, emit);
+	if (r < 0)
+		return 1;
+	h->sample = r;
+	return 0;
+}
 // reply_heads trims a reply segment to what reply parsing needs
 // (REPLIES_HEADS): bytes inside the skip user space registered for the flow
 // are dropped (the segment starts after them, or yields nothing), and at
@@ -718,9 +846,10 @@ static __always_inline void handle_skb(struct __sk_buff *skb, __u32 hook)
 	if (ret != 0)
 		return;
 	cnt->matched++;
+	if (sample_skip(&h, &p))
+		return;
 	h.ifindex = skb->ifindex;
 	h.hook = hook;
-	h.pad = 0;
 	h.pad2 = 0;
 	__u32 len = skb->len;
 	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;
@@ -774,9 +903,10 @@ int hotsniff_xdp(struct xdp_md *ctx)
 	if (ret != 0)
 		return XDP_PASS;
 	cnt->matched++;
+	if (sample_skip(&h, &p))
+		return XDP_PASS;
 	h.ifindex = ctx->ingress_ifindex;
 	h.hook = HOOK_XDP;
-	h.pad = 0;
 	h.pad2 = 0;
 	__u32 len = bpf_xdp_get_buff_len(ctx);
 	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;

@@ -47,8 +47,18 @@ type hotsniffRecHdr struct {
 	Flags   uint8
 	Family  uint8
 	Hook    uint8
-	Pad     uint8
+	Sample  uint8
 	Pad2    uint32
+}
+
+type hotsniffSampling struct {
+	_           structs.HostLayout
+	Shift       uint32
+	ResumeShift uint32
+	ResumeUntil uint64
+	RaisedNs    uint64
+	RaisedAvail uint64
+	Raises      uint64
 }
 
 type hotsniffSkipKey struct {
@@ -72,6 +82,8 @@ const (
 	hotsniffMapPorts                  = "ports"
 	hotsniffMapReplySkips             = "reply_skips"
 	hotsniffMapRings                  = "rings"
+	hotsniffMapSampledOut             = "sampled_out"
+	hotsniffMapSampling               = "sampling"
 	hotsniffMapStats                  = "stats"
 	hotsniffMapWake                   = "wake"
 	hotsniffProgHotsniffCgroupEgress  = "hotsniff_cgroup_egress"
@@ -86,6 +98,7 @@ const (
 	hotsniffVarUnusedCounters         = "unused_counters"
 	hotsniffVarUnusedPortBitmap       = "unused_port_bitmap"
 	hotsniffVarUnusedRecHdr           = "unused_rec_hdr"
+	hotsniffVarUnusedSampling         = "unused_sampling"
 	hotsniffVarUnusedSkipKey          = "unused_skip_key"
 	hotsniffVarUnusedSkipRange        = "unused_skip_range"
 	hotsniffVarWakeupBytes            = "wakeup_bytes"
@@ -148,6 +161,8 @@ type hotsniffMapSpecs struct {
 	Ports      *ebpf.MapSpec `ebpf:"ports"`
 	ReplySkips *ebpf.MapSpec `ebpf:"reply_skips"`
 	Rings      *ebpf.MapSpec `ebpf:"rings"`
+	SampledOut *ebpf.MapSpec `ebpf:"sampled_out"`
+	Sampling   *ebpf.MapSpec `ebpf:"sampling"`
 	Stats      *ebpf.MapSpec `ebpf:"stats"`
 	Wake       *ebpf.MapSpec `ebpf:"wake"`
 }
@@ -163,6 +178,7 @@ type hotsniffVariableSpecs struct {
 	UnusedCounters   *ebpf.VariableSpec `ebpf:"unused_counters"`
 	UnusedPortBitmap *ebpf.VariableSpec `ebpf:"unused_port_bitmap"`
 	UnusedRecHdr     *ebpf.VariableSpec `ebpf:"unused_rec_hdr"`
+	UnusedSampling   *ebpf.VariableSpec `ebpf:"unused_sampling"`
 	UnusedSkipKey    *ebpf.VariableSpec `ebpf:"unused_skip_key"`
 	UnusedSkipRange  *ebpf.VariableSpec `ebpf:"unused_skip_range"`
 	WakeupBytes      *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
@@ -192,6 +208,8 @@ type hotsniffMaps struct {
 	Ports      *ebpf.Map `ebpf:"ports"`
 	ReplySkips *ebpf.Map `ebpf:"reply_skips"`
 	Rings      *ebpf.Map `ebpf:"rings"`
+	SampledOut *ebpf.Map `ebpf:"sampled_out"`
+	Sampling   *ebpf.Map `ebpf:"sampling"`
 	Stats      *ebpf.Map `ebpf:"stats"`
 	Wake       *ebpf.Map `ebpf:"wake"`
 }
@@ -201,6 +219,8 @@ func (m *hotsniffMaps) Close() error {
 		m.Ports,
 		m.ReplySkips,
 		m.Rings,
+		m.SampledOut,
+		m.Sampling,
 		m.Stats,
 		m.Wake,
 	)
@@ -217,6 +237,7 @@ type hotsniffVariables struct {
 	UnusedCounters   *ebpf.Variable `ebpf:"unused_counters"`
 	UnusedPortBitmap *ebpf.Variable `ebpf:"unused_port_bitmap"`
 	UnusedRecHdr     *ebpf.Variable `ebpf:"unused_rec_hdr"`
+	UnusedSampling   *ebpf.Variable `ebpf:"unused_sampling"`
 	UnusedSkipKey    *ebpf.Variable `ebpf:"unused_skip_key"`
 	UnusedSkipRange  *ebpf.Variable `ebpf:"unused_skip_range"`
 	WakeupBytes      *ebpf.Variable `ebpf:"wakeup_bytes"`

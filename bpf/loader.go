@@ -159,6 +159,8 @@ type Capture struct {
 	fullRings int
 	ports     *ebpf.Map
 	wake      *ebpf.Map // shared wakeup state, so attachments do not each wake the reader
+	sampling  *ebpf.Map // shared flow sampling state (sampling.go)
+	sampled   *ebpf.Map // per CPU: segments of sampled-out flows
 	skips     *ebpf.Map // reply ranges user space skips (ReplyHeads)
 
 	mu     sync.Mutex
@@ -291,6 +293,12 @@ func (c *Capture) createMaps(online []bool) error {
 	if c.wake, err = ebpf.NewMap(c.spec.Maps[hotsniffMapWake]); err != nil {
 		return fmt.Errorf("create wakeup map: %w", err)
 	}
+	if c.sampling, err = ebpf.NewMap(c.spec.Maps[hotsniffMapSampling]); err != nil {
+		return fmt.Errorf("create sampling map: %w", err)
+	}
+	if c.sampled, err = ebpf.NewMap(c.spec.Maps[hotsniffMapSampledOut]); err != nil {
+		return fmt.Errorf("create sampled-out map: %w", err)
+	}
 	if c.skips, err = ebpf.NewMap(c.spec.Maps[hotsniffMapReplySkips]); err != nil {
 		return fmt.Errorf("create reply skips map: %w", err)
 	}
@@ -347,6 +355,14 @@ func roundPow2(n int) int {
 }
 
 func (c *Capture) load(objs *hotsniffObjects, rawIP bool) error {
+	return c.loadInto(objs, rawIP)
+}
+
+// loadInto loads the programs and maps that to (a *hotsniffObjects, or a
+// struct naming a subset of them) asks for, sharing c's rings, port map,
+// wakeup state and reply skips, so every attachment feeds the same reader.
+// rawIP is for devices without a link-layer header.
+func (c *Capture) loadInto(to any, rawIP bool) error {
 	spec := c.spec.Copy()
 	var raw uint8
 	if rawIP {
@@ -355,11 +371,13 @@ func (c *Capture) load(objs *hotsniffObjects, rawIP bool) error {
 	if err := spec.Variables[hotsniffVarRawIp].Set(raw); err != nil {
 		return fmt.Errorf("set raw_ip: %w", err)
 	}
-	err := spec.LoadAndAssign(objs, &ebpf.CollectionOptions{
+	err := spec.LoadAndAssign(to, &ebpf.CollectionOptions{
 		MapReplacements: map[string]*ebpf.Map{
 			hotsniffMapRings:      c.rings,
 			hotsniffMapPorts:      c.ports,
 			hotsniffMapWake:       c.wake,
+			hotsniffMapSampling:   c.sampling,
+			hotsniffMapSampledOut: c.sampled,
 			hotsniffMapReplySkips: c.skips,
 		},
 	})
@@ -674,6 +692,11 @@ func (c *Capture) Close() error {
 	}
 	if c.wake != nil {
 		errs = append(errs, c.wake.Close())
+	}
+	for _, m := range []*ebpf.Map{c.sampling, c.sampled} {
+		if m != nil {
+			errs = append(errs, m.Close())
+		}
 	}
 	if c.skips != nil {
 		errs = append(errs, c.skips.Close())

@@ -1,9 +1,6 @@
 package bpf
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/cilium/ebpf"
 )
 
@@ -27,7 +24,7 @@ type cgroupObjects struct {
 // programs stay nil.
 func (c *Capture) loadTC(objs *hotsniffObjects) error {
 	var o tcObjects
-	if err := c.loadInto(&o); err != nil {
+	if err := c.loadInto(&o, false); err != nil {
 		return err
 	}
 	objs.HotsniffTcIngress, objs.HotsniffTcEgress, objs.Stats = o.Ingress, o.Egress, o.Stats
@@ -37,33 +34,9 @@ func (c *Capture) loadTC(objs *hotsniffObjects) error {
 // loadCgroup loads the cgroup_skb programs and the counters into objs.
 func (c *Capture) loadCgroup(objs *hotsniffObjects) error {
 	var o cgroupObjects
-	if err := c.loadInto(&o); err != nil {
+	if err := c.loadInto(&o, false); err != nil {
 		return err
 	}
 	objs.HotsniffCgroupIngress, objs.HotsniffCgroupEgress, objs.Stats = o.Ingress, o.Egress, o.Stats
-	return nil
-}
-
-// loadInto is load for a subset of the programs, for packets with a link
-// layer header (raw_ip 0): the shared maps are c's.
-func (c *Capture) loadInto(to any) error {
-	spec := c.spec.Copy()
-	if err := spec.Variables[hotsniffVarRawIp].Set(uint8(0)); err != nil {
-		return fmt.Errorf("set raw_ip: %w", err)
-	}
-	err := spec.LoadAndAssign(to, &ebpf.CollectionOptions{
-		MapReplacements: map[string]*ebpf.Map{
-			hotsniffMapRings: c.rings,
-			hotsniffMapPorts: c.ports,
-			hotsniffMapWake:  c.wake,
-		},
-	})
-	if err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return fmt.Errorf("load bpf programs: %w", ve)
-		}
-		return fmt.Errorf("load bpf programs: %w", err)
-	}
 	return nil
 }

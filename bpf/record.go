@@ -30,6 +30,13 @@ const (
 	offFlags   = unsafe.Offsetof(hotsniffRecHdr{}.Flags)
 	offFamily  = unsafe.Offsetof(hotsniffRecHdr{}.Family)
 	offHook    = unsafe.Offsetof(hotsniffRecHdr{}.Hook)
+	offSample  = unsafe.Offsetof(hotsniffRecHdr{}.Sample)
+)
+
+// Bits of the record's sample byte (struct rec_hdr.sample).
+const (
+	sampleShiftMask = 0x1f
+	sampleResumed   = 0x80
 )
 
 // ErrShortRecord is returned for a ring record shorter than its header says.
@@ -62,6 +69,9 @@ func ParseRecord(raw []byte, monoOffset int64, seg *capture.Segment) (Hook, erro
 	seg.Ack = le.Uint32(raw[offAck : offAck+4])
 	seg.Missing = le.Uint32(raw[offMissing : offMissing+4])
 	seg.Flags = raw[offFlags]
+	sm := raw[offSample]
+	seg.SampleShift = sm & sampleShiftMask
+	seg.Resumed = sm&sampleResumed != 0
 	end := RecHdrSize + int(n)
 	seg.Payload = raw[RecHdrSize:end:end]
 	return Hook(raw[offHook]), nil

@@ -142,6 +142,11 @@ func ParsePacket(link LinkType, data []byte, seg *Segment) error {
 // parseEther dispatches on an EtherType, stepping over any number of VLAN
 // tags (each 4 bytes: TCI then the inner EtherType).
 func parseEther(etype uint16, data []byte, seg *Segment) error {
+	return parseEtherd(etype, data, seg, 0)
+}
+
+// parseEtherd is parseEther for a frame depth tunnels deep.
+func parseEtherd(etype uint16, data []byte, seg *Segment, depth int) error {
 	for etype == etherVLAN || etype == etherQinQ || etype == etherQinQOld {
 		if len(data) < 4 {
 			return errShortLink
@@ -151,9 +156,9 @@ func parseEther(etype uint16, data []byte, seg *Segment) error {
 	}
 	switch etype {
 	case etherIPv4:
-		return parseIPv4(data, seg)
+		return parseIPv4d(data, seg, depth)
 	case etherIPv6:
-		return parseIPv6(data, seg)
+		return parseIPv6d(data, seg, depth)
 	}
 	return errNotIP
 }
@@ -306,20 +311,13 @@ func decap(proto uint8, data []byte, seg *Segment, depth int) error {
 			return errShortLink
 		}
 		inner, data = binary.BigEndian.Uint16(data[12:14]), data[14:]
-		for inner == etherVLAN || inner == etherQinQ || inner == etherQinQOld {
-			if len(data) < 4 {
-				return errShortLink
-			}
-			inner, data = binary.BigEndian.Uint16(data[2:4]), data[4:]
-		}
+	} else if inner != etherIPv4 && inner != etherIPv6 {
+		return errNotTCPProto // VLAN tags only inside an Ethernet frame
 	}
-	switch inner {
-	case etherIPv4:
-		return parseIPv4d(data, seg, depth+1)
-	case etherIPv6:
-		return parseIPv6d(data, seg, depth+1)
+	if err := parseEtherd(inner, data, seg, depth+1); err != errNotIP {
+		return err
 	}
-	return errNotTCPProto
+	return errNotTCPProto // an outer packet, counted as not TCP
 }
 
 // parseTCP fills seg from a TCP header at data. l4len is the TCP length the

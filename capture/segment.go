@@ -35,6 +35,14 @@ type Segment struct {
 	// (snap length, eBPF copy limit). They follow Payload in sequence space,
 	// so the stream layer treats them as a gap.
 	Missing uint32
+	// Resumed says the capture skipped this connection on purpose a
+	// moment ago (flow sampling, --max-cpu) and copies it again: bytes
+	// between what the stream layer saw last and this segment were not
+	// lost, so it restarts the direction here without counting a gap.
+	Resumed bool
+	// SampleShift is the flow sampling in effect when the segment was
+	// copied: one connection in 2^SampleShift (0: all).
+	SampleShift uint8
 }
 
 // Source yields TCP segments.

@@ -220,6 +220,26 @@ func (q *Pending) Len() int {
 // SawReply records reply bytes at packet time ts (for the quiet rule).
 func (q *Pending) SawReply(ts int64) { q.lastRep = ts }
 
+// StartReplies begins a reply parser's Parse call: it returns f's queue and
+// s as a ReplySink, or a nil queue when replies are not being paired (the
+// parser then consumes the bytes unread). It records the reply time, and
+// reports fresh when the queue was thrown away or resynchronised since the
+// parser last looked (*epoch is the epoch it saw): the parser must then
+// drop the reply it was in.
+func StartReplies(f *Flow, s Sink, epoch *uint32) (q *Pending, rs ReplySink, fresh bool) {
+	q = f.Pending
+	rs, _ = s.(ReplySink)
+	if q == nil || rs == nil {
+		return nil, nil, false
+	}
+	q.SawReply(f.TS)
+	if q.epoch != *epoch {
+		*epoch = q.epoch
+		return q, rs, true
+	}
+	return q, rs, false
+}
+
 // Push records request r seen at packet time ts.
 func (q *Pending) Push(ts int64, r *Request) {
 	last := max(q.lastReq, q.lastRep)

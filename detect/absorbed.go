@@ -3,8 +3,6 @@ package detect
 import (
 	"math"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/hotsniff/hotsniff/decode"
 )
 
@@ -47,19 +45,9 @@ func (d *Detector) Absorbed(f *decode.Flow, a *decode.Absorbed) {
 		d.st.AbsorbedMalformed++
 		return
 	}
-	if f.TS > d.now {
-		if f.TS < d.epochEnd {
-			d.now = f.TS
-		} else {
-			d.setClock(f.TS)
-		}
-	} else if f.TS < d.now-clockReset {
-		d.resetClock(f.TS)
-	}
-	h := xxhash.Sum64(a.Key) ^ identitySeed(f.Server, f.Proto, a.NS)
-	if h == 0 {
-		h = 1
-	}
+	// A late report still counts: its hits are spread back from the clock.
+	d.clock(f.TS)
+	h := d.identity(f, a.NS, a.Key)
 	var e *hotEntry
 	if d.gate[h>>(64-gateBits)] != 0 {
 		e = d.hot.find(h, f, a.NS, a.Key)
@@ -68,7 +56,9 @@ func (d *Detector) Absorbed(f *decode.Flow, a *decode.Absorbed) {
 		d.st.AbsorbedNotHot++
 		return
 	}
-	credited, capped := d.absorb(e, a.Hits, a.WindowMS)
+	// A report travels on its connection, so flow sampling saw it with
+	// the same odds as the reads: it stands for 2^shift reports.
+	credited, capped := d.absorb(e, scaleHits(a.Hits, d.scaleShift), a.WindowMS)
 	d.st.AbsorbedReports++
 	d.st.AbsorbedHits += credited
 	if capped {

@@ -21,6 +21,9 @@ type fleet struct {
 	demand   float64
 	localTTL time.Duration
 	report   bool
+	// unseen, when set, says the capture does not see process p's
+	// connection (flow sampling): its reads and reports never reach d.
+	unseen func(p int) bool
 
 	last []int64 // per process: time of its previous report
 	hits []float64
@@ -40,6 +43,9 @@ func (fl *fleet) run(from, to time.Duration) {
 		f.TS = base + t
 		hot := len(fl.d.hot.e) > 0
 		for p := range fl.procs {
+			if fl.unseen != nil && fl.unseen(p) {
+				continue
+			}
 			if !hot {
 				wire[p] += per
 				for ; wire[p] >= 1; wire[p]-- {

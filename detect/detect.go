@@ -95,6 +95,12 @@ type Detector struct {
 	hot  hotList
 	gate []uint32 // hot entries per gate index: most reads skip the hot lookup
 
+	// shift is the capture's flow sampling: one connection in 2^shift
+	// was seen, so each read counts 2^shift (sampling.go).
+	shift      uint8
+	scaleShift uint8 // min(shift, maxShift): what counts are scaled by
+	maxShift   uint8 // the deepest sampling counts are scaled for (sampling.go)
+
 	def  *windowed // default detector, or nil
 	tair *tairDet  // tair detector, or nil
 	bdet *windowed // reply-bytes detector (HotBytes set, default detector), or nil
@@ -147,6 +153,7 @@ func New(cfg Config, out Emitter) (*Detector, error) {
 		lifetime: int64(c.TTL),
 	}
 	d.win = d.sub * numSub
+	d.maxShift = d.shiftFor(scaleReads)
 	d.seed = identitySeed(d.seedServer, d.seedProto, d.seedNS)
 	if c.Detector == DetectorTair {
 		d.tair = newTair(d, c.Tair)
@@ -194,6 +201,9 @@ func (d *Detector) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 	w := k.Weight
 	if w == 0 {
 		w = 1
+	}
+	if d.scaleShift != 0 {
+		w = scaleWeight(w, d.scaleShift)
 	}
 	if d.gate[h>>(64-gateBits)] != 0 {
 		if e := d.hot.find(h, f, r.NS, k.Bytes); e != nil {
@@ -460,6 +470,7 @@ func (d *Detector) toEvent(e *hotEntry, typ string, qps float64) event.Event {
 		Source: event.SourceDetected,
 		// The shims' part of qps (total demand); absent until they report.
 		AbsorbedQPS: math.Round(absorbed*10) / 10,
+		Sample:      d.sampleRate(),
 		WriteQPS:    math.Round(e.wr.qps*10) / 10,
 		Uncacheable: e.wr.uncacheable,
 		BytesPS:     e.bytesPS(typ),

@@ -581,6 +581,7 @@ func TestFullValues(t *testing.T) {
 		"capture":   "afpacket",
 		"iface":     []any{"eth0", "bond0"},
 		"ring-size": 67108864,
+		"max-cpu":   0.05,
 		"port":      []any{"redis=6379", "redis=6380", "memcache=11211", "tair=5191"},
 		"hot-qps":   2500,
 		"detector":  "default",

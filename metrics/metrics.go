@@ -59,9 +59,23 @@ type Snapshot struct {
 	PublishMessages, PublishShed, PublishDelayed uint64
 	// Absorbed counts the absorbed-demand reports of client shims.
 	Absorbed Absorbed
+	// Sampling is the capture's flow sampling and the measured cost.
+	Sampling Sampling
 	// DetectionLatency holds onset-to-event latencies (seconds) observed
 	// since the previous Update; they feed a histogram.
 	DetectionLatency []float64
+}
+
+// Sampling is the state of flow sampling under a CPU budget (--max-cpu).
+type Sampling struct {
+	// Rate is the fraction of connections copied (1: all).
+	Rate float64
+	// SampledOut counts segments of connections skipped on purpose (not a loss).
+	SampledOut uint64
+	// KernelRaises counts the times the programs lowered the rate because a ring was filling.
+	KernelRaises uint64
+	// CPUShare is the measured cost (user, system and BPF program time) as a share of one core; Budget the --max-cpu target (0: none).
+	CPUShare, Budget float64
 }
 
 // Absorbed counts absorbed-demand reports: those credited, the local reads
@@ -84,6 +98,7 @@ type Collector struct {
 
 	packets, dropped, truncated, requests, keys, decodeErrs, gaps, lost, dup,
 	flows, buffered, evicted, hot, published, pubErrs, pubDropped, pubLag *prometheus.Desc
+	sampleRate, sampledOut, sampleRaises, cpuShare, cpuBudget              *prometheus.Desc
 	pubMsgs, pubOverflow                                                   *prometheus.Desc
 	absReports, absHits, absRejected                                       *prometheus.Desc
 	replyBytes, replyUnpaired, pendingDropped, pendingDesyncs, pendingHeld *prometheus.Desc
@@ -121,9 +136,14 @@ func New() *Collector {
 		absHits:    d("absorbed_hits_total", "Reads client shims served locally and reported, credited to hot keys' demand."),
 		absRejected: d("absorbed_rejected_total",
 			"Absorbed-demand reports not credited (capped: credited only up to the per-key bound), by reason.", "reason"),
-		pubMsgs:     d("publish_messages_total", "Channel messages sent (one PUBLISH each; a v2 message carries a batch of events)."),
-		pubOverflow: d("publish_budget_overflow_total", "Events over this node's channel message budget: shed (refreshes left out) or delayed (waited, batched).", "action"),
-		replyBytes:  d("reply_bytes_total", "Reply bytes decoded (TCP payload from the server), attributed to keys or not.", "proto"),
+		sampleRate:   d("capture_sample_rate", "Fraction of connections the capture copies (1: all; lower under the --max-cpu budget). Counts and rates are scaled back to true units."),
+		sampledOut:   d("capture_sampled_out_total", "Segments of connections skipped on purpose by flow sampling (not a loss)."),
+		sampleRaises: d("capture_sample_kernel_steps_total", "Times the eBPF programs halved the sample rate themselves because a ring buffer was more than three quarters full."),
+		cpuShare:     d("cpu_share", "Measured cost of hotsniff as a share of one core: user and system time plus eBPF program run time."),
+		cpuBudget:    d("cpu_budget", "The --max-cpu budget as a share of one core (0: none)."),
+		pubMsgs:      d("publish_messages_total", "Channel messages sent (one PUBLISH each; a v2 message carries a batch of events)."),
+		pubOverflow:  d("publish_budget_overflow_total", "Events over this node's channel message budget: shed (refreshes left out) or delayed (waited, batched).", "action"),
+		replyBytes:   d("reply_bytes_total", "Reply bytes decoded (TCP payload from the server), attributed to keys or not.", "proto"),
 		replyUnpaired: d("reply_unpaired_bytes_total",
 			"Reply bytes that answer no request known to hotsniff (connections joined mid-stream, lost segments, pushes).", "proto"),
 		pendingDropped: d("reply_pairing_dropped_total",
@@ -147,7 +167,8 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.pubMsgs, c.pubOverflow, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs, c.pendingHeld} {
+	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.pubMsgs, c.pubOverflow, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs, c.pendingHeld,
+		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget} {
 		ch <- d
 	}
 	c.lat.Describe(ch)
@@ -209,6 +230,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range AbsorbedReasons {
 		counter(c.absRejected, float64(s.Absorbed.Rejected[r]), r)
 	}
+	rate := s.Sampling.Rate
+	if rate == 0 {
+		rate = 1
+	}
+	gauge(c.sampleRate, rate)
+	counter(c.sampledOut, float64(s.Sampling.SampledOut))
+	counter(c.sampleRaises, float64(s.Sampling.KernelRaises))
+	gauge(c.cpuShare, s.Sampling.CPUShare)
+	gauge(c.cpuBudget, s.Sampling.Budget)
 	c.lat.Collect(ch)
 }
 

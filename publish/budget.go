@@ -83,29 +83,27 @@ func (b *budget) take(n int, now time.Time) {
 	b.tokens -= float64(n)
 }
 
-// sheddable reports whether e may be left out when the budget is spent:
-// only a detected refresh of an entry already in the set with the same
-// cacheable verdict. A first hot, a verdict change, a cold and an
-// invalidate always go out (late rather than never), and manual events are
-// never shed.
-func (h *hotSet) sheddable(e *event.Event) bool {
+// shed leaves e out when the budget is spent, reporting whether it did.
+// Only a detected refresh of an entry already in the set with the same
+// cacheable verdict may be left out. A first hot, a verdict change, a cold
+// and an invalidate always go out (late rather than never), and manual
+// events are never shed. A shed refresh extends its entry as the refresh
+// would have: the snapshot keeps the entry (with its last published event
+// and seq), so subscribers that reload still see the key hot.
+func (h *hotSet) shed(e *event.Event, now time.Time) bool {
 	if e.Type != event.TypeHot || e.Source == event.SourceManual {
 		return false
 	}
-	en, ok := h.m[entryID(e)]
-	return ok && en.ev.Uncacheable == e.Uncacheable
-}
-
-// touch extends a shed refresh's entry as the refresh would have: the
-// snapshot keeps the entry (with its last published event and seq), so
-// subscribers that reload still see the key hot.
-func (h *hotSet) touch(e *event.Event, now time.Time) {
 	id := entryID(e)
-	en := h.m[id]
+	en, ok := h.m[id]
+	if !ok || en.ev.Uncacheable != e.Uncacheable {
+		return false
+	}
 	if e.TTLms > 0 {
 		en.expires = now.Add(time.Duration(e.TTLms) * time.Millisecond)
 	}
 	h.m[id] = en
+	return true
 }
 
 // messages is how many channel messages a batch of n events takes.

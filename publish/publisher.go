@@ -244,9 +244,8 @@ func (p *Publisher) Emit(e *event.Event) {
 		p.drops.Add(1)
 		return
 	}
-	if p.bud.exhausted(now) && p.set.sheddable(&c) {
+	if p.bud.exhausted(now) && p.set.shed(&c, now) {
 		// Before seq is taken: a shed refresh is no gap to subscribers.
-		p.set.touch(&c, now)
 		p.shed.Add(1)
 		return
 	}

@@ -282,6 +282,9 @@ func (a *Assembler) Add(seg *capture.Segment) {
 		if h.parser == nil {
 			a.st.BytesDropped += uint64(len(seg.Payload))
 		} else {
+			if seg.Resumed && seqDiff(seq, h.next) > 0 {
+				a.resume(fl, h, seq)
+			}
 			a.segment(fl, h, seq, seg.Payload, seg.Missing, seg.TS)
 		}
 		if seg.Flags&capture.FlagFIN != 0 {

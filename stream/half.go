@@ -218,6 +218,25 @@ func (a *Assembler) skipping(fl *flow, h *half, unfed int) {
 // resync restarts h at seq, throwing away what it buffers.
 func (a *Assembler) resync(fl *flow, h *half, seq uint32) {
 	a.st.Resyncs++
+	a.restart(fl, h, seq)
+	a.gap(fl, h)
+}
+
+// resume restarts h at seq after the capture skipped the connection on
+// purpose (flow sampling): the bytes before seq were not lost, so no gap is
+// counted, but the parser still resynchronises, as on a connection joined
+// mid-stream.
+func (a *Assembler) resume(fl *flow, h *half, seq uint32) {
+	a.st.SampleResumes++
+	a.restart(fl, h, seq)
+	a.dropTail(fl, h)
+	h.skip = 0
+	h.parser.Gap()
+}
+
+// restart moves h to seq, discarding the segments it buffered ahead of a
+// hole; the caller says whether that counts as a gap.
+func (a *Assembler) restart(fl *flow, h *half, seq uint32) {
 	h.stale = 0
 	for _, s := range h.ooo {
 		a.st.BytesDiscarded += uint64(len(s.data))
@@ -227,7 +246,6 @@ func (a *Assembler) resync(fl *flow, h *half, seq uint32) {
 	h.ooo = h.ooo[:0]
 	h.oooBytes = 0
 	h.next = seq
-	a.gap(fl, h)
 }
 
 // room is how many more bytes h may buffer under MaxFlowBuffer.

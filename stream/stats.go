@@ -33,6 +33,7 @@ type Stats struct {
 	Gaps            [numProtos]uint64 // per decode.Proto: times a parser was told bytes were lost
 	BufferOverflows uint64            // MaxFlowBuffer or MaxOutOfOrder hit: data dropped or a hole given up early
 	Resyncs         uint64            // directions restarted after a long run of only old data (bad sequence state)
+	SampleResumes   uint64            // directions restarted where flow sampling resumed a skipped connection (not a loss)
 
 	Pending decode.PendingStats // reply pairing: requests and keys not kept, queues thrown away
 }

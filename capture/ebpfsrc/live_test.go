@@ -387,5 +387,10 @@ func childAttach(ns, iface string, mode bpf.Mode) {
 		ids = append(ids, strconv.Itoa(int(id)))
 	}
 	fmt.Println("ATTACHED " + strings.Join(ids, " "))
+	// Keep the capture reachable: unreachable, the garbage collector may
+	// finalize its descriptors and detach it before the parent looks.
+	childKeep = []any{c, a}
 	select {} // wait for SIGKILL
 }
+
+var childKeep []any

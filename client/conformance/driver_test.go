@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/netnstest"
 	"github.com/hotsniff/hotsniff/internal/testutil"
 	"github.com/redis/go-redis/v9"
 )
@@ -40,15 +41,6 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
-}
-
-// need fails under CI=true (the machine must have it) and skips elsewhere.
-func need(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true but "+format, args...)
-	}
-	t.Skipf(format, args...)
 }
 
 // shimLang is one shim under test: how to start its adapter.
@@ -94,7 +86,7 @@ func langs(t testing.TB) []shimLang {
 				t.Helper()
 				out, err := exec.Command(py, "-c", "import redis; print(redis.__version__)").CombinedOutput()
 				if err != nil {
-					need(t, "%s cannot import redis-py (apt-get install python3-redis): %v: %s", py, err, out)
+					netnstest.Skip(t, "%s cannot import redis-py (apt-get install python3-redis): %v: %s", py, err, out)
 				}
 			},
 			argv: func(cfg string) []string { return []string{py, "-m", "hotsniff_shim.conformance_adapter", cfg} },
@@ -112,10 +104,10 @@ func nodeLang(name, lib, nodeDir string) shimLang {
 		prepare: func(t testing.TB) {
 			t.Helper()
 			if _, err := exec.LookPath("node"); err != nil {
-				need(t, "node not installed (apt-get install nodejs npm)")
+				netnstest.Skip(t, "node not installed (apt-get install nodejs npm)")
 			}
 			if _, err := os.Stat(filepath.Join(nodeDir, "node_modules")); err != nil {
-				need(t, "client/node has no node_modules: run `npm ci` there")
+				netnstest.Skip(t, "client/node has no node_modules: run `npm ci` there")
 			}
 			nodeOnce.Do(func() {
 				cmd := exec.Command("npm", "run", "--silent", "build")

@@ -2,7 +2,12 @@
 // known truth and prints a markdown table; with -doc it also rewrites the
 // table in docs/detection.md.
 //
-//	go run ./cmd/accuracy [-quick] [-doc docs/detection.md]
+//	go run ./cmd/accuracy [-quick] [-sampling] [-doc docs/detection.md]
+//
+// -sampling measures the default detector under flow sampling (--max-cpu)
+// instead, at 1/2, 1/4 and 1/16 with reads over 100, 1000 and 10000
+// connections (1/16 also with a 16× longer window), and rewrites the table
+// between the sampling markers.
 package main
 
 import (
@@ -18,8 +23,10 @@ import (
 )
 
 const (
-	beginMark = "<!-- accuracy:begin -->"
-	endMark   = "<!-- accuracy:end -->"
+	beginMark     = "<!-- accuracy:begin -->"
+	endMark       = "<!-- accuracy:end -->"
+	samplingBegin = "<!-- accuracy-sampling:begin -->"
+	samplingEnd   = "<!-- accuracy-sampling:end -->"
 )
 
 func main() {
@@ -27,6 +34,7 @@ func main() {
 	quick := flag.Bool("quick", false, "run the reduced workloads of the tests")
 	doc := flag.String("doc", "", "rewrite the table between "+beginMark+" and "+endMark+" in this file")
 	seed := flag.Uint64("seed", 0, "random seed (0: the configuration's)")
+	sampling := flag.Bool("sampling", false, "measure the default detector under flow sampling 1/2, 1/4, 1/16")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "accuracy: no arguments expected")
@@ -39,16 +47,38 @@ func main() {
 		p.Seed = *seed
 	}
 	start := time.Now()
-	rs, err := accuracy.Run(p)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "accuracy: %v\n", err)
-		os.Exit(1)
+	var table string
+	begin, end := beginMark, endMark
+	if *sampling {
+		var cases []accuracy.SamplingCase
+		for _, s := range []uint8{1, 2, 4} {
+			for _, c := range []int{100, 1000, 10000} {
+				cases = append(cases, accuracy.SamplingCase{Shift: s, Conns: c})
+			}
+		}
+		// 1/16 with a window long enough to resolve it: 16 × 800 / hot-qps.
+		for _, c := range []int{100, 1000, 10000} {
+			cases = append(cases, accuracy.SamplingCase{Shift: 4, Conns: c, Window: time.Duration(16 * 800 / p.HotQPS * float64(time.Second))})
+		}
+		rs, at, err := accuracy.RunSampling(p, cases)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "accuracy: %v\n", err)
+			os.Exit(1)
+		}
+		table = accuracy.SamplingTable(p, rs, at)
+		begin, end = samplingBegin, samplingEnd
+	} else {
+		rs, err := accuracy.Run(p)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "accuracy: %v\n", err)
+			os.Exit(1)
+		}
+		table = accuracy.Table(p, rs)
 	}
-	table := accuracy.Table(p, rs)
 	fmt.Print(table)
 	slog.Info("accuracy done", "elapsed", time.Since(start).Round(time.Millisecond))
 	if *doc != "" {
-		if err := rewrite(*doc, table); err != nil {
+		if err := rewrite(*doc, table, begin, end); err != nil {
 			fmt.Fprintf(os.Stderr, "accuracy: %v\n", err)
 			os.Exit(1)
 		}
@@ -56,7 +86,7 @@ func main() {
 }
 
 // rewrite replaces the marked section of the file with table.
-func rewrite(path, table string) error {
+func rewrite(path, table, beginMark, endMark string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("read doc: %w", err)

@@ -11,7 +11,7 @@ func TestRewrite(t *testing.T) {
 	if err := os.WriteFile(p, []byte("a\n"+beginMark+"\nold\n"+endMark+"\nz\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := rewrite(p, "new\n"); err != nil {
+	if err := rewrite(p, "new\n", beginMark, endMark); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(p)
@@ -21,7 +21,7 @@ func TestRewrite(t *testing.T) {
 	if err := os.WriteFile(p, []byte("no markers"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := rewrite(p, "x"); err == nil {
+	if err := rewrite(p, "x", beginMark, endMark); err == nil {
 		t.Fatal("no error without markers")
 	}
 }

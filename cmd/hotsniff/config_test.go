@@ -27,6 +27,7 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		{"typo in a flag key", "Hot-QPS: 5\n", nil, `unknown key "Hot-QPS" (did you mean "hot-qps"?)`},
 		{"one setting twice", "hot_qps: 5\nhot-qps: 6\n", nil, `"hot-qps" and "hot_qps" are the same setting: keep one`},
+		{"tair setting twice", "tair: {sample_max: 5, sample-max: 6}\n", nil, `"tair.sample-max" and "tair.sample_max" are the same setting: keep one`},
 		{"rule threshold twice", "rules:\n  - {pattern: \"a*\", hot_qps: 10, hot-qps: 11}\n", nil, "rule 0 (a*): hot-qps and hot_qps are the same setting"},
 		{"bad number", "cold-ratio: fast\n", nil, `cold-ratio: "fast": want a number (e.g. 0.7)`},
 		{"bad duration", "refresh-every: 5\n", nil, `refresh-every: "5": want a duration such as 500ms, 30s or 2m`},

@@ -67,8 +67,13 @@ func normalizeConfig(path string, file map[string]any) (map[string]any, error) {
 		v := file[k]
 		key := strings.ReplaceAll(k, "_", "-")
 		if m, ok := v.(map[string]any); ok && key == "tair" {
-			for tk, tv := range m {
-				put(k+"."+tk, "tair-"+strings.ReplaceAll(tk, "_", "-"), tv)
+			tks := make([]string, 0, len(m))
+			for tk := range m {
+				tks = append(tks, tk)
+			}
+			sort.Strings(tks) // as above
+			for _, tk := range tks {
+				put(k+"."+tk, "tair-"+strings.ReplaceAll(tk, "_", "-"), m[tk])
 			}
 			continue
 		}

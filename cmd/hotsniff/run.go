@@ -56,6 +56,7 @@ type captureFlags struct {
 	pprof      bool
 	procs      int
 	nice       int
+	maxCPU     float64
 }
 
 func newRunCmd() *cobra.Command {
@@ -91,6 +92,9 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 				if target, err = publish.ParseURL(url); err != nil {
 					return usageError{err}
 				}
+			}
+			if err := validateMaxCPU(cf.maxCPU); err != nil {
+				return err
 			}
 			if err := chf.apply(&publish.Options{}); err != nil {
 				return err
@@ -148,6 +152,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	// third of the daemon's CPU, and on a 64-core node it is worse.
 	f.IntVar(&cf.procs, "gomaxprocs", 1, "threads running Go code at once (GOMAXPROCS); 0 keeps Go's default (the GOMAXPROCS variable, else the CPU count or limit)")
 	f.IntVar(&cf.nice, "nice", 10, "CPU priority of the daemon's threads, -20 (highest) to 19: by default it yields to the cache server when the CPU is saturated")
+	f.Float64Var(&cf.maxCPU, "max-cpu", 0, "CPU budget as a share of one core (0.05: 5 %), the eBPF programs' run time included: above it the programs copy only some connections (one in 2, 4, 8, ...) and counts are scaled back, thresholds staying in true requests per second; 0: no budget")
 	f.BoolVar(&cf.replies, "capture-replies", false, "eBPF: copy server replies whole (exact reply bytes whatever the traffic; replies are most of the bytes)")
 	f.IntVar(&cf.replyCopy, "reply-copy", bpf.DefaultReplyCopy, "eBPF without --capture-replies: copy at most this many bytes of each reply segment, enough to read reply headers and attribute reply bytes to keys (0: copy no reply payload; no reply bytes)")
 	return cmd
@@ -184,6 +189,7 @@ type daemon struct {
 	modeName  string
 	truncSegs uint64 // segments with bytes the capture did not copy
 	lat       []time.Duration
+	samp      *sampler
 
 	col     *metrics.Collector
 	hotMu   sync.Mutex
@@ -231,6 +237,8 @@ func (d *daemon) run(ctx context.Context) error {
 		return err
 	}
 	d.col = metrics.New()
+	d.samp = d.startSampler(det)
+	defer d.samp.close()
 	counter := decode.NewCounter(det)
 	reg := registry()
 	switch {
@@ -407,6 +415,9 @@ func (d *daemon) pipeline(asm *stream.Assembler, counter *decode.Counter, det *d
 			if seg.Missing > 0 && (!heads || d.ports.Lookup(seg.Src.Port()) == decode.ProtoUnknown) {
 				d.truncSegs++
 			}
+			if seg.SampleShift != det.SampleShift() {
+				det.SetSampleShift(seg.SampleShift)
+			}
 			asm.Add(&seg)
 			if n&1023 != 0 {
 				continue
@@ -450,6 +461,10 @@ func (d *daemon) tick(now time.Time, asm *stream.Assembler, counter *decode.Coun
 	d.hot = hot
 	d.hotMu.Unlock()
 	d.lat = det.DrainLatencies(d.lat[:0])
+	if d.samp != nil {
+		d.samp.step(d, now)
+		d.col.Update(func(s *metrics.Snapshot) { s.Sampling = d.samp.last })
+	}
 	if pub != nil {
 		pub.UpdateRates(hot) // the snapshot carries current rates
 	}

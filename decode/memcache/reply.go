@@ -76,16 +76,13 @@ func (p *replyParser) Gap() { p.inGet, p.bytes, p.cur, p.early = false, 0, 0, 0 
 
 // Parse implements decode.Parser for replies.
 func (p *replyParser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
-	q := f.Pending
-	rs, _ := s.(decode.ReplySink)
 	p.s = s
-	if q == nil || rs == nil {
+	q, rs, fresh := decode.StartReplies(f, s, &p.epoch)
+	if q == nil {
 		return len(b)
 	}
-	q.SawReply(f.TS)
-	if q.Epoch() != p.epoch {
+	if fresh {
 		p.Gap()
-		p.epoch = q.Epoch()
 	}
 	if !q.Synced() {
 		rs.Reply(f, uint64(len(b)), false)
@@ -166,10 +163,7 @@ func (p *replyParser) text(b []byte, f *decode.Flow, q *decode.Pending, rs decod
 	}
 	line := trimCR(b[:nl])
 	n := nl + 1
-	word, rest := line, []byte(nil)
-	if i := bytes.IndexByte(line, ' '); i >= 0 {
-		word, rest = line[:i], line[i+1:]
-	}
+	word, rest := cut(line)
 	switch string(word) {
 	case "VALUE":
 		// VALUE <key> <flags> <bytes> [<cas>]

@@ -65,16 +65,13 @@ func (p *replyParser) reset() {
 
 // Parse implements decode.Parser for replies.
 func (p *replyParser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
-	q := f.Pending
-	rs, _ := s.(decode.ReplySink)
 	p.s = s
-	if q == nil || rs == nil {
+	q, rs, fresh := decode.StartReplies(f, s, &p.epoch)
+	if q == nil {
 		return len(b)
 	}
-	q.SawReply(f.TS)
-	if q.Epoch() != p.epoch {
+	if fresh {
 		p.reset()
-		p.epoch = q.Epoch()
 	}
 	if !q.Synced() || p.dead {
 		rs.Reply(f, uint64(len(b)), false)
@@ -113,15 +110,12 @@ func (p *replyParser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 			p.bytes++
 			pos++
 		case '$', '!', '=':
-			n, hl := parseLen(b[pos+1:])
-			if hl == 0 {
-				if len(b)-pos > maxLenLine {
-					return p.bad(f, q, rs, b, pos, ReasonBadReply)
-				}
-				return pos
-			}
-			if hl < 0 || n < -1 {
+			n, hl := replyLen(b[pos:])
+			if hl < 0 {
 				return p.bad(f, q, rs, b, pos, ReasonBadReply)
+			}
+			if hl == 0 {
+				return pos
 			}
 			total := 1 + hl
 			if n >= 0 {
@@ -137,15 +131,12 @@ func (p *replyParser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 				return pos
 			}
 		case '*', '~', '>', '%', '|':
-			n, hl := parseLen(b[pos+1:])
-			if hl == 0 {
-				if len(b)-pos > maxLenLine {
-					return p.bad(f, q, rs, b, pos, ReasonBadReply)
-				}
-				return pos
-			}
-			if hl < 0 || n < -1 {
+			n, hl := replyLen(b[pos:])
+			if hl < 0 {
 				return p.bad(f, q, rs, b, pos, ReasonBadReply)
+			}
+			if hl == 0 {
+				return pos
 			}
 			pos += 1 + hl
 			p.bytes += uint64(1 + hl)
@@ -183,6 +174,18 @@ func (p *replyParser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 		}
 	}
 	return pos
+}
+
+// replyLen parses the length line of a bulk or aggregate whose type byte is
+// h[0]: hl is the length line's size after the type byte, 0 when it is not
+// all here yet, -1 when it is malformed (or too long to be one).
+func replyLen(h []byte) (n, hl int) {
+	n, hl = parseLen(h[1:])
+	switch {
+	case hl == 0 && len(h) > maxLenLine, hl < 0, hl > 0 && n < -1:
+		return 0, -1
+	}
+	return n, hl
 }
 
 // start begins a reply whose first byte is h[0].

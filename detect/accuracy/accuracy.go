@@ -27,6 +27,15 @@ type Params struct {
 	HotQPS   float64       // detector threshold
 	Keys     int           // background key space
 	Trials   int           // onsets measured by the step and multi workloads
+	// Flow sampling (--max-cpu): reads are spread uniformly over Conns
+	// connections, and only the connections the capture keeps at
+	// SampleShift (one in 2^SampleShift, chosen by a hash of the
+	// connection as the eBPF programs do) reach the detector, which scales
+	// counts back by 2^SampleShift. SampleShift 0: everything is seen.
+	SampleShift uint8
+	Conns       int
+	// Window is the detector's window (0: its default, 800/HotQPS).
+	Window time.Duration
 }
 
 // Full is the configuration of the published table.
@@ -219,10 +228,12 @@ func RunOne(p Params, name, det string) (Result, error) {
 		return Result{}, err
 	}
 	col := &collector{first: map[string]int64{}}
-	d, err := detect.New(detect.Config{HotQPS: p.HotQPS, Detector: det}, col)
+	d, err := detect.New(detect.Config{HotQPS: p.HotQPS, Detector: det, Window: p.Window}, col)
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s: %w", name, err)
 	}
+	d.SetSampleShift(p.SampleShift)
+	kept := keptConns(p)
 	flow := decode.Flow{
 		Client: netip.MustParseAddrPort("10.0.0.9:40000"),
 		Server: netip.MustParseAddrPort("10.0.0.5:6379"),
@@ -255,12 +266,17 @@ func RunOne(p Params, name, det string) (Result, error) {
 			}
 			flow.TS = t0 + s.next
 			buf = append(buf[:0], s.key...)
-			d.Key(&flow, &req, decode.Key{Bytes: buf, Weight: 1})
-			obs++
+			if kept == nil || kept[rng.IntN(len(kept))] {
+				d.Key(&flow, &req, decode.Key{Bytes: buf, Weight: 1})
+				obs++
+			}
 			s.next += expGap(rng, s.qps)
 		}
 		k := w.bg.sample(rng)
 		seen[k] = true
+		if kept != nil && !kept[rng.IntN(len(kept))] {
+			continue
+		}
 		flow.TS = t0 + ts
 		buf = strconv.AppendInt(append(buf[:0], "k:"...), int64(k), 10)
 		d.Key(&flow, &req, decode.Key{Bytes: buf, Weight: 1})
@@ -316,6 +332,27 @@ func RunOne(p Params, name, det string) (Result, error) {
 	}
 	r.P50, r.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
 	return r, nil
+}
+
+// keptConns says which of p.Conns connections flow sampling keeps (nil:
+// all). As in the eBPF programs, a connection is kept when the low
+// SampleShift bits of a hash of it are zero: how many are kept varies
+// around Conns/2^SampleShift, as it does on a real server.
+func keptConns(p Params) []bool {
+	if p.SampleShift == 0 {
+		return nil
+	}
+	conns := max(p.Conns, 1)
+	kept := make([]bool, conns)
+	mask := uint64(1)<<p.SampleShift - 1
+	for i := range kept {
+		h := uint64(i)*0x9E3779B97F4A7C15 ^ p.Seed*0xC2B2AE3D27D4EB4F
+		h ^= h >> 31
+		h *= 0xBF58476D1CE4E5B9
+		h ^= h >> 29
+		kept[i] = h&mask == 0
+	}
+	return kept
 }
 
 func expGap(rng *rand.Rand, qps float64) int64 {
@@ -415,4 +452,58 @@ func ms(v float64, n int) string {
 		return "none found"
 	}
 	return fmt.Sprintf("%.0f ms", v)
+}
+
+// SamplingWorkloads are the workloads of the sampling table: the band at
+// the statistical edge, a skewed mix, and onsets.
+var SamplingWorkloads = []string{"band-0.8x-1.2x", "zipf-0.99", "step-2x", "multi-10x1.5x"}
+
+// SamplingCase is one row of the sampling table.
+type SamplingCase struct {
+	Shift  uint8
+	Conns  int
+	Window time.Duration // 0: the default
+}
+
+// RunSampling runs the sampling workloads on the default detector for each
+// case.
+func RunSampling(p Params, cases []SamplingCase) ([]Result, []SamplingCase, error) {
+	var out []Result
+	var at []SamplingCase
+	for _, c := range cases {
+		q := p
+		q.SampleShift, q.Conns, q.Window = c.Shift, c.Conns, c.Window
+		if c.Window > 0 {
+			// Three windows at least, so rates are measured over full ones.
+			q.Duration = max(q.Duration, 3*c.Window)
+		}
+		for _, w := range SamplingWorkloads {
+			r, err := RunOne(q, w, detect.DetectorDefault)
+			if err != nil {
+				return nil, nil, err
+			}
+			out = append(out, r)
+			at = append(at, c)
+		}
+	}
+	return out, at, nil
+}
+
+// SamplingTable formats RunSampling's results.
+func SamplingTable(p Params, rs []Result, at []SamplingCase) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Default detector, threshold %.0f req/s, background %.0f req/s, %d keys, seed %d; reads spread uniformly over the connections.\n\n", p.HotQPS, p.Rate, p.Keys, p.Seed)
+	b.WriteString("| sampling | window | connections | workload | recall ≥1.2× | false pos ≤0.8× | FP at 0.5–0.8× | onset p50 | onset p99 |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	for i, r := range rs {
+		c := at[i]
+		win := "default"
+		if c.Window > 0 {
+			win = c.Window.String()
+		}
+		fmt.Fprintf(&b, "| 1/%d | %s | %d | %s | %.3f (%d/%d) | %d / %d | %d / %d | %s | %s |\n",
+			1<<c.Shift, win, c.Conns, r.Workload, r.Recall(), r.Found, r.MustFind, r.FalsePos, r.Quiet,
+			r.NearFP, r.Near, ms(r.P50, r.Onsets), ms(r.P99, r.Onsets))
+	}
+	return b.String()
 }

@@ -68,16 +68,44 @@ func freePort(t testing.TB, p *netnstest.Pair) int {
 // with SIGTERM by stop, or killed in t.Cleanup.
 func startSniffer(t testing.TB, bin string, p *netnstest.Pair, srv netip.AddrPort, mode string, extra ...string) *sniffer {
 	t.Helper()
-	addr := net.JoinHostPort(p.NSIP.String(), strconv.Itoa(freePort(t, p)))
-	// `ip netns exec` execs hotsniff: the pid is hotsniff's own.
-	args := append([]string{"run", "--iface", p.NSIface, "--capture", mode,
-		"--port", "redis=" + strconv.Itoa(int(srv.Port())), "--listen", addr, "--hot-qps", "1000", "--output", "jsonl"}, extra...)
+	return startSnifferOut(t, bin, p, srv, mode, nil, extra...)
+}
+
+// startSnifferOut is startSniffer with hotsniff's stdout (the events)
+// written to stdout when not nil.
+func startSnifferOut(t testing.TB, bin string, p *netnstest.Pair, srv netip.AddrPort, mode string, stdout io.Writer, extra ...string) *sniffer {
+	t.Helper()
+	var addr string
+	var args []string
+	if mode == "cgroup" {
+		// The cgroup programs see every socket of the host, the namespace's
+		// included; `ip netns exec` remounts /sys, hiding the cgroup
+		// hierarchy, so this one runs in the host's namespace.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = l.Addr().String()
+		l.Close()
+		args = []string{"run", "--capture", "cgroup"}
+	} else {
+		addr = net.JoinHostPort(p.NSIP.String(), strconv.Itoa(freePort(t, p)))
+		args = []string{"run", "--iface", p.NSIface, "--capture", mode}
+	}
+	args = append(append(args, "--port", "redis="+strconv.Itoa(int(srv.Port())), "--listen", addr, "--hot-qps", "1000", "--output", "jsonl"), extra...)
 	// HOTSNIFF_RUN_ARGS adds flags to every run (compare --reply-copy 0,
 	// the default reply heads and --capture-replies side by side).
 	args = append(args, strings.Fields(os.Getenv("HOTSNIFF_RUN_ARGS"))...)
-	cmd := p.Command(context.Background(), bin, args...)
+	var cmd *exec.Cmd
+	if mode == "cgroup" {
+		cmd = exec.Command(bin, args...)
+	} else {
+		// `ip netns exec` execs hotsniff: the pid is hotsniff's own.
+		cmd = p.Command(context.Background(), bin, args...)
+	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
+	cmd.Stdout = stdout
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start hotsniff: %v", err)
 	}
@@ -88,7 +116,8 @@ func startSniffer(t testing.TB, bin string, p *netnstest.Pair, srv netip.AddrPor
 			_ = s.cmd.Wait()
 		}
 	})
-	deadline := time.Now().Add(15 * time.Second)
+	// Loading and verifying the programs takes seconds on a loaded machine.
+	deadline := time.Now().Add(45 * time.Second)
 	for {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err == nil {

@@ -97,6 +97,7 @@ Keys rendered here win over extraConfig.
 {{- with .Values.capture.interfaces }}{{ $_ := set $cfg "iface" . }}{{ end -}}
 {{- if include "hotsniff.cgroupMount" . }}{{ $_ := set $cfg "cgroup-path" "/host/sys/fs/cgroup" }}{{ end -}}
 {{- if gt (int64 .Values.capture.ringBufferSize) 0 }}{{ $_ := set $cfg "ring-size" (int64 .Values.capture.ringBufferSize) }}{{ end -}}
+{{- if gt (float64 (default 0 .Values.capture.maxCPU)) 0.0 }}{{ $_ := set $cfg "max-cpu" (float64 .Values.capture.maxCPU) }}{{ end -}}
 {{- with .Values.detection.rules }}{{ $_ := set $cfg "rules" . }}{{ end -}}
 {{- with .Values.detection.ignore }}{{ $_ := set $cfg "ignore" . }}{{ end -}}
 {{- if .Values.webConfig.existingSecret }}

@@ -1,0 +1,386 @@
+package perf
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/hotsniff/hotsniff/internal/netnstest"
+)
+
+// TestCostRatio prints the cost table of docs/performance.md ("Cost
+// relative to the cache server"): hotsniff's CPU (user + system of the
+// process, plus the run time the kernel accounts to its eBPF programs)
+// divided by redis-server's CPU (user + system) for the same requests,
+// measured in the same run, for each capture mode at -P 1 and -P 16. A
+// ratio holds across machines where absolute CPU figures do not: both
+// processes run on the same cores at the same clock.
+//
+// Arms, alternating within each round: HOTSNIFF_BIN_BEFORE (a build of an
+// earlier commit, when set), this tree's binary, and this tree's binary
+// with --max-cpu 0.05.
+//
+//	git archive main | tar -x -C /tmp/before && (cd /tmp/before && go build -o /tmp/hotsniff-before ./cmd/hotsniff)
+//	HOTSNIFF_COST=1 HOTSNIFF_BIN_BEFORE=/tmp/hotsniff-before go test -count=1 -timeout 60m -run TestCostRatio -v ./internal/perf/
+//
+// HOTSNIFF_ROUNDS (default 2) sets the rounds, HOTSNIFF_MODES (default
+// "tc xdp cgroup afpacket") the modes.
+func TestCostRatio(t *testing.T) {
+	if os.Getenv("HOTSNIFF_COST") != "1" {
+		t.Skip("set HOTSNIFF_COST=1 to run the cost measurements (minutes)")
+	}
+	netnstest.RequireRoot(t)
+	netnstest.Need(t, "redis-benchmark")
+	rounds := 2
+	if v, err := strconv.Atoi(os.Getenv("HOTSNIFF_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	modes := strings.Fields(os.Getenv("HOTSNIFF_MODES"))
+	if len(modes) == 0 {
+		modes = []string{"tc", "xdp", "cgroup", "afpacket"}
+	}
+	type arm struct {
+		name  string
+		bin   string
+		extra []string
+	}
+	after := buildHotsniff(t)
+	var arms []arm
+	if b := os.Getenv("HOTSNIFF_BIN_BEFORE"); b != "" {
+		arms = append(arms, arm{"before", b, nil})
+	}
+	arms = append(arms, arm{"after", after, nil}, arm{"after --max-cpu 0.05", after, []string{"--max-cpu", "0.05"}})
+
+	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+	if err != nil {
+		t.Fatalf("enable bpf stats: %v", err)
+	}
+	defer stats.Close()
+	t.Logf("machine: %d CPUs, load average %s at start", numCPU(), loadavg())
+	p := netnstest.NewPair(t)
+	srv, redisPID := startRedisPID(t, p)
+	type key struct {
+		mode, arm string
+		pipe      int
+	}
+	ratios := map[key][]float64{}
+	rates := map[key][]float64{}
+	for range rounds {
+		for _, mode := range modes {
+			for _, pipe := range []int{1, 16} {
+				for _, a := range arms {
+					n := 100000
+					if pipe == 16 {
+						n = 1000000
+					}
+					s := startSniffer(t, a.bin, p, srv, mode, a.extra...)
+					time.Sleep(300 * time.Millisecond)
+					r0, h0, b0 := procCPU(t, redisPID), s.cpuSeconds(t), progRunTime(t, s.cmd.Process.Pid)
+					benchmark(t, srv, n, pipe)
+					r1 := procCPU(t, redisPID)
+					// At --nice 10 on a busy machine hotsniff catches up from
+					// the ring after the benchmark: count its CPU once idle.
+					m := s.waitIdle(t)
+					h1, b1 := s.cpuSeconds(t), progRunTime(t, s.cmd.Process.Pid)
+					s.stop(t)
+					k := key{mode, a.name, pipe}
+					ratio := (h1 - h0 + (b1 - b0).Seconds()) / (r1 - r0)
+					ratios[k] = append(ratios[k], ratio)
+					rates[k] = append(rates[k], series(m, "hotsniff_capture_sample_rate", ""))
+					t.Logf("%s -P %d %s: hotsniff %.3fs user+sys + %.3fs bpf, redis-server %.3fs: ratio %.3f; dropped %v, sample rate %v",
+						mode, pipe, a.name, h1-h0, (b1 - b0).Seconds(), r1-r0, ratio, sum(m, "hotsniff_capture_dropped_total"), sum(m, "hotsniff_capture_sample_rate"))
+				}
+			}
+		}
+	}
+	var b strings.Builder
+	b.WriteString("| mode | load | " + armNames(arms, func(a arm) string { return a.name }) + " |\n|---|---|" + strings.Repeat("---|", len(arms)) + "\n")
+	for _, mode := range modes {
+		for _, pipe := range []int{1, 16} {
+			fmt.Fprintf(&b, "| %s | -P %d |", mode, pipe)
+			for _, a := range arms {
+				fmt.Fprintf(&b, " %s |", span(ratios[key{mode, a.name, pipe}], "%.3f"))
+			}
+			b.WriteString("\n")
+		}
+	}
+	t.Logf("hotsniff CPU (user+sys+bpf) / redis-server CPU, median [min–max] of %d rounds; load average %s at end\n%s", rounds, loadavg(), b.String())
+}
+
+// waitIdle scrapes /metrics until the decoded request count stops moving
+// (the daemon refreshes its metrics about once a second), at most 30 s.
+func (s *sniffer) waitIdle(t testing.TB) map[string]float64 {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	last, same := -1.0, 0
+	for {
+		m := s.scrape(t)
+		got := sum(m, "hotsniff_requests_total")
+		if got == last {
+			if same++; same >= 2 {
+				return m
+			}
+		} else {
+			same = 0
+		}
+		if time.Now().After(deadline) {
+			return m
+		}
+		last = got
+		time.Sleep(700 * time.Millisecond)
+	}
+}
+
+func armNames[T any](arms []T, name func(T) string) string {
+	var s []string
+	for _, a := range arms {
+		s = append(s, name(a))
+	}
+	return strings.Join(s, " | ")
+}
+
+// startRedisPID runs redis-server in the namespace on a free port and
+// returns its address and pid (`ip netns exec` execs it).
+func startRedisPID(t testing.TB, p *netnstest.Pair) (netip.AddrPort, int) {
+	t.Helper()
+	netnstest.Need(t, "redis-server")
+	port := freePort(t, p)
+	cmd := p.Start(t, "redis-server", "--port", strconv.Itoa(port), "--bind", "* -::*",
+		"--save", "", "--appendonly", "no", "--dir", t.TempDir(), "--protected-mode", "no")
+	addr := netip.AddrPortFrom(p.NSIP, uint16(port))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr.String(), 200*time.Millisecond)
+		if err == nil {
+			_ = c.SetDeadline(time.Now().Add(time.Second))
+			_, _ = c.Write([]byte("PING\r\n"))
+			line, err := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if err == nil && strings.HasPrefix(line, "+") {
+				return addr, cmd.Process.Pid
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server at %s not answering", addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// procCPU is a process's user+system CPU seconds from /proc/PID/stat.
+func procCPU(t testing.TB, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	ut, _ := strconv.ParseFloat(f[14-3], 64)
+	st, _ := strconv.ParseFloat(f[15-3], 64)
+	return (ut + st) / 100
+}
+
+// progRunTime sums the kernel's run-time accounting of the eBPF programs
+// the process holds (found through its descriptors' fdinfo prog_id), so
+// other hotsniff instances on the machine do not count.
+func progRunTime(t testing.TB, pid int) time.Duration {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint64]bool{}
+	var total time.Duration
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			v, ok := strings.CutPrefix(line, "prog_id:")
+			if !ok {
+				continue
+			}
+			id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+			if err != nil || seen[id] {
+				continue
+			}
+			seen[id] = true
+			prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+			if err != nil {
+				continue
+			}
+			if st, err := prog.Stats(); err == nil {
+				total += st.Runtime
+			}
+			prog.Close()
+		}
+	}
+	return total
+}
+
+// TestMaxCPUBudget is the --max-cpu check: under -P 16 load over many
+// connections (random keys from 100k, plus one planted hot key in every
+// connection's mix), `hotsniff run --capture tc --max-cpu 0.05` must keep
+// its measured CPU share (user + system + eBPF run time, over the second
+// half of each run, after the controller settled) within 10 % of the budget,
+// still report the hot key, and drop no ring record: HOTSNIFF_BUDGET_RUNS
+// runs (default 10). HOTSNIFF_BUDGET_NICE sets hotsniff's --nice (default
+// its own, 10): on a machine loaded by other work, a reader at nice 10 falls
+// behind and the programs' shedding, not the budget, sets the rate; at 0 the
+// budget does.
+//
+//	HOTSNIFF_COST=1 go test -count=1 -timeout 30m -run TestMaxCPUBudget -v ./internal/perf/
+func TestMaxCPUBudget(t *testing.T) {
+	if os.Getenv("HOTSNIFF_COST") != "1" {
+		t.Skip("set HOTSNIFF_COST=1 to run the cost measurements (minutes)")
+	}
+	netnstest.RequireRoot(t)
+	runs := 10
+	if v, err := strconv.Atoi(os.Getenv("HOTSNIFF_BUDGET_RUNS")); err == nil && v > 0 {
+		runs = v
+	}
+	dur := 20 * time.Second
+	if v, err := time.ParseDuration(os.Getenv("HOTSNIFF_BUDGET_DURATION")); err == nil && v > 0 {
+		dur = v
+	}
+	const budget = 0.05
+	bin := buildHotsniff(t)
+	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+	if err != nil {
+		t.Fatalf("enable bpf stats: %v", err)
+	}
+	defer stats.Close()
+	p := netnstest.NewPair(t)
+	srv, _ := startRedisPID(t, p)
+	t.Logf("machine: %d CPUs, load average %s at start", numCPU(), loadavg())
+	held := 0
+	for run := range runs {
+		time.Sleep(2 * time.Second) // the previous run's connections close
+		args := []string{"--max-cpu", strconv.FormatFloat(budget, 'f', -1, 64), "--hot-qps", "500"}
+		if n := os.Getenv("HOTSNIFF_BUDGET_NICE"); n != "" {
+			args = append(args, "--nice", n)
+		}
+		s, events := startSnifferEvents(t, bin, p, srv, args...)
+		ctx, cancel := context.WithTimeout(context.Background(), dur)
+		var sent atomic.Int64
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); sent.Store(loadMix(ctx, t, srv, 64, 16, 100000, "hot:planted", 0.05)) }()
+		time.Sleep(dur / 2)
+		h0, b0, t0 := s.cpuSeconds(t), progRunTime(t, s.cmd.Process.Pid), time.Now()
+		wg.Wait()
+		h1, b1, t1 := s.cpuSeconds(t), progRunTime(t, s.cmd.Process.Pid), time.Now()
+		cancel()
+		m := s.scrape(t)
+		s.stop(t)
+		share := (h1 - h0 + (b1 - b0).Seconds()) / t1.Sub(t0).Seconds()
+		hot := strings.Contains(events.String(), `"key":"hot:planted"`)
+		drops := series(m, "hotsniff_capture_dropped_total", `reason="ringbuf_full"`)
+		ok := share <= 1.1*budget && hot && drops == 0
+		if ok {
+			held++
+		}
+		t.Logf("run %d: %d requests in %s (%.0f/s); CPU share %.4f (user+sys %.3fs, bpf %.3fs over %.1fs) vs budget %.2f; sample rate %v, kernel steps %v; hot key reported %v; ringbuf_full %v; stream gaps %v; sampled out %v; ok %v",
+			run, sent.Load(), dur, float64(sent.Load())/dur.Seconds(), share, h1-h0, (b1 - b0).Seconds(), t1.Sub(t0).Seconds(), budget,
+			sum(m, "hotsniff_capture_sample_rate"), sum(m, "hotsniff_capture_sample_kernel_steps_total"), hot, drops,
+			sum(m, "hotsniff_stream_gaps_total"), sum(m, "hotsniff_capture_sampled_out_total"), ok)
+	}
+	t.Logf("%d of %d runs held the budget (share ≤ 1.1 × %.2f), reported the hot key and dropped nothing; load average %s at end", held, runs, budget, loadavg())
+	if held != runs {
+		t.Errorf("%d of %d runs held", held, runs)
+	}
+}
+
+// startSnifferEvents is startSniffer (TC mode) with the events printed on
+// stdout collected.
+func startSnifferEvents(t testing.TB, bin string, p *netnstest.Pair, srv netip.AddrPort, extra ...string) (*sniffer, *syncBuffer) {
+	t.Helper()
+	var out syncBuffer
+	s := startSnifferOut(t, bin, p, srv, "tc", &out, extra...)
+	return s, &out
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// loadMix drives conns connections, each sending pipelines of pipe GETs
+// until ctx ends: a key from keyspace at random, or hot with probability
+// hotShare. It returns the requests answered.
+func loadMix(ctx context.Context, t testing.TB, srv netip.AddrPort, conns, pipe, keyspace int, hot string, hotShare float64) int64 {
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	for i := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("tcp", srv.String())
+			if err != nil {
+				t.Errorf("dial: %v", err)
+				return
+			}
+			defer c.Close()
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			rd := bufio.NewReaderSize(c, 64<<10)
+			var buf []byte
+			for ctx.Err() == nil {
+				buf = buf[:0]
+				for range pipe {
+					k := hot
+					if rng.Float64() >= hotShare {
+						k = "key:" + strconv.Itoa(rng.IntN(keyspace))
+					}
+					buf = append(buf, netnstest.RESP("GET", k)...)
+				}
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, err := c.Write(buf); err != nil {
+					return
+				}
+				for range pipe {
+					line, err := rd.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if line[0] == '$' && line[1] != '-' {
+						n, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
+						if _, err := rd.Discard(n + 2); err != nil {
+							return
+						}
+					}
+				}
+				total.Add(int64(pipe))
+			}
+		}()
+	}
+	wg.Wait()
+	return total.Load()
+}
