@@ -132,3 +132,23 @@ export function decodeSnapshot(payload: string | Buffer | null): Snapshot {
   }
   return s;
 }
+
+/** hashIndex maps a hash reply, in whichever form the client library gives
+ * it (flat array, Map or object), from field to value; null if it is none. */
+export const hashIndex = (raw: unknown): Map<string, unknown> | null => {
+  const m = new Map<string, unknown>();
+  if (Array.isArray(raw)) {
+    for (let i = 0; i + 1 < raw.length; i += 2) m.set(keyString(raw[i]), raw[i + 1]);
+  } else if (raw instanceof Map) {
+    for (const [f, v] of raw) m.set(keyString(f), v);
+  } else if (raw && typeof raw === 'object') {
+    for (const [f, v] of Object.entries(raw)) m.set(keyString(f), v);
+  } else {
+    return null;
+  }
+  return m;
+};
+
+/** copyRaw returns a shallow copy of a hash reply, so the caller's copy and
+ * the cached one never share a container. */
+export const copyRaw = (raw: unknown): unknown => (Array.isArray(raw) ? raw.slice() : raw instanceof Map ? new Map(raw) : raw && typeof raw === 'object' ? { ...raw } : raw);

@@ -4,7 +4,7 @@
 // is wrapped); MULTI and everything after MULTI or WATCH until
 // EXEC/DISCARD/UNWATCH go to Redis. Writes drop their keys either way.
 
-import { keyString } from './events';
+import { copyRaw, hashIndex, keyString } from './events';
 import { Act, Core, KIND_HASH, KIND_STRING, Ticket, Value } from './cache';
 import { ChannelTransport, now } from './subscriber';
 import type { Arg } from './writes';
@@ -49,22 +49,6 @@ export function ioredisTransport(c: any): ChannelTransport {
     },
   };
 }
-
-const hashIndex = (raw: unknown): Map<string, unknown> | null => {
-  const m = new Map<string, unknown>();
-  if (Array.isArray(raw)) {
-    for (let i = 0; i + 1 < raw.length; i += 2) m.set(keyString(raw[i]), raw[i + 1]);
-  } else if (raw instanceof Map) {
-    for (const [f, v] of raw) m.set(keyString(f), v);
-  } else if (raw && typeof raw === 'object') {
-    for (const [f, v] of Object.entries(raw)) m.set(keyString(f), v);
-  } else {
-    return null;
-  }
-  return m;
-};
-
-const copyRaw = (raw: unknown): unknown => (Array.isArray(raw) ? raw.slice() : raw instanceof Map ? new Map(raw) : raw && typeof raw === 'object' ? { ...raw } : raw);
 
 export function installIoredis(redis: any, core: Core): () => void {
   const orig = redis.sendCommand;

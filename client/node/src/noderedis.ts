@@ -5,7 +5,7 @@
 // memory. Writes drop their keys either way. After WATCH nothing is served until EXEC, DISCARD or
 // UNWATCH.
 
-import { keyString } from './events';
+import { copyRaw, hashIndex, keyString } from './events';
 import { Act, Core, KIND_HASH, KIND_STRING, Ticket, Value } from './cache';
 import { ChannelTransport, now } from './subscriber';
 import type { Arg } from './writes';
@@ -44,22 +44,6 @@ export function nodeRedisTransport(c: any): ChannelTransport {
     },
   };
 }
-
-const hashIndex = (raw: unknown): Map<string, unknown> | null => {
-  const m = new Map<string, unknown>();
-  if (Array.isArray(raw)) {
-    for (let i = 0; i + 1 < raw.length; i += 2) m.set(keyString(raw[i]), raw[i + 1]);
-  } else if (raw instanceof Map) {
-    for (const [f, v] of raw) m.set(keyString(f), v);
-  } else if (raw && typeof raw === 'object') {
-    for (const [f, v] of Object.entries(raw)) m.set(keyString(f), v);
-  } else {
-    return null;
-  }
-  return m;
-};
-
-const copyRaw = (raw: unknown): unknown => (Array.isArray(raw) ? raw.slice() : raw instanceof Map ? new Map(raw) : raw && typeof raw === 'object' ? { ...raw } : raw);
 
 export function installNodeRedis(client: any, core: Core): () => void {
   const self = client._self ?? client;
