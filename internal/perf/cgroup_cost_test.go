@@ -31,14 +31,7 @@ import (
 // ingress) where TC on the server's veth sees it once, so both the cost per
 // run and per request are shown.
 func TestCgroupCost(t *testing.T) {
-	if os.Getenv("HOTSNIFF_FIGURES") != "1" {
-		t.Skip("set HOTSNIFF_FIGURES=1 to run the performance measurements (minutes)")
-	}
-	netnstest.RequireRoot(t)
-	rounds := 3
-	if v, err := strconv.Atoi(os.Getenv("HOTSNIFF_ROUNDS")); err == nil && v > 0 {
-		rounds = v
-	}
+	rounds := measurement(t, "HOTSNIFF_FIGURES", 3)
 	cg := ownCgroup(t)
 	p := netnstest.NewPair(t)
 	srv := p.StartRedis(t, freePort(t, p))

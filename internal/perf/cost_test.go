@@ -40,15 +40,8 @@ import (
 // HOTSNIFF_ROUNDS (default 2) sets the rounds, HOTSNIFF_MODES (default
 // "tc xdp cgroup afpacket") the modes.
 func TestCostRatio(t *testing.T) {
-	if os.Getenv("HOTSNIFF_COST") != "1" {
-		t.Skip("set HOTSNIFF_COST=1 to run the cost measurements (minutes)")
-	}
-	netnstest.RequireRoot(t)
+	rounds := measurement(t, "HOTSNIFF_COST", 2)
 	netnstest.Need(t, "redis-benchmark")
-	rounds := 2
-	if v, err := strconv.Atoi(os.Getenv("HOTSNIFF_ROUNDS")); err == nil && v > 0 {
-		rounds = v
-	}
 	modes := strings.Fields(os.Getenv("HOTSNIFF_MODES"))
 	if len(modes) == 0 {
 		modes = []string{"tc", "xdp", "cgroup", "afpacket"}

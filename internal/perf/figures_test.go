@@ -43,14 +43,7 @@ import (
 // (the kernel side alone) and an empty program on the same hook (the hook
 // alone).
 func TestFigures(t *testing.T) {
-	if os.Getenv("HOTSNIFF_FIGURES") != "1" {
-		t.Skip("set HOTSNIFF_FIGURES=1 to run the performance measurements (minutes)")
-	}
-	netnstest.RequireRoot(t)
-	rounds := 3
-	if v, err := strconv.Atoi(os.Getenv("HOTSNIFF_ROUNDS")); err == nil && v > 0 {
-		rounds = v
-	}
+	rounds := measurement(t, "HOTSNIFF_FIGURES", 3)
 	t.Logf("machine: %d CPUs, load average %s at start", numCPU(), loadavg())
 	p := netnstest.NewPair(t)
 	srv := p.StartRedis(t, 6379)

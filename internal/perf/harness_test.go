@@ -23,6 +23,22 @@ import (
 )
 
 // buildHotsniff builds ./cmd/hotsniff once per test binary.
+// measurement gates an opt-in measurement: it skips unless the environment
+// variable gate is "1" (these runs take minutes and are not part of make
+// test), requires root, and returns the rounds to run: HOTSNIFF_ROUNDS, or
+// def.
+func measurement(t testing.TB, gate string, def int) int {
+	t.Helper()
+	if os.Getenv(gate) != "1" {
+		t.Skipf("set %s=1 to run the performance measurements (minutes)", gate)
+	}
+	netnstest.RequireRoot(t)
+	if v, err := strconv.Atoi(os.Getenv("HOTSNIFF_ROUNDS")); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
 func buildHotsniff(t testing.TB) string {
 	t.Helper()
 	if bin := os.Getenv("HOTSNIFF_BIN"); bin != "" {
