@@ -92,7 +92,7 @@ struct rec_hdr {
 	__u8 flags;      // TCP flags
 	__u8 family;     // 4 or 6
 	__u8 hook;       // enum hook
-	__u8 sample;     // sampling: shift in effect (bits 0-4), REC_RESUMED (bit 7)
+	__u8 sample;     // sampling: level in effect (bits 0-6), REC_RESUMED (bit 7)
 	__u32 pad2;
 };
 
@@ -635,20 +635,27 @@ static __always_inline void copy_out_x(void *ctx, int xdp, struct counters *cnt,
 
 
 // Flow sampling (--max-cpu). A flow (client address and port, server port:
-// both directions hash alike) is kept at shift s when the low s bits of its
-// hash are zero, so one in 2^s flows is copied and the others are skipped
-// whole: the stream layer never sees part of a request, and the sets kept
-// at larger shifts are subsets of those kept at smaller ones. User space
-// sets the shift from its CPU budget; the programs raise it themselves when
-// a ring fills past three quarters, so under overload whole flows are shed on purpose
+// both directions hash alike) is kept while the top 16 bits of its hash are
+// below keep: keep/65536 of the flows are copied and the others are skipped
+// whole, so the stream layer never sees part of a request, and the flows
+// kept at a smaller keep are a subset of those kept at a larger one. The
+// rate moves in levels of a sixteenth of an octave (level L keeps about
+// 2^(-L/16) of the flows: level 16 is 1/2, 127 about 1/244), fine enough
+// for user space to hold a CPU budget to a few per cent; the record carries
+// the level, so user space scales every record by what was in effect when
+// it was copied. User space sets the level from its CPU budget; the
+// programs raise it themselves (a halving: 16 levels) when a ring fills
+// past three quarters, so under overload whole flows are shed on purpose
 // instead of records being dropped at random.
 struct sampling {
-	__u32 shift;        // current: keep 1 in 2^shift flows (0 = all)
-	__u32 resume_shift; // flows kept now but not at this shift were skipped lately
+	__u32 level;        // current level (0 = all flows)
+	__u32 keep;         // keep the flows whose hash16 < keep (65536 = all)
+	__u32 resume_keep;  // flows with hash16 >= resume_keep were skipped lately
+	__u32 pad;
 	__u64 resume_until; // ...until this time (ns): their records carry REC_RESUMED
-	__u64 raised_ns;    // last time the programs raised the shift
+	__u64 raised_ns;    // last time the programs raised the level
 	__u64 raised_avail; // unread bytes in the ring that raised it, then
-	__u64 raises;       // times the programs raised the shift (ring filling)
+	__u64 raises;       // times the programs raised the level (ring filling)
 };
 
 struct {
@@ -660,63 +667,86 @@ struct {
 
 const struct sampling *unused_sampling __attribute__((unused));
 
-// sampled_out counts, per CPU, the segments of flows sampled out: skipped
-// on purpose, not lost.
+// sample_counts is per CPU, counted only while sampling (level > 0):
+// segments of sampled-out flows (skipped on purpose, not lost), and the
+// request payload bytes of skipped and of kept flows, from which user space
+// measures the fraction of requests it really sees: with few connections
+// the flows kept differ from keep/65536 by chance, and counts scaled by the
+// nominal rate would be off by as much.
+struct sample_counts {
+	__u64 out_segs;
+	__u64 out_bytes;
+	__u64 kept_bytes;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct sample_counts);
 } sampled_out SEC(".maps");
 
-#define MAX_SHIFT 12
+const struct sample_counts *unused_sample_counts __attribute__((unused));
+
+#define MAX_LEVEL 127
+#define LEVELS_PER_HALVING 16
+#define KEEP_ALL 65536
 #define REC_RESUMED 0x80
 // A ring more than three quarters full (the reader is woken at a
 // sixteenth, so it is far behind; below that a burst still fits, as it did
-// before sampling existed) raises the shift, at most once per RAISE_GAP_NS,
-// and again only while the backlog keeps growing: what the last step left
-// in the ring takes the reader a moment to drain, and a ring that is still
-// over three quarters full but no longer filling needs no further step.
+// before sampling existed) raises the level by a halving, at most once per
+// RAISE_GAP_NS, and again only while the backlog keeps growing: what the
+// last step left in the ring takes the reader a moment to drain, and a ring
+// that is still over three quarters full but no longer filling needs no
+// further step.
 #define RAISE_GAP_NS 10000000ULL
 
 // sample_check is the sampling decision for a connection given as its
 // client address (four words, network order) and ports (client << 16 |
-// server): -1 to skip it, else the record's sample byte. emit says the
+// server): -1 to skip it, else the record's sample byte. how: bit 0, the
 // segment will make a record (payload to copy, or SYN/FIN/RST): only then
 // is the ring's fill looked at, so pure ACKs and uncopied replies pay for
-// a hash at most. It is a global
-// function so the verifier checks it once, apart from its callers, and the
-// callers continue from one state whatever it did: a static function's
-// branches multiplied the states the copy code after it was verified in,
-// and loading took four times as long.
-__attribute__((noinline)) int sample_check(__u64 a01, __u64 a23, __u32 ports, int emit)
+// a hash at most; bit 1, it is a request (its payload, pay, counts toward
+// the kept fraction). It is a global function so the verifier checks it
+// once, apart from its callers, and the callers continue from one state
+// whatever it did: a static function's branches multiplied the states the
+// copy code after it was verified in, and loading took four times as long.
+__attribute__((noinline)) int sample_check(__u64 a01, __u64 a23, __u32 ports, __u32 how, __u32 pay)
 {
 	__u32 zero = 0;
 	struct sampling *s = bpf_map_lookup_elem(&sampling, &zero);
 	if (!s)
 		return 0;
-	__u32 shift = s->shift;
-	__u32 rs = s->resume_shift;
-	__u64 hash = 0;
-	if (shift || rs) {
+	__u32 level = s->level;
+	__u32 keep = s->keep;
+	__u32 rk = s->resume_keep;
+	__u32 h16 = 0;
+	if (level || rk < KEEP_ALL) {
 		__u64 x = a01 * 0x9E3779B97F4A7C15ULL ^ a23 * 0xC2B2AE3D27D4EB4FULL ^
 			  (__u64)ports * 0x94D049BB133111EBULL;
 		x ^= x >> 31;
 		x *= 0xBF58476D1CE4E5B9ULL;
 		x ^= x >> 29;
-		hash = x;
-		if (shift > MAX_SHIFT)
-			shift = MAX_SHIFT;
-		if (hash & ((1ULL << shift) - 1)) {
-			__u64 *n = bpf_map_lookup_elem(&sampled_out, &zero);
-			if (n)
-				(*n)++;
+		h16 = x >> 48;
+	}
+	if (level) {
+		struct sample_counts *n = bpf_map_lookup_elem(&sampled_out, &zero);
+		if (h16 >= keep) {
+			if (n) {
+				n->out_segs++;
+				if (how & 2)
+					n->out_bytes += pay;
+			}
 			return -1;
 		}
+		if (n && (how & 2))
+			n->kept_bytes += pay;
 	}
+	if (level > MAX_LEVEL)
+		level = MAX_LEVEL;
 	// Still kept: if this CPU's ring is more than 3/4 full, shed more
 	// flows from now on, before the ring fills and records are lost.
-	void *rb = emit && shift < MAX_SHIFT ? cpu_ring() : 0;
+	void *rb = (how & 1) && level + LEVELS_PER_HALVING <= MAX_LEVEL ? cpu_ring() : 0;
 	if (rb) {
 		__u64 avail = bpf_ringbuf_query(rb, BPF_RB_AVAIL_DATA);
 		__u64 size = bpf_ringbuf_query(rb, BPF_RB_RING_SIZE);
@@ -728,19 +758,20 @@ __attribute__((noinline)) int sample_check(__u64 a01, __u64 a23, __u32 ports, in
 			// step again only once it grew by another 1/32 of
 			// the ring, so the rate falls with the fill level, not
 			// with time (each step halves the growth, the next takes
-			// twice as long). A second later, start over.
+			// twice as long). A second later, start over. Halving
+			// keep is level + 16 to within one part in keep.
 			if (now - s->raised_ns >= RAISE_GAP_NS &&
 			    (avail >= s->raised_avail + size / 32 || now - s->raised_ns >= 100 * RAISE_GAP_NS)) {
 				s->raised_ns = now;
 				s->raised_avail = avail;
-				s->shift = shift + 1;
+				s->keep = keep / 2;
+				s->level = level + LEVELS_PER_HALVING;
 				__sync_fetch_and_add(&s->raises, 1);
 			}
 		}
 	}
-	int flags = shift & 0x1f;
-	if (rs > shift && rs <= MAX_SHIFT && (hash & ((1ULL << rs) - 1)) &&
-	    bpf_ktime_get_ns() < s->resume_until)
+	int flags = level & 0x7f;
+	if (rk < keep && h16 >= rk && bpf_ktime_get_ns() < s->resume_until)
 		flags |= REC_RESUMED;
 	return flags;
 }
@@ -752,10 +783,12 @@ static __always_inline int sample_skip(struct rec_hdr *h, struct parsed *p)
 {
 	int reply = p->reply;
 	int emit = (p->pay_len != 0 && (!reply || replies)) || (h->flags & (F_SYN | F_FIN | F_RST));
+	__u32 how = (emit ? 1 : 0) | (reply ? 0 : 2);
 	const __u32 *a = (const __u32 *)(reply ? h->daddr : h->saddr);
 	__u32 cport = reply ? h->dport : h->sport;
 	__u32 sport = reply ? h->sport : h->dport;
-	int r = sample_check((__u64)a[0] << 32 | a[1], (__u64)a[2] << 32 | a[3], cport << 16 | sport, emit);
+	int r = sample_check((__u64)a[0] << 32 | a[1], (__u64)a[2] << 32 | a[3], cport << 16 | sport, how,
+			     p->pay_len == 0xffffffff ? 0 : p->pay_len);
 	if (r < 0)
 		return 1;
 	h->sample = r;

@@ -51,10 +51,19 @@ type hotsniffRecHdr struct {
 	Pad2    uint32
 }
 
+type hotsniffSampleCounts struct {
+	_         structs.HostLayout
+	OutSegs   uint64
+	OutBytes  uint64
+	KeptBytes uint64
+}
+
 type hotsniffSampling struct {
 	_           structs.HostLayout
-	Shift       uint32
-	ResumeShift uint32
+	Level       uint32
+	Keep        uint32
+	ResumeKeep  uint32
+	Pad         uint32
 	ResumeUntil uint64
 	RaisedNs    uint64
 	RaisedAvail uint64
@@ -98,6 +107,7 @@ const (
 	hotsniffVarUnusedCounters         = "unused_counters"
 	hotsniffVarUnusedPortBitmap       = "unused_port_bitmap"
 	hotsniffVarUnusedRecHdr           = "unused_rec_hdr"
+	hotsniffVarUnusedSampleCounts     = "unused_sample_counts"
 	hotsniffVarUnusedSampling         = "unused_sampling"
 	hotsniffVarUnusedSkipKey          = "unused_skip_key"
 	hotsniffVarUnusedSkipRange        = "unused_skip_range"
@@ -171,18 +181,19 @@ type hotsniffMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hotsniffVariableSpecs struct {
-	MaxCopy          *ebpf.VariableSpec `ebpf:"max_copy"`
-	RawIp            *ebpf.VariableSpec `ebpf:"raw_ip"`
-	Replies          *ebpf.VariableSpec `ebpf:"replies"`
-	ReplyCopy        *ebpf.VariableSpec `ebpf:"reply_copy"`
-	UnusedCounters   *ebpf.VariableSpec `ebpf:"unused_counters"`
-	UnusedPortBitmap *ebpf.VariableSpec `ebpf:"unused_port_bitmap"`
-	UnusedRecHdr     *ebpf.VariableSpec `ebpf:"unused_rec_hdr"`
-	UnusedSampling   *ebpf.VariableSpec `ebpf:"unused_sampling"`
-	UnusedSkipKey    *ebpf.VariableSpec `ebpf:"unused_skip_key"`
-	UnusedSkipRange  *ebpf.VariableSpec `ebpf:"unused_skip_range"`
-	WakeupBytes      *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
-	WakeupNs         *ebpf.VariableSpec `ebpf:"wakeup_ns"`
+	MaxCopy            *ebpf.VariableSpec `ebpf:"max_copy"`
+	RawIp              *ebpf.VariableSpec `ebpf:"raw_ip"`
+	Replies            *ebpf.VariableSpec `ebpf:"replies"`
+	ReplyCopy          *ebpf.VariableSpec `ebpf:"reply_copy"`
+	UnusedCounters     *ebpf.VariableSpec `ebpf:"unused_counters"`
+	UnusedPortBitmap   *ebpf.VariableSpec `ebpf:"unused_port_bitmap"`
+	UnusedRecHdr       *ebpf.VariableSpec `ebpf:"unused_rec_hdr"`
+	UnusedSampleCounts *ebpf.VariableSpec `ebpf:"unused_sample_counts"`
+	UnusedSampling     *ebpf.VariableSpec `ebpf:"unused_sampling"`
+	UnusedSkipKey      *ebpf.VariableSpec `ebpf:"unused_skip_key"`
+	UnusedSkipRange    *ebpf.VariableSpec `ebpf:"unused_skip_range"`
+	WakeupBytes        *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	WakeupNs           *ebpf.VariableSpec `ebpf:"wakeup_ns"`
 }
 
 // hotsniffObjects contains all objects after they have been loaded into the kernel.
@@ -230,18 +241,19 @@ func (m *hotsniffMaps) Close() error {
 //
 // It can be passed to loadHotsniffObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hotsniffVariables struct {
-	MaxCopy          *ebpf.Variable `ebpf:"max_copy"`
-	RawIp            *ebpf.Variable `ebpf:"raw_ip"`
-	Replies          *ebpf.Variable `ebpf:"replies"`
-	ReplyCopy        *ebpf.Variable `ebpf:"reply_copy"`
-	UnusedCounters   *ebpf.Variable `ebpf:"unused_counters"`
-	UnusedPortBitmap *ebpf.Variable `ebpf:"unused_port_bitmap"`
-	UnusedRecHdr     *ebpf.Variable `ebpf:"unused_rec_hdr"`
-	UnusedSampling   *ebpf.Variable `ebpf:"unused_sampling"`
-	UnusedSkipKey    *ebpf.Variable `ebpf:"unused_skip_key"`
-	UnusedSkipRange  *ebpf.Variable `ebpf:"unused_skip_range"`
-	WakeupBytes      *ebpf.Variable `ebpf:"wakeup_bytes"`
-	WakeupNs         *ebpf.Variable `ebpf:"wakeup_ns"`
+	MaxCopy            *ebpf.Variable `ebpf:"max_copy"`
+	RawIp              *ebpf.Variable `ebpf:"raw_ip"`
+	Replies            *ebpf.Variable `ebpf:"replies"`
+	ReplyCopy          *ebpf.Variable `ebpf:"reply_copy"`
+	UnusedCounters     *ebpf.Variable `ebpf:"unused_counters"`
+	UnusedPortBitmap   *ebpf.Variable `ebpf:"unused_port_bitmap"`
+	UnusedRecHdr       *ebpf.Variable `ebpf:"unused_rec_hdr"`
+	UnusedSampleCounts *ebpf.Variable `ebpf:"unused_sample_counts"`
+	UnusedSampling     *ebpf.Variable `ebpf:"unused_sampling"`
+	UnusedSkipKey      *ebpf.Variable `ebpf:"unused_skip_key"`
+	UnusedSkipRange    *ebpf.Variable `ebpf:"unused_skip_range"`
+	WakeupBytes        *ebpf.Variable `ebpf:"wakeup_bytes"`
+	WakeupNs           *ebpf.Variable `ebpf:"wakeup_ns"`
 }
 
 // hotsniffPrograms contains all programs after they have been loaded into the kernel.

@@ -296,6 +296,9 @@ func (c *Capture) createMaps(online []bool) error {
 	if c.sampling, err = ebpf.NewMap(c.spec.Maps[hotsniffMapSampling]); err != nil {
 		return fmt.Errorf("create sampling map: %w", err)
 	}
+	if err := initSampling(c.sampling); err != nil {
+		return err
+	}
 	if c.sampled, err = ebpf.NewMap(c.spec.Maps[hotsniffMapSampledOut]); err != nil {
 		return fmt.Errorf("create sampled-out map: %w", err)
 	}

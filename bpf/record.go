@@ -35,7 +35,7 @@ const (
 
 // Bits of the record's sample byte (struct rec_hdr.sample).
 const (
-	sampleShiftMask = 0x1f
+	sampleLevelMask = 0x7f
 	sampleResumed   = 0x80
 )
 
@@ -70,7 +70,7 @@ func ParseRecord(raw []byte, monoOffset int64, seg *capture.Segment) (Hook, erro
 	seg.Missing = le.Uint32(raw[offMissing : offMissing+4])
 	seg.Flags = raw[offFlags]
 	sm := raw[offSample]
-	seg.SampleShift = sm & sampleShiftMask
+	seg.SampleLevel = sm & sampleLevelMask
 	seg.Resumed = sm&sampleResumed != 0
 	end := RecHdrSize + int(n)
 	seg.Payload = raw[RecHdrSize:end:end]

@@ -5,21 +5,34 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-)
 
-// MaxSampleShift is the largest flow sampling shift the programs apply:
-// one connection in 4096.
-const MaxSampleShift = 12
+	"github.com/hotsniff/hotsniff/capture"
+)
 
 // Sampling is the flow sampling state shared by every attachment.
 type Sampling struct {
-	// Shift: one connection in 2^Shift is copied (0: all).
-	Shift uint32
-	// Raises counts the times the programs raised Shift themselves because
-	// a ring was filling.
+	// Level: about 2^(-Level/16) of the connections are copied
+	// (capture.SampleRate; 0: all).
+	Level uint8
+	// Raises counts the times the programs raised Level themselves
+	// because a ring was filling.
 	Raises uint64
 	// SampledOut counts segments of connections that were sampled out.
 	SampledOut uint64
+	// OutBytes and KeptBytes count request payload bytes of sampled-out
+	// and of kept connections while sampling was on: the fraction of
+	// requests really seen, which with few connections differs from the
+	// level's nominal rate by chance.
+	OutBytes, KeptBytes uint64
+}
+
+// initSampling sets a fresh sampling map to "keep everything".
+func initSampling(m *ebpf.Map) error {
+	s := hotsniffSampling{Keep: capture.KeepAll, ResumeKeep: capture.KeepAll}
+	if err := m.Update(uint32(0), &s, ebpf.UpdateExist); err != nil {
+		return fmt.Errorf("initialize sampling map: %w", err)
+	}
+	return nil
 }
 
 // Sampling reads the sampling state.
@@ -28,46 +41,49 @@ func (c *Capture) Sampling() (Sampling, error) {
 	if err := c.sampling.Lookup(uint32(0), &s); err != nil {
 		return Sampling{}, fmt.Errorf("read sampling map: %w", err)
 	}
-	var per []uint64
+	var per []hotsniffSampleCounts
 	if err := c.sampled.Lookup(uint32(0), &per); err != nil {
 		return Sampling{}, fmt.Errorf("read sampled-out counters: %w", err)
 	}
-	out := Sampling{Shift: s.Shift, Raises: s.Raises}
+	out := Sampling{Level: uint8(min(s.Level, capture.MaxSampleLevel)), Raises: s.Raises}
 	for _, n := range per {
-		out.SampledOut += n
+		out.SampledOut += n.OutSegs
+		out.OutBytes += n.OutBytes
+		out.KeptBytes += n.KeptBytes
 	}
 	return out, nil
 }
 
-// SetSampleShift makes the programs copy one connection in 2^shift. The
-// connections kept at a larger shift are a subset of those kept at a
-// smaller one, so raising the shift only stops copying some; lowering it
-// resumes some that were skipped: their records carry Segment.Resumed for
-// resumeFor (the stream layer's idle timeout: a connection skipped longer
-// than that was forgotten anyway), so the stream layer restarts them
-// without counting the skipped bytes as lost.
+// SetSampleLevel makes the programs copy the connections level keeps
+// (capture.KeepAt). The connections kept at a deeper level are a subset of
+// those kept at a shallower one, so raising the level only stops copying
+// some; lowering it resumes some that were skipped: their records carry
+// Segment.Resumed for resumeFor (the stream layer's idle timeout: a
+// connection skipped longer than that was forgotten anyway), so the stream
+// layer restarts them without counting the skipped bytes as lost.
 //
-// The programs may raise the shift between a read and this write; the
+// The programs may raise the level between a read and this write; the
 // write wins and the next control step sees the rings again.
-func (c *Capture) SetSampleShift(shift uint32, resumeFor time.Duration) error {
-	shift = min(shift, MaxSampleShift)
+func (c *Capture) SetSampleLevel(level uint8, resumeFor time.Duration) error {
+	level = min(level, capture.MaxSampleLevel)
 	var s hotsniffSampling
 	if err := c.sampling.Lookup(uint32(0), &s); err != nil {
 		return fmt.Errorf("read sampling map: %w", err)
 	}
-	if shift == s.Shift {
+	keep := capture.KeepAt(level)
+	if uint32(level) == s.Level && keep == s.Keep {
 		return nil
 	}
-	if shift < s.Shift {
+	if keep > s.Keep {
 		now := uint64(monotonicNow())
-		rs := s.Shift
+		rk := s.Keep
 		if s.ResumeUntil > now {
-			rs = max(rs, s.ResumeShift) // an earlier resume still running
+			rk = min(rk, s.ResumeKeep) // an earlier resume still running
 		}
-		s.ResumeShift = rs
+		s.ResumeKeep = rk
 		s.ResumeUntil = now + uint64(resumeFor.Nanoseconds())
 	}
-	s.Shift = shift
+	s.Level, s.Keep = uint32(level), keep
 	if err := c.sampling.Update(uint32(0), &s, ebpf.UpdateExist); err != nil {
 		return fmt.Errorf("write sampling map: %w", err)
 	}

@@ -10,13 +10,15 @@ import (
 	"github.com/hotsniff/hotsniff/capture"
 )
 
-// At shift 2 about one connection in four is copied, each whole: every
-// segment of a kept connection in both directions (its request and the
-// server's FIN) is recorded, none of a skipped one, and the skipped ones
-// are counted as sampled out, not as losses.
+// At level 27 about 31 % of the connections are copied (a rate between
+// powers of two), each whole: every segment of a kept connection in both
+// directions (its request and the server's FIN) is recorded, none of a
+// skipped one, the skipped ones are counted as sampled out, not as losses,
+// and the request bytes of kept and skipped connections are counted apart.
 func TestSamplingKeepsConnectionsWhole(t *testing.T) {
 	c, objs, rd := openTestConfig(t, Config{Ports: []uint16{6379}, RingSize: 1 << 20})
-	if err := c.SetSampleShift(2, time.Minute); err != nil {
+	const level = 27
+	if err := c.SetSampleLevel(level, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	get := []byte("*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n")
@@ -43,8 +45,8 @@ func TestSamplingKeepsConnectionsWhole(t *testing.T) {
 			case 2:
 				kept++
 				for _, s := range segs {
-					if s.SampleShift != 2 || s.Resumed {
-						t.Fatalf("%s: record %+v: want sample shift 2, not resumed", pname, s)
+					if s.SampleLevel != level || s.Resumed {
+						t.Fatalf("%s: record %+v: want sample level %d, not resumed", pname, s, level)
 					}
 				}
 				if segs[0].Flags&capture.FlagFIN != 0 && segs[1].Flags&capture.FlagFIN != 0 {
@@ -58,12 +60,18 @@ func TestSamplingKeepsConnectionsWhole(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Binomial(256, 1/4): 64 ± 7; 32..96 is beyond 4 σ.
-		if kept < 32 || kept > 96 {
-			t.Errorf("%s: %d of %d connections kept at 1/4", pname, kept, conns)
+		// Binomial(256, 0.31): 79 ± 7.4; 45..113 is beyond 4.5 σ.
+		if kept < 45 || kept > 113 {
+			t.Errorf("%s: %d of %d connections kept at rate %.3f", pname, kept, conns, capture.SampleRate(level))
 		}
 		if got := after.SampledOut - before.SampledOut; got != uint64(2*(conns-kept)) {
 			t.Errorf("%s: %d segments sampled out, want %d", pname, got, 2*(conns-kept))
+		}
+		if got, want := after.KeptBytes-before.KeptBytes, uint64(kept*len(get)); got != want {
+			t.Errorf("%s: %d request bytes counted kept, want %d", pname, got, want)
+		}
+		if got, want := after.OutBytes-before.OutBytes, uint64((conns-kept)*len(get)); got != want {
+			t.Errorf("%s: %d request bytes counted sampled out, want %d", pname, got, want)
 		}
 	}
 }
@@ -81,7 +89,7 @@ func TestSamplingResumeMarks(t *testing.T) {
 		}
 		return drain(t, rd)
 	}
-	if err := c.SetSampleShift(3, time.Minute); err != nil {
+	if err := c.SetSampleLevel(48, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	var keptAt3 []int
@@ -90,11 +98,11 @@ func TestSamplingResumeMarks(t *testing.T) {
 			keptAt3 = append(keptAt3, port)
 		}
 	}
-	if err := c.SetSampleShift(0, time.Minute); err != nil {
+	if err := c.SetSampleLevel(0, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := c.Sampling(); st.Shift != 0 {
-		t.Fatalf("shift %d after setting 0", st.Shift)
+	if st, _ := c.Sampling(); st.Level != 0 {
+		t.Fatalf("level %d after setting 0", st.Level)
 	}
 	was := map[int]bool{}
 	for _, p := range keptAt3 {
@@ -117,10 +125,10 @@ func TestSamplingResumeMarks(t *testing.T) {
 		t.Fatalf("%d kept at 1/8, %d resumed: the test tests nothing", len(keptAt3), resumed)
 	}
 	// After the resume period nothing is marked.
-	if err := c.SetSampleShift(1, time.Minute); err != nil {
+	if err := c.SetSampleLevel(16, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.SetSampleShift(0, time.Nanosecond); err != nil {
+	if err := c.SetSampleLevel(0, time.Nanosecond); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Millisecond)
@@ -132,7 +140,7 @@ func TestSamplingResumeMarks(t *testing.T) {
 }
 
 // A ring more than three quarters full makes the programs halve the rate themselves.
-func TestRingFillingRaisesShift(t *testing.T) {
+func TestRingFillingRaisesLevel(t *testing.T) {
 	c, objs, _ := openTestConfig(t, Config{Ports: []uint16{6379}, RingSize: 64 << 10})
 	get := pkt{src: cli4, dst: srv4, flags: 0x18, seq: 1, payload: []byte("*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n")}
 	// Nothing reads the ring: ~700 records of 96 bytes fill three quarters of 64 KiB and more.
@@ -143,7 +151,7 @@ func TestRingFillingRaisesShift(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Shift == 0 || st.Raises == 0 {
-		t.Fatalf("sampling %+v after filling the ring past three quarters: want the shift raised", st)
+	if st.Level == 0 || st.Level%capture.LevelsPerHalving != 0 || st.Raises == 0 {
+		t.Fatalf("sampling %+v after filling the ring past three quarters: want the level raised by halvings", st)
 	}
 }

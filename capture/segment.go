@@ -40,9 +40,10 @@ type Segment struct {
 	// between what the stream layer saw last and this segment were not
 	// lost, so it restarts the direction here without counting a gap.
 	Resumed bool
-	// SampleShift is the flow sampling in effect when the segment was
-	// copied: one connection in 2^SampleShift (0: all).
-	SampleShift uint8
+	// SampleLevel is the flow sampling in effect when the segment was
+	// copied: about 2^(-SampleLevel/16) of the connections are seen
+	// (SampleRate gives the exact fraction; 0: all).
+	SampleLevel uint8
 }
 
 // Source yields TCP segments.

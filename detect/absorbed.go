@@ -57,8 +57,8 @@ func (d *Detector) Absorbed(f *decode.Flow, a *decode.Absorbed) {
 		return
 	}
 	// A report travels on its connection, so flow sampling saw it with
-	// the same odds as the reads: it stands for 2^shift reports.
-	credited, capped := d.absorb(e, scaleHits(a.Hits, d.scaleShift), a.WindowMS)
+	// the same odds as the reads and is scaled alike.
+	credited, capped := d.absorb(e, d.scaleHits(a.Hits), a.WindowMS)
 	d.st.AbsorbedReports++
 	d.st.AbsorbedHits += credited
 	if capped {

@@ -37,6 +37,10 @@ func (d *Detector) ReplyKey(f *decode.Flow, ns int32, k decode.Key, n uint64) {
 	h := d.identity(f, ns, k.Bytes)
 	c := uint32(min(n, math.MaxUint32))
 	d.st.ReplyBytes += n
+	if d.samp.guard != 0 {
+		// Replies of sampled-out connections are skipped with them.
+		c = d.scaleWeight(c)
+	}
 	if d.gate[h>>(64-gateBits)] != 0 {
 		if e := d.hot.find(h, f, ns, k.Bytes); e != nil {
 			if e.bwin.sum == 0 && e.bthr == 0 && e.bsince == 0 {

@@ -95,11 +95,9 @@ type Detector struct {
 	hot  hotList
 	gate []uint32 // hot entries per gate index: most reads skip the hot lookup
 
-	// shift is the capture's flow sampling: one connection in 2^shift
-	// was seen, so each read counts 2^shift (sampling.go).
-	shift      uint8
-	scaleShift uint8 // min(shift, maxShift): what counts are scaled by
-	maxShift   uint8 // the deepest sampling counts are scaled for (sampling.go)
+	// samp is the capture's flow sampling: each read seen stands for
+	// samp.scale reads (sampling.go).
+	samp sampling
 
 	def  *windowed // default detector, or nil
 	tair *tairDet  // tair detector, or nil
@@ -153,7 +151,7 @@ func New(cfg Config, out Emitter) (*Detector, error) {
 		lifetime: int64(c.TTL),
 	}
 	d.win = d.sub * numSub
-	d.maxShift = d.shiftFor(scaleReads)
+	d.samp.init()
 	d.seed = identitySeed(d.seedServer, d.seedProto, d.seedNS)
 	if c.Detector == DetectorTair {
 		d.tair = newTair(d, c.Tair)
@@ -202,8 +200,8 @@ func (d *Detector) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 	if w == 0 {
 		w = 1
 	}
-	if d.scaleShift != 0 {
-		w = scaleWeight(w, d.scaleShift)
+	if d.samp.guard != 0 {
+		w = d.scaleWeight(w)
 	}
 	if d.gate[h>>(64-gateBits)] != 0 {
 		if e := d.hot.find(h, f, r.NS, k.Bytes); e != nil {

@@ -2,89 +2,163 @@ package detect
 
 import "math"
 
-// Flow sampling. Under a CPU budget (--max-cpu) the capture copies one
-// connection in 2^shift and skips the others whole. Every read it does see
-// then stands for 2^shift reads, so counts are scaled here, where they are
-// added, and thresholds, rates and events stay in true requests per second.
-// Scaling by a power of two keeps counts integers.
-
-// SetSampleShift tells the detector that from now on one connection in
-// 2^shift is seen (0: all). Like Key, it runs on the observing goroutine;
-// the pipeline calls it when the capture's records say the rate changed.
+// Flow sampling. Under a CPU budget (--max-cpu) the capture copies a
+// fraction of the connections, each whole, and skips the others. Every
+// read it does see then stands for 1/fraction reads, so counts are scaled
+// here, where they are added, and thresholds, rates and events stay in true
+// requests per second.
 //
-// Counts are scaled by 2^shift only while a key at the threshold still
-// leaves scaleReads reads in a window (1/4 with the default window).
-// Deeper sampling happens only when the capture sheds load to keep its
-// rings from overflowing; scaled further, one read of a random key would
-// stand for more than a hot key's window of reads and every key seen would
-// look hot. Beyond it keys are under-counted instead: a key must be
-// proportionally further over its threshold to be reported, but no key is
-// reported that is not hot.
-func (d *Detector) SetSampleShift(shift uint8) {
-	d.shift = min(shift, 31)
-	d.scaleShift = min(d.shift, d.maxShift)
-}
+// The fraction is what the capture really saw when it measured it (the
+// request bytes of kept connections over all request bytes: with few
+// connections the kept share differs from the nominal rate by chance), else
+// the nominal rate of its sampling level. Scaled weights are rounded
+// stochastically (floor, plus one with the probability of the fraction
+// left), so counts stay integers and unbiased at any rate.
+//
+// Scaled counts carry the sampling noise of the reads really seen: a key is
+// confirmed hot under sampling only on at least guardReads seen reads (see
+// below). At the rates where a key at its threshold leaves that many in
+// half a window, the guard changes nothing; deeper, a key has to be further
+// over its threshold to be reported, but one seen read of a random key,
+// scaled up, never makes it hot.
 
-// SampleShift is the sampling shift in effect.
-func (d *Detector) SampleShift() uint8 { return d.shift }
+// scaleBits is the fixed-point precision of the scale (scale < 4096).
+const scaleBits = 20
 
-// sampleRate is the fraction of connections seen, for events: 0 (absent on
-// the wire) when all are.
-func (d *Detector) sampleRate() float64 {
-	if d.shift == 0 {
-		return 0
-	}
-	return 1 / float64(uint64(1)<<d.shift)
-}
-
-// scaleWeight multiplies a read's weight by 2^shift, saturating.
-func scaleWeight(w uint32, shift uint8) uint32 {
-	if w > math.MaxUint32>>shift {
-		return math.MaxUint32
-	}
-	return w << shift
-}
-
-// scaleHits multiplies a reported hit count by 2^shift, saturating.
-func scaleHits(n uint64, shift uint8) uint64 {
-	if n > math.MaxUint64>>shift {
-		return math.MaxUint64
-	}
-	return n << shift
-}
+// maxScale bounds the scale: a measured fraction is trusted within a factor
+// of 4 of the nominal rate, whose deepest level is about 1/244.
+const maxScale = 1 << (32 - scaleBits)
 
 // The count of a key's reads in a window is Poisson: its relative spread
 // is 1/√n. A key at its threshold leaves threshold × window reads in a
-// window (800 with the default window), 1/2^shift of them when sampled.
-// The accuracy table under sampling (docs/detection.md) shows where that
-// stops telling keys apart:
-//
-//   - resolveReads: with 400 (1/2 of the default window's), keys at 1.2×
-//     the threshold were all found and at most one key in 100 at exactly
-//     0.8× was reported; with 200 (1/4), up to 19 in 100 were. Sampling
-//     chosen for a CPU budget stops here.
-//   - scaleReads: with 200 every key at 1.2× is still found. Counts are
-//     scaled no further than this, whatever the capture sheds: scaled by
-//     4096, one read of a random key would look like a hot key's window.
-const (
-	resolveReads = 400
-	scaleReads   = 200
-)
+// window (800 with the default window), fewer when sampled. The accuracy
+// table under sampling (docs/detection.md) shows where that stops telling
+// keys apart: with 200 seen reads over the half window a key is first
+// judged on, keys at 1.2× the threshold were all found and at most one key
+// in 100 at exactly 0.8× was reported (rate 1/2 with the default window);
+// with 100 (1/4), up to 19 in 100 were. So a key is not confirmed under
+// sampling on fewer than guardReads seen reads.
+const guardReads = 200
 
-// shiftFor is the deepest sampling shift at which a key at the lowest
-// threshold still leaves reads reads in a window.
-func (d *Detector) shiftFor(reads float64) uint8 {
-	n := d.rules.min() * float64(d.win) / 1e9
-	var s uint8
-	for s < 31 && n/float64(uint64(2)<<s) >= reads {
-		s++
-	}
-	return s
+// sampling is the detector's view of the capture's flow sampling.
+type sampling struct {
+	rate  float64 // nominal fraction of connections seen; 1 when all are
+	seen  float64 // measured fraction for this rate; 0 until measured
+	scale float64 // what one seen read stands for: 1/seen or 1/rate
+	fp    uint64  // scale in fixed point (scaleBits)
+	guard uint64  // least scaled count a key is confirmed on (0: no sampling)
+	rng   uint64  // xorshift state for stochastic rounding
 }
 
-// MaxSampleShift is the deepest flow sampling (one connection in 2^shift)
-// a CPU budget should ask for: the detector still tells keys 20 % above the
-// lowest threshold from keys 20 % below it. With the default window it is
-// 1 (1/2); a longer --window allows deeper sampling, at the cost of slower
-// detection.
-func (d *Detector) MaxSampleShift() uint8 { return d.shiftFor(resolveReads) }
+func (s *sampling) init() {
+	s.rate, s.scale, s.fp, s.rng = 1, 1, 1<<scaleBits, 0x9E3779B97F4A7C15
+}
+
+func (s *sampling) update() {
+	f := s.rate
+	if s.seen > 0 {
+		f = s.seen
+	}
+	s.scale = min(1/f, maxScale-1)
+	if s.rate >= 1 && s.seen == 0 {
+		s.scale = 1
+	}
+	s.fp = uint64(math.Round(s.scale * (1 << scaleBits)))
+	s.guard = 0
+	if s.scale > 1 {
+		s.guard = uint64(guardReads * s.scale)
+	}
+}
+
+// SetSampleRate tells the detector that from now on the given fraction of
+// connections is seen (1, or 0, when all are). Like Key, it runs on the
+// observing goroutine; the pipeline calls it when the capture's records say
+// the rate changed. It forgets a measured fraction.
+func (d *Detector) SetSampleRate(rate float64) {
+	if !(rate > 0 && rate < 1) {
+		rate = 1
+	}
+	if rate == d.samp.rate {
+		return
+	}
+	d.samp.rate, d.samp.seen = rate, 0
+	d.samp.update()
+}
+
+// SetSeenFraction gives the fraction of requests the capture really saw
+// while the sampling rate was rate, measured by the capture. It is used for
+// scaling while that rate stays in effect, trusted within a factor of 4 of
+// it; a measurement of another rate (the rate changed meanwhile) is
+// ignored.
+func (d *Detector) SetSeenFraction(rate, seen float64) {
+	if rate != d.samp.rate || d.samp.rate >= 1 || !(seen > 0) {
+		return
+	}
+	d.samp.seen = min(max(seen, rate/4), min(rate*4, 1))
+	d.samp.update()
+}
+
+// SampleRate is the fraction of requests counts are scaled from: 1 when
+// everything is seen.
+func (d *Detector) SampleRate() float64 { return 1 / d.samp.scale }
+
+// sampleRate is the fraction of requests seen, for events: 0 (absent on
+// the wire) when all are, else rounded to 4 significant digits.
+func (d *Detector) sampleRate() float64 {
+	if d.samp.scale == 1 {
+		return 0
+	}
+	r := 1 / d.samp.scale
+	p := math.Pow(10, 3-math.Floor(math.Log10(r)))
+	return math.Round(r*p) / p
+}
+
+// scaleWeight multiplies a read's weight by the scale, rounding
+// stochastically and saturating.
+func (d *Detector) scaleWeight(w uint32) uint32 {
+	p := uint64(w) * d.samp.fp
+	r := p >> scaleBits
+	x := d.samp.rng
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	d.samp.rng = x
+	if x&(1<<scaleBits-1) < p&(1<<scaleBits-1) {
+		r++
+	}
+	return uint32(min(r, math.MaxUint32))
+}
+
+// scaleHits multiplies a reported hit count by the scale, saturating.
+func (d *Detector) scaleHits(n uint64) uint64 {
+	if d.samp.scale == 1 {
+		return n
+	}
+	v := float64(n) * d.samp.scale
+	if v >= math.MaxUint64 {
+		return math.MaxUint64
+	}
+	return uint64(math.Round(v))
+}
+
+// ResolvableRate is the lowest sampling rate at which the detector still
+// tells keys 20 % above the lowest threshold from keys 20 % below it within
+// half a window: a key at the threshold leaves guardReads seen reads in
+// W/2. With the default window it is 1/2; a longer --window lowers it, at
+// the cost of slower detection. Below it the guard raises the rate a key
+// must reach to be reported (EffectiveThreshold).
+func (d *Detector) ResolvableRate() float64 {
+	n := d.rules.min() * float64(d.win/2) / 1e9
+	return min(guardReads/n, 1)
+}
+
+// EffectiveThreshold is the lowest rate (per second) at which a key is
+// reported at the sampling in effect: the lowest threshold, or higher when
+// sampling is deeper than ResolvableRate.
+func (d *Detector) EffectiveThreshold() float64 {
+	t := d.rules.min()
+	if d.samp.guard == 0 {
+		return t
+	}
+	return max(t, float64(d.samp.guard)*1e9/float64(d.win))
+}

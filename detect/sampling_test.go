@@ -12,26 +12,26 @@ import (
 // truly at 2× the threshold: scaled back, it is reported hot at its true
 // rate, and the event says the sample rate. The same sampled stream without
 // the scale stays cold.
-func TestSampleShiftScalesCounts(t *testing.T) {
-	for _, shift := range []uint8{0, 2} {
+func TestSampleRateScalesCounts(t *testing.T) {
+	for _, rate := range []float64{1, 0.25} {
 		var rec recorder
 		d, err := New(Config{HotQPS: 1000}, &rec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		d.SetSampleShift(shift)
+		d.SetSampleRate(rate)
 		// 2000/s true, 500/s seen.
 		play(d, 0, 3*time.Second, stream{key: "hot", qps: 500, server: srvA})
 		d.Tick(base + int64(3*time.Second))
 		hot := d.HotSet()
-		if shift == 0 {
+		if rate == 1 {
 			if len(hot) != 0 {
 				t.Fatalf("unscaled 500/s reported hot: %+v", hot)
 			}
 			continue
 		}
 		if len(hot) != 1 {
-			t.Fatalf("shift %d: hot set %+v, want the key", shift, hot)
+			t.Fatalf("rate %v: hot set %+v, want the key", rate, hot)
 		}
 		if q := hot[0].QPS; math.Abs(q-2000) > 200 {
 			t.Errorf("qps %.0f, want the true 2000 ± 10 %%", q)
@@ -42,6 +42,69 @@ func TestSampleShiftScalesCounts(t *testing.T) {
 		if rec.count("hot", "hot") == 0 || rec.ev[0].Sample != 0.25 {
 			t.Errorf("hot event %+v, want one with sample 0.25", rec.ev)
 		}
+	}
+}
+
+// Rates between powers of two (the budget's fine levels) scale by their
+// inverse, rounded stochastically: the scaled count is unbiased.
+func TestSampleRateFractionalScale(t *testing.T) {
+	d, _ := New(Config{HotQPS: 1000}, nil)
+	d.SetSampleRate(0.3)
+	var sum uint64
+	const n = 1_000_000
+	for range n {
+		sum += uint64(d.scaleWeight(1))
+	}
+	if got := float64(sum) / n; math.Abs(got-1/0.3) > 0.01 {
+		t.Fatalf("mean scaled weight %.4f, want %.4f", got, 1/0.3)
+	}
+	if got := d.scaleWeight(math.MaxUint32 / 2); got != math.MaxUint32 {
+		t.Fatalf("scaleWeight saturates to %d", got)
+	}
+	if got := d.scaleHits(math.MaxUint64 / 2); got != math.MaxUint64 {
+		t.Fatalf("scaleHits saturates to %d", got)
+	}
+	if got := d.sampleRate(); got != 0.3 {
+		t.Fatalf("event sample %v, want 0.3", got)
+	}
+}
+
+// The fraction the capture measured replaces the nominal rate while that
+// rate holds, trusted within a factor of 4 of it; a measurement of another
+// rate is ignored, and a new rate forgets it.
+func TestSeenFraction(t *testing.T) {
+	d, _ := New(Config{HotQPS: 1000}, nil)
+	d.SetSampleRate(0.25)
+	d.SetSeenFraction(0.25, 0.2)
+	if got := d.SampleRate(); got != 0.2 {
+		t.Fatalf("rate %v after measuring 0.2", got)
+	}
+	d.SetSeenFraction(0.5, 0.4) // another rate's
+	if got := d.SampleRate(); got != 0.2 {
+		t.Fatalf("rate %v after another rate's measurement", got)
+	}
+	d.SetSeenFraction(0.25, 0.001)
+	if got := d.SampleRate(); got != 0.25/4 {
+		t.Fatalf("rate %v after an implausible measurement, want it bounded at 1/4 of nominal", got)
+	}
+	d.SetSampleRate(0.125)
+	if got := d.SampleRate(); got != 0.125 {
+		t.Fatalf("rate %v after the rate changed, want the nominal 0.125", got)
+	}
+	d.SetSampleRate(1)
+	d.SetSeenFraction(1, 0.5)
+	if got := d.SampleRate(); got != 1 || d.sampleRate() != 0 {
+		t.Fatalf("rate %v (event %v) without sampling", got, d.sampleRate())
+	}
+	// Scaled by the measurement: 500/s seen at a measured 0.2 is 2500/s.
+	var rec recorder
+	d, _ = New(Config{HotQPS: 1000}, &rec)
+	d.SetSampleRate(0.25)
+	d.SetSeenFraction(0.25, 0.2)
+	play(d, 0, 3*time.Second, stream{key: "hot", qps: 500, server: srvA})
+	d.Tick(base + int64(3*time.Second))
+	if hot := d.HotSet(); len(hot) != 1 || math.Abs(hot[0].QPS-2500) > 250 || hot[0].Sample != 0.2 {
+		t.Fatalf("hot set %+v, want the key at 2500/s ± 10 %%, sample 0.2", hot)
 	}
 }
 
@@ -57,34 +120,22 @@ func TestSampleRateAbsentWithoutSampling(t *testing.T) {
 	}
 }
 
-func TestMaxSampleShift(t *testing.T) {
+func TestResolvableRate(t *testing.T) {
 	for _, c := range []struct {
 		cfg  Config
-		want uint8
+		want float64
 	}{
-		{Config{HotQPS: 1000}, 1},                          // default window: 800 reads at the threshold
-		{Config{HotQPS: 1000, Window: 4 * time.Second}, 3}, // 4000 reads
-		{Config{HotQPS: 1000, Rules: []Rule{{Pattern: "x:*", HotQPS: 100}}}, 0},
+		{Config{HotQPS: 1000}, 0.5},                          // default window: 400 reads at the threshold in W/2
+		{Config{HotQPS: 1000, Window: 4 * time.Second}, 0.1}, // 2000 reads
+		{Config{HotQPS: 1000, Rules: []Rule{{Pattern: "x:*", HotQPS: 100}}}, 1},
 	} {
 		d, err := New(c.cfg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := d.MaxSampleShift(); got != c.want {
-			t.Errorf("%+v: max shift %d, want %d", c.cfg, got, c.want)
+		if got := d.ResolvableRate(); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%+v: resolvable rate %v, want %v", c.cfg, got, c.want)
 		}
-	}
-}
-
-func TestScaleSaturates(t *testing.T) {
-	if got := scaleWeight(math.MaxUint32/2, 4); got != math.MaxUint32 {
-		t.Fatalf("scaleWeight saturates to %d", got)
-	}
-	if got := scaleWeight(3, 4); got != 48 {
-		t.Fatalf("scaleWeight(3, 4) = %d", got)
-	}
-	if got := scaleHits(math.MaxUint64/2, 4); got != math.MaxUint64 {
-		t.Fatalf("scaleHits saturates to %d", got)
 	}
 }
 
@@ -94,7 +145,7 @@ func TestScaleSaturates(t *testing.T) {
 // and its absorbed part still read true.
 func TestSampledAbsorbedReports(t *testing.T) {
 	d, rec := newDet(t, Config{HotQPS: T, RefreshEvery: 2 * time.Second})
-	d.SetSampleShift(1)
+	d.SetSampleRate(0.5)
 	fl := &fleet{d: d, key: "k", procs: 8, demand: 3 * T, localTTL: 50 * time.Millisecond, report: true,
 		unseen: func(p int) bool { return p%2 == 1 }}
 	fl.run(0, 30*time.Second)
@@ -112,19 +163,21 @@ func TestSampledAbsorbedReports(t *testing.T) {
 	}
 }
 
-// Deeper sampling than the detector can resolve (the capture shedding load)
-// is scaled only up to MaxSampleShift: random keys seen once must not look
-// hot, and a key far over its threshold still is.
-func TestDeepSamplingScaledToMax(t *testing.T) {
+// Sampling deeper than the detector can resolve (1/244, the deepest): one
+// seen read of a random key scaled up stands for hundreds, but a key is not
+// confirmed on fewer than guardReads seen reads, so random keys never look
+// hot while a key far over its threshold still is, at its true rate.
+func TestDeepSamplingNoPhantoms(t *testing.T) {
 	var rec recorder
 	d, err := New(Config{HotQPS: 1000}, &rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.SetSampleShift(12)
-	// Seen: 4000/s of one key, 20/s of 50 others; scaled ×4 (not ×4096)
-	// they read 16000/s and 80/s.
-	ss := []stream{{key: "big", qps: 4000, server: srvA}}
+	rate := 1.0 / 244
+	d.SetSampleRate(rate)
+	// Seen: 1000/s of one key (244 000/s true), 20/s of 50 others
+	// (4880/s scaled, from 8 seen reads per half window).
+	ss := []stream{{key: "big", qps: 1000, server: srvA}}
 	for i := range 50 {
 		ss = append(ss, stream{key: "r" + string(rune('a'+i)), qps: 20, server: srvA})
 	}
@@ -134,7 +187,10 @@ func TestDeepSamplingScaledToMax(t *testing.T) {
 	if len(hot) != 1 || string(hot[0].Key) != "big" {
 		t.Fatalf("hot set %v: want only the key far over its threshold", hot)
 	}
-	if hot[0].Sample != 1.0/4096 {
-		t.Errorf("sample %v, want the capture's 1/4096", hot[0].Sample)
+	if q := hot[0].QPS; math.Abs(q-1000/rate) > 0.1*1000/rate {
+		t.Errorf("qps %.0f, want the true %.0f ± 10 %%", q, 1000/rate)
+	}
+	if e := d.EffectiveThreshold(); math.Abs(e-guardReads/rate/0.8) > 1 {
+		t.Errorf("effective threshold %.0f, want %.0f", e, guardReads/rate/0.8)
 	}
 }

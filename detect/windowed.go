@@ -239,6 +239,11 @@ func (w *windowed) confirm(s *slot, h uint64, f *decode.Flow, ns int32, k decode
 	if d.rate(&s.own, s.since, d.win/2) < s.thr {
 		return false
 	}
+	// Under sampling, not on too few seen reads (sampling.go): the bytes
+	// stage counts its seen reads apart, unscaled.
+	if g := d.samp.guard; g != 0 && (w.bytes && uint64(s.reads) < guardReads || !w.bytes && s.own.sum < g) {
+		return false
+	}
 	// The count already holds at least threshold × W/2 reads, so it is a
 	// solid estimate over its real span: flooring the span at two
 	// sub-windows (as the check above floors it at W/2) would report a key

@@ -76,6 +76,10 @@ type Sampling struct {
 	KernelRaises uint64
 	// CPUShare is the measured cost (user, system and BPF program time) as a share of one core; Budget the --max-cpu target (0: none).
 	CPUShare, Budget float64
+	// Reportable is the lowest rate (per second) a key is reported at under
+	// the sampling in effect: the lowest threshold, or higher when sampling
+	// is too deep to tell keys near it apart (0: not known).
+	Reportable float64
 }
 
 // Absorbed counts absorbed-demand reports: those credited, the local reads
@@ -98,7 +102,7 @@ type Collector struct {
 
 	packets, dropped, truncated, requests, keys, decodeErrs, gaps, lost, dup,
 	flows, buffered, evicted, hot, published, pubErrs, pubDropped, pubLag *prometheus.Desc
-	sampleRate, sampledOut, sampleRaises, cpuShare, cpuBudget              *prometheus.Desc
+	sampleRate, sampledOut, sampleRaises, cpuShare, cpuBudget, reportable  *prometheus.Desc
 	pubMsgs, pubOverflow                                                   *prometheus.Desc
 	absReports, absHits, absRejected                                       *prometheus.Desc
 	replyBytes, replyUnpaired, pendingDropped, pendingDesyncs, pendingHeld *prometheus.Desc
@@ -141,6 +145,7 @@ func New() *Collector {
 		sampleRaises: d("capture_sample_kernel_steps_total", "Times the eBPF programs halved the sample rate themselves because a ring buffer was more than three quarters full."),
 		cpuShare:     d("cpu_share", "Measured cost of hotsniff as a share of one core: user and system time plus eBPF program run time."),
 		cpuBudget:    d("cpu_budget", "The --max-cpu budget as a share of one core (0: none)."),
+		reportable:   d("detect_reportable_qps", "Lowest rate (requests per second) at which a key is reported under the sampling in effect: the lowest threshold, or higher when sampling is too deep to tell keys near it apart."),
 		pubMsgs:      d("publish_messages_total", "Channel messages sent (one PUBLISH each; a v2 message carries a batch of events)."),
 		pubOverflow:  d("publish_budget_overflow_total", "Events over this node's channel message budget: shed (refreshes left out) or delayed (waited, batched).", "action"),
 		replyBytes:   d("reply_bytes_total", "Reply bytes decoded (TCP payload from the server), attributed to keys or not.", "proto"),
@@ -168,7 +173,7 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.pubMsgs, c.pubOverflow, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs, c.pendingHeld,
-		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget} {
+		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable} {
 		ch <- d
 	}
 	c.lat.Describe(ch)
@@ -239,6 +244,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.sampleRaises, float64(s.Sampling.KernelRaises))
 	gauge(c.cpuShare, s.Sampling.CPUShare)
 	gauge(c.cpuBudget, s.Sampling.Budget)
+	if s.Sampling.Reportable > 0 {
+		gauge(c.reportable, s.Sampling.Reportable)
+	}
 	c.lat.Collect(ch)
 }
 

@@ -51,14 +51,16 @@ func main() {
 	begin, end := beginMark, endMark
 	if *sampling {
 		var cases []accuracy.SamplingCase
-		for _, s := range []uint8{1, 2, 4} {
+		// Rates 1/2, 1/4 and 1/16 (levels of a sixteenth of an octave).
+		for _, l := range []uint8{16, 32, 64} {
 			for _, c := range []int{100, 1000, 10000} {
-				cases = append(cases, accuracy.SamplingCase{Shift: s, Conns: c})
+				cases = append(cases, accuracy.SamplingCase{Level: l, Conns: c})
 			}
 		}
-		// 1/16 with a window long enough to resolve it: 16 × 800 / hot-qps.
+		// 1/16 with a window long enough to resolve it: 8 × 800 / hot-qps
+		// (200 seen reads at the threshold in half a window).
 		for _, c := range []int{100, 1000, 10000} {
-			cases = append(cases, accuracy.SamplingCase{Shift: 4, Conns: c, Window: time.Duration(16 * 800 / p.HotQPS * float64(time.Second))})
+			cases = append(cases, accuracy.SamplingCase{Level: 64, Conns: c, Window: time.Duration(8 * 800 / p.HotQPS * float64(time.Second))})
 		}
 		rs, at, err := accuracy.RunSampling(p, cases)
 		if err != nil {

@@ -237,7 +237,7 @@ func (d *daemon) run(ctx context.Context) error {
 		return err
 	}
 	d.col = metrics.New()
-	d.samp = d.startSampler(det)
+	d.samp = d.startSampler()
 	defer d.samp.close()
 	counter := decode.NewCounter(det)
 	reg := registry()
@@ -407,6 +407,7 @@ func (d *daemon) pipeline(asm *stream.Assembler, counter *decode.Counter, det *d
 	}
 	lastMetrics := time.Time{}
 	heads := d.bpfCap != nil && d.bpfCap.ReplyHeads()
+	var level uint8 // flow sampling level of the records (capture.SampleRate)
 	for n := 1; ; n++ {
 		err := d.src.Next(&seg)
 		switch {
@@ -415,8 +416,9 @@ func (d *daemon) pipeline(asm *stream.Assembler, counter *decode.Counter, det *d
 			if seg.Missing > 0 && (!heads || d.ports.Lookup(seg.Src.Port()) == decode.ProtoUnknown) {
 				d.truncSegs++
 			}
-			if seg.SampleShift != det.SampleShift() {
-				det.SetSampleShift(seg.SampleShift)
+			if seg.SampleLevel != level {
+				level = seg.SampleLevel
+				det.SetSampleRate(capture.SampleRate(level))
 			}
 			asm.Add(&seg)
 			if n&1023 != 0 {
@@ -462,7 +464,7 @@ func (d *daemon) tick(now time.Time, asm *stream.Assembler, counter *decode.Coun
 	d.hotMu.Unlock()
 	d.lat = det.DrainLatencies(d.lat[:0])
 	if d.samp != nil {
-		d.samp.step(d, now)
+		d.samp.step(d, det, now)
 		d.col.Update(func(s *metrics.Snapshot) { s.Sampling = d.samp.last })
 	}
 	if pub != nil {

@@ -10,15 +10,17 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hotsniff/hotsniff/bpf"
+	"github.com/hotsniff/hotsniff/capture"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/internal/budget"
 	"github.com/hotsniff/hotsniff/metrics"
 )
 
 // sampler runs the flow sampling of an eBPF capture: with --max-cpu it
-// keeps the measured cost within the budget; without, it only brings the
-// rate back up after the programs lowered it themselves (a ring was
-// filling), one step per dwell.
+// keeps the measured cost at the budget; without, it only brings the rate
+// back up after the programs lowered it themselves (a ring was filling),
+// one halving per dwell. It also measures the fraction of requests the
+// capture really copies, for the detector's scaling.
 type sampler struct {
 	c      *bpf.Capture
 	ctl    *budget.Controller
@@ -26,7 +28,14 @@ type sampler struct {
 	stats  io.Closer // BPF run-time accounting, on while the daemon runs
 	resume time.Duration
 	last   metrics.Sampling
-	warned bool
+	warned bool // sampling deeper than the detector resolves
+	floor  bool // budget not held at the deepest level
+
+	// Request bytes kept and sampled out since the level last changed.
+	level              uint8
+	prevKept, prevOut  uint64
+	keptSum, outSum    uint64
+	measuredAt, minSum uint64
 }
 
 // validateMaxCPU checks --max-cpu: a share of one core, 0 for none.
@@ -38,7 +47,7 @@ func validateMaxCPU(v float64) error {
 }
 
 // startSampler sets up flow sampling for an eBPF capture (nil otherwise).
-func (d *daemon) startSampler(det *detect.Detector) *sampler {
+func (d *daemon) startSampler() *sampler {
 	if d.bpfCap == nil {
 		if d.cf.maxCPU > 0 {
 			d.log.Warn("--max-cpu needs an eBPF capture (sampling happens in the kernel programs); AF_PACKET runs unbounded")
@@ -59,11 +68,7 @@ func (d *daemon) startSampler(det *detect.Detector) *sampler {
 			s.stats = st
 		}
 	}
-	// The controller samples no deeper than the detector can still tell
-	// keys 20 % above the threshold from keys 20 % below (a longer --window
-	// allows more); the programs go further on their own only to keep the
-	// rings from overflowing.
-	s.ctl = budget.New(target, uint32(min(det.MaxSampleShift(), bpf.MaxSampleShift)))
+	s.ctl = budget.New(target, capture.MaxSampleLevel, capture.LevelsPerHalving)
 	return s
 }
 
@@ -73,9 +78,9 @@ func (s *sampler) close() {
 	}
 }
 
-// step measures the cost and sets the sampling shift; on the pipeline
+// step measures the cost and sets the sampling level; on the pipeline
 // goroutine, about once a second.
-func (s *sampler) step(d *daemon, now time.Time) {
+func (s *sampler) step(d *daemon, det *detect.Detector, now time.Time) {
 	cpu, err := budget.ProcessCPU()
 	if err != nil {
 		d.log.Warn("measure CPU", "err", err)
@@ -87,21 +92,53 @@ func (s *sampler) step(d *daemon, now time.Time) {
 		d.log.Warn("read sampling state", "err", err)
 		return
 	}
-	shift := s.ctl.Step(now, cpu, st.Shift)
-	if s.budget > 0 && shift >= s.ctl.MaxShift && s.ctl.Share() > s.budget && !s.warned {
-		s.warned = true
-		d.log.Warn("CPU budget not held: sampling deeper would blur keys near the threshold; a longer --window allows it",
-			"cpu_share", fmt.Sprintf("%.3f", s.ctl.Share()), "budget", s.budget, "rate", fmt.Sprintf("1/%d", 1<<shift))
-	}
-	if shift != st.Shift {
-		if err := s.c.SetSampleShift(shift, s.resume); err != nil {
+	s.measure(det, st)
+	level := s.ctl.Step(now, cpu, st.Level)
+	if level != st.Level {
+		if err := s.c.SetSampleLevel(level, s.resume); err != nil {
 			d.log.Warn("set sampling", "err", err)
 			return
 		}
-		d.log.Info("flow sampling", "rate", fmt.Sprintf("1/%d", 1<<shift), "cpu_share", fmt.Sprintf("%.3f", s.ctl.Share()), "budget", s.budget)
+		d.log.Debug("flow sampling", "rate", fmt.Sprintf("%.4g", capture.SampleRate(level)), "cpu_share", fmt.Sprintf("%.3f", s.ctl.Share()), "budget", s.budget)
+	}
+	rate := capture.SampleRate(level)
+	if res := det.ResolvableRate(); rate < res && !s.warned {
+		s.warned = true
+		d.log.Warn("flow sampling is deeper than keys near the threshold can be told apart at: keys are reported only well above it until the rate recovers; a longer --window or a larger --max-cpu avoids it",
+			"rate", fmt.Sprintf("%.4g", rate), "resolvable_rate", fmt.Sprintf("%.4g", res), "cpu_share", fmt.Sprintf("%.3f", s.ctl.Share()), "budget", s.budget)
+	}
+	if s.budget > 0 && level == capture.MaxSampleLevel && s.ctl.Share() > s.budget && !s.floor {
+		s.floor = true
+		d.log.Warn("CPU budget not held at the deepest sampling: what is left is the cost of looking at every packet; raise --max-cpu",
+			"cpu_share", fmt.Sprintf("%.3f", s.ctl.Share()), "budget", s.budget)
 	}
 	s.last = metrics.Sampling{
-		Rate: 1 / float64(uint64(1)<<shift), SampledOut: st.SampledOut, KernelRaises: st.Raises,
-		CPUShare: s.ctl.Share(), Budget: s.budget,
+		Rate: det.SampleRate(), SampledOut: st.SampledOut, KernelRaises: st.Raises,
+		CPUShare: s.ctl.Share(), Budget: s.budget, Reportable: det.EffectiveThreshold(),
+	}
+}
+
+// measure accumulates the request bytes the programs kept and sampled out
+// while the level stays the same, and gives the detector the fraction kept
+// once there are enough of them to mean something: with few connections the
+// connections kept carry more or less than the level's nominal share of the
+// requests, and every count scaled by the nominal rate would be off by as
+// much. Request bytes stand for requests: the connections of one
+// application send requests of similar sizes.
+func (s *sampler) measure(det *detect.Detector, st bpf.Sampling) {
+	dk, do := st.KeptBytes-s.prevKept, st.OutBytes-s.prevOut
+	s.prevKept, s.prevOut = st.KeptBytes, st.OutBytes
+	if st.Level != s.level {
+		// The level changed during the step: what was counted mixes two.
+		s.level, s.keptSum, s.outSum = st.Level, 0, 0
+		return
+	}
+	if st.Level == 0 {
+		return
+	}
+	s.keptSum += dk
+	s.outSum += do
+	if total := s.keptSum + s.outSum; total >= 64<<10 && s.keptSum > 0 {
+		det.SetSeenFraction(capture.SampleRate(st.Level), float64(s.keptSum)/float64(total))
 	}
 }

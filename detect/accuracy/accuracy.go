@@ -6,6 +6,7 @@ package accuracy
 
 import (
 	"fmt"
+	"github.com/hotsniff/hotsniff/capture"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -29,10 +30,12 @@ type Params struct {
 	Trials   int           // onsets measured by the step and multi workloads
 	// Flow sampling (--max-cpu): reads are spread uniformly over Conns
 	// connections, and only the connections the capture keeps at
-	// SampleShift (one in 2^SampleShift, chosen by a hash of the
-	// connection as the eBPF programs do) reach the detector, which scales
-	// counts back by 2^SampleShift. SampleShift 0: everything is seen.
-	SampleShift uint8
+	// SampleLevel (capture.KeepAt, chosen by a hash of the connection as
+	// the eBPF programs do) reach the detector. As in the daemon, the
+	// detector is told the fraction of requests really seen (the kept
+	// connections' share: the daemon measures it from request bytes) and
+	// scales counts back by it. SampleLevel 0: everything is seen.
+	SampleLevel uint8
 	Conns       int
 	// Window is the detector's window (0: its default, 800/HotQPS).
 	Window time.Duration
@@ -232,8 +235,18 @@ func RunOne(p Params, name, det string) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s: %w", name, err)
 	}
-	d.SetSampleShift(p.SampleShift)
 	kept := keptConns(p)
+	if kept != nil {
+		rate := capture.SampleRate(p.SampleLevel)
+		n := 0
+		for _, k := range kept {
+			if k {
+				n++
+			}
+		}
+		d.SetSampleRate(rate)
+		d.SetSeenFraction(rate, float64(n)/float64(len(kept)))
+	}
 	flow := decode.Flow{
 		Client: netip.MustParseAddrPort("10.0.0.9:40000"),
 		Server: netip.MustParseAddrPort("10.0.0.5:6379"),
@@ -335,22 +348,22 @@ func RunOne(p Params, name, det string) (Result, error) {
 }
 
 // keptConns says which of p.Conns connections flow sampling keeps (nil:
-// all). As in the eBPF programs, a connection is kept when the low
-// SampleShift bits of a hash of it are zero: how many are kept varies
-// around Conns/2^SampleShift, as it does on a real server.
+// all). As in the eBPF programs, a connection is kept when the top 16 bits
+// of a hash of it are below the level's threshold: how many are kept
+// varies around Conns × rate, as it does on a real server.
 func keptConns(p Params) []bool {
-	if p.SampleShift == 0 {
+	if p.SampleLevel == 0 {
 		return nil
 	}
 	conns := max(p.Conns, 1)
 	kept := make([]bool, conns)
-	mask := uint64(1)<<p.SampleShift - 1
+	keep := uint64(capture.KeepAt(p.SampleLevel))
 	for i := range kept {
 		h := uint64(i)*0x9E3779B97F4A7C15 ^ p.Seed*0xC2B2AE3D27D4EB4F
 		h ^= h >> 31
 		h *= 0xBF58476D1CE4E5B9
 		h ^= h >> 29
-		kept[i] = h&mask == 0
+		kept[i] = h>>48 < keep
 	}
 	return kept
 }
@@ -460,7 +473,7 @@ var SamplingWorkloads = []string{"band-0.8x-1.2x", "zipf-0.99", "step-2x", "mult
 
 // SamplingCase is one row of the sampling table.
 type SamplingCase struct {
-	Shift  uint8
+	Level  uint8 // capture.SampleRate
 	Conns  int
 	Window time.Duration // 0: the default
 }
@@ -472,7 +485,7 @@ func RunSampling(p Params, cases []SamplingCase) ([]Result, []SamplingCase, erro
 	var at []SamplingCase
 	for _, c := range cases {
 		q := p
-		q.SampleShift, q.Conns, q.Window = c.Shift, c.Conns, c.Window
+		q.SampleLevel, q.Conns, q.Window = c.Level, c.Conns, c.Window
 		if c.Window > 0 {
 			// Three windows at least, so rates are measured over full ones.
 			q.Duration = max(q.Duration, 3*c.Window)
@@ -501,8 +514,8 @@ func SamplingTable(p Params, rs []Result, at []SamplingCase) string {
 		if c.Window > 0 {
 			win = c.Window.String()
 		}
-		fmt.Fprintf(&b, "| 1/%d | %s | %d | %s | %.3f (%d/%d) | %d / %d | %d / %d | %s | %s |\n",
-			1<<c.Shift, win, c.Conns, r.Workload, r.Recall(), r.Found, r.MustFind, r.FalsePos, r.Quiet,
+		fmt.Fprintf(&b, "| 1/%.4g | %s | %d | %s | %.3f (%d/%d) | %d / %d | %d / %d | %s | %s |\n",
+			1/capture.SampleRate(c.Level), win, c.Conns, r.Workload, r.Recall(), r.Found, r.MustFind, r.FalsePos, r.Quiet,
 			r.NearFP, r.Near, ms(r.P50, r.Onsets), ms(r.P99, r.Onsets))
 	}
 	return b.String()

@@ -1,16 +1,18 @@
 // Package budget holds hotsniff's cost under a CPU budget (--max-cpu): it
 // measures what the daemon costs (its own user and system time, plus the
 // run time the kernel accounts to its eBPF programs) and picks the flow
-// sampling shift that keeps that cost at or under the budget.
+// sampling level that keeps that cost at the budget.
 //
-// The controller moves in powers of two, so detection counts stay integers
-// when scaled back. It must not oscillate: one halving of the rate roughly
-// halves the sampled part of the cost, so it raises the shift as soon as
-// the cost is over budget (by as many steps as the excess needs), but
-// lowers it only one step at a time, only when the cost is under
-// LowerBelow of the budget (doubling it then stays under the budget), and
-// only after MinDwell at the current shift. Between the two marks nothing
-// moves.
+// Levels are sixteenths of an octave of the sampling rate (capture.KeepAt):
+// fine enough to hold the budget to a few per cent. Most of the cost is
+// proportional to the share of connections copied, so the controller works
+// on the logarithm of the rate: each step moves the level by a part (Gain)
+// of the octaves between the measured cost and the budget. That converges
+// geometrically without overshoot; a part of the cost that sampling does
+// not reduce (the programs' parse of every packet) only slows it, and a
+// one-level step is ±4 %, so a cost within that of the budget leaves the
+// level alone instead of hunting around it. A cost far over the budget
+// (at start, or a load surge) is cut at once, whole.
 package budget
 
 import (
@@ -18,21 +20,23 @@ import (
 	"time"
 )
 
-// Controller picks the sampling shift for a budget. Its zero value is not
+// Controller picks the sampling level for a budget. Its zero value is not
 // usable: use New.
 type Controller struct {
-	// Budget is the target, as a share of one core (0.05: 5 %).
+	// Budget is the target, as a share of one core (0.05: 5 %); +Inf for
+	// none: the controller then only brings the level back down after the
+	// programs raised it themselves, one halving per MinDwell.
 	Budget float64
-	// MaxShift is the largest shift it asks for.
-	MaxShift uint32
-	// MinDwell is the least time between two lowerings of the shift, and
-	// between a raise and the next lowering.
+	// MaxLevel is the deepest level it asks for.
+	MaxLevel uint8
+	// PerHalving is the number of levels that halve the rate.
+	PerHalving int
+	// Gain is the part of the error (in octaves) one step corrects.
+	Gain float64
+	// MinDwell is the least time between two lowerings without a budget.
 	MinDwell time.Duration
-	// LowerBelow: lower the shift when the cost is under this share of the
-	// budget.
-	LowerBelow float64
 
-	shift      uint32
+	level      uint8
 	lastChange time.Time
 	lastT      time.Time
 	lastCPU    time.Duration
@@ -40,48 +44,60 @@ type Controller struct {
 	started    bool
 }
 
-// New returns a controller for budget (share of one core).
-func New(budget float64, maxShift uint32) *Controller {
-	return &Controller{Budget: budget, MaxShift: maxShift, MinDwell: 5 * time.Second, LowerBelow: 0.4}
+// New returns a controller for budget (share of one core; +Inf for none).
+func New(budget float64, maxLevel uint8, perHalving int) *Controller {
+	return &Controller{Budget: budget, MaxLevel: maxLevel, PerHalving: perHalving, Gain: 0.5, MinDwell: 5 * time.Second}
 }
 
 // Share is the cost measured over the last step, as a share of one core.
 func (c *Controller) Share() float64 { return c.share }
 
-// Shift is the shift last decided.
-func (c *Controller) Shift() uint32 { return c.shift }
+// Level is the level last decided.
+func (c *Controller) Level() uint8 { return c.level }
 
-// Step takes the cumulative cost cpu at now and the shift in effect (the
-// programs may have raised it themselves) and returns the shift to set.
+// Step takes the cumulative cost cpu at now and the level in effect (the
+// programs may have raised it themselves) and returns the level to set.
 // Steps should be about a second apart: shorter ones measure scheduler
 // noise.
-func (c *Controller) Step(now time.Time, cpu time.Duration, current uint32) uint32 {
+func (c *Controller) Step(now time.Time, cpu time.Duration, current uint8) uint8 {
 	if !c.started {
-		c.started, c.lastT, c.lastCPU, c.lastChange, c.shift = true, now, cpu, now, current
+		c.started, c.lastT, c.lastCPU, c.lastChange, c.level = true, now, cpu, now, current
 		return current
 	}
 	dt := now.Sub(c.lastT)
 	if dt <= 0 {
-		return c.shift
+		return c.level
 	}
 	dcpu := max(cpu-c.lastCPU, 0) // a detached program's time leaves the sum
 	c.lastT, c.lastCPU = now, cpu
 	c.share = float64(dcpu) / float64(dt)
-	if current > c.shift {
-		// The programs shed load because a ring was filling: keep their
-		// decision for a dwell at least.
-		c.shift, c.lastChange = current, now
+	if current > c.level {
+		// The programs shed load because a ring was filling: start from
+		// their level.
+		c.level, c.lastChange = current, now
 	}
+	if math.IsInf(c.Budget, 1) {
+		if c.level > 0 && now.Sub(c.lastChange) >= c.MinDwell {
+			c.level = uint8(max(int(c.level)-c.PerHalving, 0))
+			c.lastChange = now
+		}
+		return c.level
+	}
+	var octaves float64
 	switch {
-	case c.share > c.Budget && c.shift < c.MaxShift:
-		// Each step halves the sampled part of the cost: take as many as
-		// the excess needs at once, so one measurement fixes it.
-		steps := uint32(math.Ceil(math.Log2(c.share / c.Budget)))
-		c.shift = min(c.shift+max(steps, 1), c.MaxShift)
-		c.lastChange = now
-	case c.shift > 0 && c.share < c.LowerBelow*c.Budget && now.Sub(c.lastChange) >= c.MinDwell:
-		c.shift--
-		c.lastChange = now
+	case c.share <= 0:
+		octaves = -1 // nothing measured: no traffic, sample less
+	default:
+		octaves = math.Log2(c.share / c.Budget)
 	}
-	return c.shift
+	gain := c.Gain
+	if octaves > 1 {
+		gain = 1 // more than twice the budget: cut it all at once
+	}
+	move := int(math.Round(gain * octaves * float64(c.PerHalving)))
+	next := min(max(int(c.level)+move, 0), int(c.MaxLevel))
+	if next != int(c.level) {
+		c.level, c.lastChange = uint8(next), now
+	}
+	return c.level
 }

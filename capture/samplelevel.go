@@ -1,0 +1,48 @@
+package capture
+
+import "math"
+
+// Flow sampling levels. A capture that samples (an eBPF capture under
+// --max-cpu, or shedding load before its rings overflow) keeps a connection
+// when the top 16 bits of a hash of it are below KeepAt(level): level 0
+// keeps every connection, each LevelsPerHalving further levels halve the
+// share. Steps of a sixteenth of an octave (4.4 %) are fine enough to hold
+// a CPU budget to a few per cent, and the level fits in the seven bits a
+// record has for it.
+const (
+	// LevelsPerHalving is the number of levels that halve the rate.
+	LevelsPerHalving = 16
+	// MaxSampleLevel is the deepest level: about one connection in 244.
+	MaxSampleLevel = 127
+	// KeepAll is KeepAt(0): every 16-bit hash is below it.
+	KeepAll = 1 << 16
+)
+
+// KeepAt is the hash threshold of level: connections whose 16-bit hash is
+// below it are kept.
+func KeepAt(level uint8) uint32 {
+	if level == 0 {
+		return KeepAll
+	}
+	level = min(level, MaxSampleLevel)
+	return uint32(math.Round(KeepAll * math.Exp2(-float64(level)/LevelsPerHalving)))
+}
+
+// SampleRate is the fraction of connections level keeps (1 at level 0).
+func SampleRate(level uint8) float64 {
+	return float64(KeepAt(level)) / KeepAll
+}
+
+// LevelFor is the shallowest level whose rate is at most rate (0 for 1 or
+// more, MaxSampleLevel for anything below its rate).
+func LevelFor(rate float64) uint8 {
+	if !(rate < 1) {
+		return 0
+	}
+	for l := uint8(1); l < MaxSampleLevel; l++ {
+		if SampleRate(l) <= rate {
+			return l
+		}
+	}
+	return MaxSampleLevel
+}
