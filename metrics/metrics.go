@@ -59,6 +59,10 @@ type Snapshot struct {
 	PublishMessages, PublishShed, PublishDelayed uint64
 	// Absorbed counts the absorbed-demand reports of client shims.
 	Absorbed Absorbed
+	// LateReads counts reads the detector could not place: they reached it
+	// more than a sub-window after newer ones (the reader fell behind one
+	// capture ring while draining another).
+	LateReads uint64
 	// Sampling is the capture's flow sampling and the measured cost.
 	Sampling Sampling
 	// DetectionLatency holds onset-to-event latencies (seconds) observed
@@ -104,7 +108,7 @@ type Collector struct {
 	flows, buffered, evicted, hot, published, pubErrs, pubDropped, pubLag *prometheus.Desc
 	sampleRate, sampledOut, sampleRaises, cpuShare, cpuBudget, reportable  *prometheus.Desc
 	pubMsgs, pubOverflow                                                   *prometheus.Desc
-	absReports, absHits, absRejected                                       *prometheus.Desc
+	absReports, absHits, absRejected, lateReads                            *prometheus.Desc
 	replyBytes, replyUnpaired, pendingDropped, pendingDesyncs, pendingHeld *prometheus.Desc
 }
 
@@ -136,6 +140,7 @@ func New() *Collector {
 		pubErrs:    d("publish_errors_total", "Failed publish attempts."),
 		pubDropped: d("publish_queue_dropped_total", "Events dropped because the publish queue was full."),
 		pubLag:     d("publish_lag_seconds", "Event time to publish time of the last batch."),
+		lateReads:  d("detect_late_reads_total", "Reads the detector dropped because they reached it more than a sub-window (window/8) after newer ones: the reader fell behind on one capture ring."),
 		absReports: d("absorbed_reports_total", "Absorbed-demand reports of client shims credited to a hot key."),
 		absHits:    d("absorbed_hits_total", "Reads client shims served locally and reported, credited to hot keys' demand."),
 		absRejected: d("absorbed_rejected_total",
@@ -172,7 +177,7 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.pubMsgs, c.pubOverflow, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs, c.pendingHeld,
+	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.lateReads, c.pubMsgs, c.pubOverflow, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs, c.pendingHeld,
 		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable} {
 		ch <- d
 	}
@@ -231,6 +236,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.pubOverflow, float64(s.PublishShed), "shed")
 	counter(c.pubOverflow, float64(s.PublishDelayed), "delayed")
 	counter(c.absReports, float64(s.Absorbed.Reports))
+	counter(c.lateReads, float64(s.LateReads))
 	counter(c.absHits, float64(s.Absorbed.Hits))
 	for _, r := range AbsorbedReasons {
 		counter(c.absRejected, float64(s.Absorbed.Rejected[r]), r)

@@ -427,7 +427,7 @@ func (d *daemon) pipeline(asm *stream.Assembler, counter *decode.Counter, det *d
 		case errors.Is(err, os.ErrDeadlineExceeded):
 		case errors.Is(err, io.EOF):
 			// Closed: the kernel counters are gone with the programs.
-			d.tick(time.Now(), asm, counter, det, pub, false)
+			d.tick(time.Now(), time.Now(), asm, counter, det, pub, false)
 			return nil
 		default:
 			return fmt.Errorf("capture: %w", err)
@@ -437,7 +437,16 @@ func (d *daemon) pipeline(asm *stream.Assembler, counter *decode.Counter, det *d
 			continue
 		}
 		full := now.Sub(lastMetrics) >= time.Second
-		d.tick(now, asm, counter, det, pub, full)
+		// The detector and the stream layer run on packet time. Caught up
+		// (the capture had nothing more), time passes for them as on the
+		// wall; behind (records still waiting: the reader was descheduled
+		// on a busy node), the clock stops at the last record, or every
+		// record of the backlog would arrive "late" and not count.
+		clock := now
+		if err == nil && seg.TS < now.UnixNano() {
+			clock = time.Unix(0, seg.TS)
+		}
+		d.tick(clock, now, asm, counter, det, pub, full)
 		if full {
 			lastMetrics = now
 		}
@@ -449,12 +458,13 @@ func (d *daemon) pipeline(asm *stream.Assembler, counter *decode.Counter, det *d
 }
 
 // tick runs on the pipeline goroutine: time-driven work, and (full) a
-// fresh copy of everything HTTP and metrics read.
-func (d *daemon) tick(now time.Time, asm *stream.Assembler, counter *decode.Counter, det *detect.Detector, pub *publish.Publisher, full bool) {
-	ns := now.UnixNano()
+// fresh copy of everything HTTP and metrics read. clock is packet time for
+// the stream layer and the detector, now the wall clock.
+func (d *daemon) tick(clock, now time.Time, asm *stream.Assembler, counter *decode.Counter, det *detect.Detector, pub *publish.Publisher, full bool) {
+	ns := clock.UnixNano()
 	asm.Tick(ns)
 	det.Tick(ns)
-	d.beat.Store(ns)
+	d.beat.Store(now.UnixNano())
 	if !full {
 		return
 	}
@@ -471,7 +481,8 @@ func (d *daemon) tick(now time.Time, asm *stream.Assembler, counter *decode.Coun
 		pub.UpdateRates(hot) // the snapshot carries current rates
 	}
 	d.updateMetrics(asm.Stats(), counter, hot, pub)
-	d.col.Update(func(s *metrics.Snapshot) { s.Absorbed = absorbedMetrics(det.Stats()) })
+	ds := det.Stats()
+	d.col.Update(func(s *metrics.Snapshot) { s.Absorbed, s.LateReads = absorbedMetrics(ds), ds.Late })
 }
 
 func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.Event, pub *publish.Publisher) {

@@ -33,10 +33,14 @@ type Controller struct {
 	PerHalving int
 	// Gain is the part of the error (in octaves) one step corrects.
 	Gain float64
-	// MinDwell is the least time between two lowerings without a budget.
+	// MinDwell is the least time between two lowerings without a budget,
+	// and, with one, the time the level is not lowered after the programs
+	// raised it: their reader fell behind at the lower level, so it is not
+	// tried again at once.
 	MinDwell time.Duration
 
 	level      uint8
+	kernelAt   time.Time // when the programs last raised the level
 	lastChange time.Time
 	lastT      time.Time
 	lastCPU    time.Duration
@@ -46,7 +50,7 @@ type Controller struct {
 
 // New returns a controller for budget (share of one core; +Inf for none).
 func New(budget float64, maxLevel uint8, perHalving int) *Controller {
-	return &Controller{Budget: budget, MaxLevel: maxLevel, PerHalving: perHalving, Gain: 0.5, MinDwell: 5 * time.Second}
+	return &Controller{Budget: budget, MaxLevel: maxLevel, PerHalving: perHalving, Gain: 0.5, MinDwell: 3 * time.Second}
 }
 
 // Share is the cost measured over the last step, as a share of one core.
@@ -74,7 +78,7 @@ func (c *Controller) Step(now time.Time, cpu time.Duration, current uint8) uint8
 	if current > c.level {
 		// The programs shed load because a ring was filling: start from
 		// their level.
-		c.level, c.lastChange = current, now
+		c.level, c.lastChange, c.kernelAt = current, now, now
 	}
 	if math.IsInf(c.Budget, 1) {
 		if c.level > 0 && now.Sub(c.lastChange) >= c.MinDwell {
@@ -95,6 +99,9 @@ func (c *Controller) Step(now time.Time, cpu time.Duration, current uint8) uint8
 		gain = 1 // more than twice the budget: cut it all at once
 	}
 	move := int(math.Round(gain * octaves * float64(c.PerHalving)))
+	if move < 0 && !c.kernelAt.IsZero() && now.Sub(c.kernelAt) < c.MinDwell {
+		move = 0
+	}
 	next := min(max(int(c.level)+move, 0), int(c.MaxLevel))
 	if next != int(c.level) {
 		c.level, c.lastChange = uint8(next), now

@@ -99,15 +99,27 @@ func TestControllerDeepestLevel(t *testing.T) {
 }
 
 // The programs raise the level when a ring fills: the controller starts
-// from theirs.
+// from theirs and does not lower it for a dwell, then converges again.
 func TestControllerAdoptsKernelRaise(t *testing.T) {
 	c := New(0.05, 127, 16)
 	now := time.Unix(0, 0)
 	c.Step(now, 0, 0)
 	// On budget at level 0, then the programs shed two halvings.
-	l := c.Step(now.Add(time.Second), 50*time.Millisecond, 32)
+	cpu := 50 * time.Millisecond
+	l := c.Step(now.Add(time.Second), cpu, 32)
 	if l != 32 {
 		t.Fatalf("level %d, want the programs' 32", l)
+	}
+	// At a quarter of the rate the cost is a quarter of the budget.
+	for i := 2; i <= 3; i++ {
+		cpu += 12500 * time.Microsecond
+		if l = c.Step(now.Add(time.Duration(i)*time.Second), cpu, l); l != 32 {
+			t.Fatalf("level %d %d s after the programs raised it, want it held", l, i-1)
+		}
+	}
+	cpu += 12500 * time.Microsecond
+	if l = c.Step(now.Add(4*time.Second), cpu, l); l >= 32 {
+		t.Fatalf("level %d after the dwell, want it lowered", l)
 	}
 }
 
@@ -125,7 +137,7 @@ func TestControllerNoBudget(t *testing.T) {
 	for i := 2; i <= 20; i++ {
 		l = c.Step(now.Add(time.Duration(i)*time.Second), cpu, l)
 	}
-	// Raised at 1 s; lowered at 6, 11, 16 s.
+	// Raised at 1 s; lowered at 4, 7, 10 s.
 	if l != 0 {
 		t.Fatalf("level %d after 20 s, want 0", l)
 	}

@@ -185,9 +185,18 @@ func (s *sniffer) cpuSeconds(t testing.TB) float64 {
 // scrape reads /metrics into "name{labels}" -> value.
 func (s *sniffer) scrape(t testing.TB) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get(s.metrics)
+	m, err := s.tryScrape()
 	if err != nil {
 		t.Fatalf("scrape: %v", err)
+	}
+	return m
+}
+
+// tryScrape reads the daemon's metrics.
+func (s *sniffer) tryScrape() (map[string]float64, error) {
+	resp, err := http.Get(s.metrics)
+	if err != nil {
+		return nil, err
 	}
 	defer resp.Body.Close()
 	m := map[string]float64{}
@@ -202,7 +211,7 @@ func (s *sniffer) scrape(t testing.TB) map[string]float64 {
 			m[line[:i]] = v
 		}
 	}
-	return m
+	return m, sc.Err()
 }
 
 // sum adds the series of one metric name.
