@@ -10,8 +10,9 @@ import "math"
 //
 // The fraction is what the capture really saw when it measured it (the
 // request bytes of kept connections over all request bytes: with few
-// connections the kept share differs from the nominal rate by chance), else
-// the nominal rate of its sampling level. Scaled weights are rounded
+// connections the kept share differs from the nominal rate by chance),
+// carried over small changes of rate, else the nominal rate of its sampling
+// level. Scaled weights are rounded
 // stochastically (floor, plus one with the probability of the fraction
 // left), so counts stay integers and unbiased at any rate.
 //
@@ -43,7 +44,7 @@ const guardReads = 200
 // sampling is the detector's view of the capture's flow sampling.
 type sampling struct {
 	rate  float64 // nominal fraction of connections seen; 1 when all are
-	seen  float64 // measured fraction for this rate; 0 until measured
+	luck  float64 // measured fraction ÷ nominal rate; 0 until measured
 	scale float64 // what one seen read stands for: 1/seen or 1/rate
 	fp    uint64  // scale in fixed point (scaleBits)
 	guard uint64  // least scaled count a key is confirmed on (0: no sampling)
@@ -56,11 +57,11 @@ func (s *sampling) init() {
 
 func (s *sampling) update() {
 	f := s.rate
-	if s.seen > 0 {
-		f = s.seen
+	if s.luck > 0 {
+		f = min(s.rate*s.luck, 1)
 	}
 	s.scale = min(1/f, maxScale-1)
-	if s.rate >= 1 && s.seen == 0 {
+	if s.rate >= 1 {
 		s.scale = 1
 	}
 	s.fp = uint64(math.Round(s.scale * (1 << scaleBits)))
@@ -73,7 +74,12 @@ func (s *sampling) update() {
 // SetSampleRate tells the detector that from now on the given fraction of
 // connections is seen (1, or 0, when all are). Like Key, it runs on the
 // observing goroutine; the pipeline calls it when the capture's records say
-// the rate changed. It forgets a measured fraction.
+// the rate changed.
+//
+// A measured fraction (SetSeenFraction) is kept as its ratio to the
+// nominal rate: the connections kept at a nearby rate are nearly the same
+// ones (the sets are nested), so they carry about the same extra or missing
+// share. A change of more than half an octave forgets it.
 func (d *Detector) SetSampleRate(rate float64) {
 	if !(rate > 0 && rate < 1) {
 		rate = 1
@@ -81,20 +87,22 @@ func (d *Detector) SetSampleRate(rate float64) {
 	if rate == d.samp.rate {
 		return
 	}
-	d.samp.rate, d.samp.seen = rate, 0
+	if r := rate / d.samp.rate; r < math.Sqrt2/2 || r > math.Sqrt2 {
+		d.samp.luck = 0
+	}
+	d.samp.rate = rate
 	d.samp.update()
 }
 
 // SetSeenFraction gives the fraction of requests the capture really saw
 // while the sampling rate was rate, measured by the capture. It is used for
-// scaling while that rate stays in effect, trusted within a factor of 4 of
-// it; a measurement of another rate (the rate changed meanwhile) is
-// ignored.
+// scaling from then on, trusted within a factor of 4 of the nominal rate; a
+// measurement of another rate (the rate changed meanwhile) is ignored.
 func (d *Detector) SetSeenFraction(rate, seen float64) {
 	if rate != d.samp.rate || d.samp.rate >= 1 || !(seen > 0) {
 		return
 	}
-	d.samp.seen = min(max(seen, rate/4), min(rate*4, 1))
+	d.samp.luck = min(max(seen/rate, 0.25), 4)
 	d.samp.update()
 }
 

@@ -69,9 +69,10 @@ func TestSampleRateFractionalScale(t *testing.T) {
 	}
 }
 
-// The fraction the capture measured replaces the nominal rate while that
-// rate holds, trusted within a factor of 4 of it; a measurement of another
-// rate is ignored, and a new rate forgets it.
+// The fraction the capture measured replaces the nominal rate, trusted
+// within a factor of 4 of it; a measurement of another rate is ignored; a
+// small change of rate keeps its ratio to the nominal rate, a change of
+// more than half an octave forgets it.
 func TestSeenFraction(t *testing.T) {
 	d, _ := New(Config{HotQPS: 1000}, nil)
 	d.SetSampleRate(0.25)
@@ -87,9 +88,14 @@ func TestSeenFraction(t *testing.T) {
 	if got := d.SampleRate(); got != 0.25/4 {
 		t.Fatalf("rate %v after an implausible measurement, want it bounded at 1/4 of nominal", got)
 	}
+	d.SetSeenFraction(0.25, 0.3)
+	d.SetSampleRate(0.24)
+	if got := d.SampleRate(); math.Abs(got-0.288) > 1e-9 {
+		t.Fatalf("rate %v after a small change, want 0.24 × 1.2", got)
+	}
 	d.SetSampleRate(0.125)
 	if got := d.SampleRate(); got != 0.125 {
-		t.Fatalf("rate %v after the rate changed, want the nominal 0.125", got)
+		t.Fatalf("rate %v after the rate halved, want the nominal 0.125", got)
 	}
 	d.SetSampleRate(1)
 	d.SetSeenFraction(1, 0.5)

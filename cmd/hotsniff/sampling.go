@@ -31,11 +31,10 @@ type sampler struct {
 	warned bool // sampling deeper than the detector resolves
 	floor  bool // budget not held at the deepest level
 
-	// Request bytes kept and sampled out since the level last changed.
-	level              uint8
-	prevKept, prevOut  uint64
-	keptSum, outSum    uint64
-	measuredAt, minSum uint64
+	// The fraction of requests really copied (measure).
+	level             uint8
+	prevKept, prevOut uint64
+	luck              float64 // measured ÷ nominal, smoothed; 0: unknown
 }
 
 // validateMaxCPU checks --max-cpu: a share of one core, 0 for none.
@@ -99,6 +98,7 @@ func (s *sampler) step(d *daemon, det *detect.Detector, now time.Time) {
 			d.log.Warn("set sampling", "err", err)
 			return
 		}
+		s.setLevel(level)
 		d.log.Debug("flow sampling", "rate", fmt.Sprintf("%.4g", capture.SampleRate(level)), "cpu_share", fmt.Sprintf("%.3f", s.ctl.Share()), "budget", s.budget)
 	}
 	rate := capture.SampleRate(level)
@@ -118,27 +118,41 @@ func (s *sampler) step(d *daemon, det *detect.Detector, now time.Time) {
 	}
 }
 
-// measure accumulates the request bytes the programs kept and sampled out
-// while the level stays the same, and gives the detector the fraction kept
-// once there are enough of them to mean something: with few connections the
-// connections kept carry more or less than the level's nominal share of the
-// requests, and every count scaled by the nominal rate would be off by as
-// much. Request bytes stand for requests: the connections of one
-// application send requests of similar sizes.
+// measure gives the detector the fraction of requests the programs really
+// copy: with few connections the connections kept carry more or less than
+// the level's nominal share of the requests, and every count scaled by the
+// nominal rate would be off by as much. Each step whose level held
+// measures the request bytes kept over all request bytes (request bytes
+// stand for requests: the connections of one application send requests of
+// similar sizes); the ratio to the nominal rate is smoothed over steps and
+// carried over small changes of level (the kept connections are nearly the
+// same), and forgotten after a change of more than half an octave.
 func (s *sampler) measure(det *detect.Detector, st bpf.Sampling) {
 	dk, do := st.KeptBytes-s.prevKept, st.OutBytes-s.prevOut
 	s.prevKept, s.prevOut = st.KeptBytes, st.OutBytes
 	if st.Level != s.level {
-		// The level changed during the step: what was counted mixes two.
-		s.level, s.keptSum, s.outSum = st.Level, 0, 0
+		// The programs changed it during the step: what was counted
+		// mixes two levels.
+		s.setLevel(st.Level)
 		return
 	}
-	if st.Level == 0 {
+	if st.Level == 0 || dk+do < 64<<10 || dk == 0 {
 		return
 	}
-	s.keptSum += dk
-	s.outSum += do
-	if total := s.keptSum + s.outSum; total >= 64<<10 && s.keptSum > 0 {
-		det.SetSeenFraction(capture.SampleRate(st.Level), float64(s.keptSum)/float64(total))
+	rate := capture.SampleRate(st.Level)
+	luck := float64(dk) / float64(dk+do) / rate
+	if s.luck == 0 {
+		s.luck = luck
+	} else {
+		s.luck += 0.3 * (luck - s.luck)
 	}
+	det.SetSeenFraction(rate, s.luck*rate)
+}
+
+// setLevel notes the level in effect from now on.
+func (s *sampler) setLevel(level uint8) {
+	if d := int(level) - int(s.level); d > capture.LevelsPerHalving/2 || d < -capture.LevelsPerHalving/2 {
+		s.luck = 0
+	}
+	s.level = level
 }

@@ -9,10 +9,13 @@
 // on the logarithm of the rate: each step moves the level by a part (Gain)
 // of the octaves between the measured cost and the budget. That converges
 // geometrically without overshoot; a part of the cost that sampling does
-// not reduce (the programs' parse of every packet) only slows it, and a
-// one-level step is ±4 %, so a cost within that of the budget leaves the
-// level alone instead of hunting around it. A cost far over the budget
-// (at start, or a load surge) is cut at once, whole.
+// not reduce (the programs' parse of every packet) only slows it. The
+// error is smoothed over a few steps, and one within Deadband of the
+// budget leaves the level alone: on a busy node the cost of one second
+// varies by 10–20 % at a fixed rate, and every change of level costs
+// accuracy (connections that resume are picked up mid-stream, and the
+// fraction of requests really seen must be measured again). A cost far
+// over the budget (at start, or a load surge) is cut at once, whole.
 package budget
 
 import (
@@ -33,6 +36,11 @@ type Controller struct {
 	PerHalving int
 	// Gain is the part of the error (in octaves) one step corrects.
 	Gain float64
+	// Smooth is the weight of the newest step in the smoothed error.
+	Smooth float64
+	// Deadband is the smoothed error (in octaves) under which the level
+	// stays.
+	Deadband float64
 	// MinDwell is the least time between two lowerings without a budget,
 	// and, with one, the time the level is not lowered after the programs
 	// raised it: their reader fell behind at the lower level, so it is not
@@ -45,12 +53,13 @@ type Controller struct {
 	lastT      time.Time
 	lastCPU    time.Duration
 	share      float64
+	err        float64 // smoothed error, octaves over the budget
 	started    bool
 }
 
 // New returns a controller for budget (share of one core; +Inf for none).
 func New(budget float64, maxLevel uint8, perHalving int) *Controller {
-	return &Controller{Budget: budget, MaxLevel: maxLevel, PerHalving: perHalving, Gain: 0.5, MinDwell: 3 * time.Second}
+	return &Controller{Budget: budget, MaxLevel: maxLevel, PerHalving: perHalving, Gain: 0.5, Smooth: 0.35, Deadband: 0.08, MinDwell: 3 * time.Second}
 }
 
 // Share is the cost measured over the last step, as a share of one core.
@@ -94,15 +103,29 @@ func (c *Controller) Step(now time.Time, cpu time.Duration, current uint8) uint8
 	default:
 		octaves = math.Log2(c.share / c.Budget)
 	}
-	gain := c.Gain
 	if octaves > 1 {
-		gain = 1 // more than twice the budget: cut it all at once
+		// More than twice the budget: cut it all at once.
+		c.err = 0
+		return c.move(now, int(math.Round(octaves*float64(c.PerHalving))))
 	}
-	move := int(math.Round(gain * octaves * float64(c.PerHalving)))
+	c.err += c.Smooth * (octaves - c.err)
+	if math.Abs(c.err) < c.Deadband {
+		return c.level
+	}
+	move := int(math.Round(c.Gain * c.err * float64(c.PerHalving)))
 	if move < 0 && !c.kernelAt.IsZero() && now.Sub(c.kernelAt) < c.MinDwell {
-		move = 0
+		return c.level
 	}
-	next := min(max(int(c.level)+move, 0), int(c.MaxLevel))
+	before := c.level
+	c.move(now, move)
+	// What the move corrects is no longer an error.
+	c.err -= float64(int(c.level)-int(before)) / float64(c.PerHalving)
+	return c.level
+}
+
+// move changes the level by n levels, within its bounds.
+func (c *Controller) move(now time.Time, n int) uint8 {
+	next := min(max(int(c.level)+n, 0), int(c.MaxLevel))
 	if next != int(c.level) {
 		c.level, c.lastChange = uint8(next), now
 	}

@@ -61,16 +61,17 @@ func TestControllerHoldsBudget(t *testing.T) {
 			if m := mean(shares[10:]); math.Abs(m-0.05) > 0.005 {
 				t.Fatalf("mean share %.4f after settling, want 0.05 ± 10 %%; levels %v", m, levels)
 			}
-			if tc.noise == 0 {
-				changes := 0
-				for i := 12; i < len(levels); i++ {
-					if levels[i] != levels[i-1] {
-						changes++
-					}
+			// Settled (a fixed part slows it down), it does not hunt:
+			// without noise the level stays; with it, it changes in at
+			// most a quarter of the steps.
+			changes := 0
+			for i := 20; i < len(levels); i++ {
+				if levels[i] != levels[i-1] {
+					changes++
 				}
-				if changes != 0 {
-					t.Fatalf("level changed %d times after settling: %v", changes, levels)
-				}
+			}
+			if limit := (len(levels) - 20) / 4; tc.noise == 0 && changes != 0 || changes > limit {
+				t.Fatalf("level changed %d times in %d steps after settling: %v", changes, len(levels)-20, levels)
 			}
 		})
 	}
