@@ -134,9 +134,9 @@ func metricNames(expr string) []string {
 func TestMetricNames(t *testing.T) {
 	for expr, want := range map[string]string{
 		`sum by (instance, iface) (rate(hotsniff_packets_total{instance=~"$instance", mode!="x{"}[$__rate_interval]))`: "hotsniff_packets_total",
-		`histogram_quantile(0.99, sum by (le) (rate(a_bucket{instance=~"$instance"}[5m])))`:                              "a_bucket",
-		`a{instance=~"$instance"} / on (instance) group_left (mode) b{x="y"} * 1e-9 > bool 0.5 offset 5m`:                 "a b",
-		`clamp_min(sum without (iface) (x:rate5m{q='it\'s'}), 1e-9) or vector(0) unless up`:                               "up x:rate5m",
+		`histogram_quantile(0.99, sum by (le) (rate(a_bucket{instance=~"$instance"}[5m])))`:                            "a_bucket",
+		`a{instance=~"$instance"} / on (instance) group_left (mode) b{x="y"} * 1e-9 > bool 0.5 offset 5m`:              "a b",
+		`clamp_min(sum without (iface) (x:rate5m{q='it\'s'}), 1e-9) or vector(0) unless up`:                            "up x:rate5m",
 		`max_over_time(c[10m:1m]) and d`: "c d",
 	} {
 		if got := strings.Join(metricNames(expr), " "); got != want {
