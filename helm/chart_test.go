@@ -854,10 +854,19 @@ func TestDashboard(t *testing.T) {
 		"hotsniff_stream_flows", "hotsniff_stream_buffered_bytes", "hotsniff_stream_lost_bytes_total",
 		"hotsniff_publish_queue_dropped_total", "hotsniff_publish_lag_seconds",
 		"hotsniff_detection_latency_seconds_bucket", "hotsniff_capture_truncated_bytes_total",
+		"hotsniff_capture_sample_rate", "hotsniff_cpu_share", "hotsniff_cpu_budget",
+		"hotsniff_capture_sampled_out_total", "hotsniff_capture_sample_kernel_steps_total",
+		"hotsniff_absorbed_hits_total", "hotsniff_absorbed_reports_total", "hotsniff_absorbed_rejected_total",
+		"hotsniff_publish_messages_total", "hotsniff_publish_budget_overflow_total",
+		"hotsniff_reply_bytes_total", "hotsniff_reply_unpaired_bytes_total",
+		"hotsniff_reply_pairing_dropped_total", "hotsniff_reply_pairing_resets_total", "hotsniff_reply_pairing_held_bytes",
 	} {
 		if !strings.Contains(exprs.String(), metric+"{") {
 			t.Errorf("no panel queries %s", metric)
 		}
+	}
+	if !strings.Contains(exprs.String(), `hotsniff_published_total{instance=~"$instance", type="invalidate"}`) {
+		t.Error("no panel shows invalidations")
 	}
 }
 
