@@ -150,6 +150,18 @@ func TestWritePlainSampled(t *testing.T) {
 	if out.String() != want {
 		t.Errorf("uniform sampling:\n%s\nwant:\n%s", out.String(), want)
 	}
+	// The terminal header keeps saying so however narrow: a short form,
+	// then the time and the node give way.
+	for w, want := range map[int]string{
+		160: "· node cache-node-3 · 18:00:00Z · 2 hot ≥1000 qps · sampling 25% of connections: ~ rates are estimates",
+		100: "· node cache-node-3 · 18:00:00Z · 2 hot ≥1000 qps · ~ sampled 25%",
+		80:  "· node cache-node-3 · 2 hot ≥1000 qps · ~ sampled 25%",
+		60:  "· 2 hot ≥1000 qps · ~ sampled 25%",
+	} {
+		if h := strings.TrimRight(m.Frame(w, 6)[0].String(), " "); !strings.HasSuffix(h, want) {
+			t.Errorf("header at width %d: %q, want it to end %q", w, h, want)
+		}
+	}
 
 	a.Sample, b.Sample = 0.1367, 0 // b's event was made before sampling began
 	m.Apply(snap(1, a, b))

@@ -471,29 +471,52 @@ func cut(s string, w int) string {
 }
 
 func (m *Model) headerText(w int, full bool) string {
-	var tail []string
-	if m.got {
-		if m.node != "" {
-			tail = append(tail, "node "+termtext.Field(m.node))
-		}
-		ts := m.ts.UTC().Format("15:04:05Z")
-		if full {
-			ts = m.ts.UTC().Format(event.TSFormat)
-		}
-		if m.hotQPS > 0 {
-			tail = append(tail, ts, fmt.Sprintf("%d hot ≥%s qps", m.nHot, fmtThreshold(m.hotQPS)))
-		} else {
-			tail = append(tail, ts, fmt.Sprintf("%d hot", m.nHot)) // the channel does not carry thresholds
-		}
-		if m.sampled {
-			tail = append(tail, m.samplingText())
-		}
-	} else {
-		tail = append(tail, "waiting for data…")
-	}
-	rest := " · " + strings.Join(tail, " · ")
 	lead := " hotsniff top · "
 	src := termtext.Strip(m.source)
+	if !m.got {
+		return m.fitHeader(lead, src, " · waiting for data…", w, full)
+	}
+	var node, hot string
+	if m.node != "" {
+		node = "node " + termtext.Field(m.node)
+	}
+	ts := m.ts.UTC().Format("15:04:05Z")
+	if full {
+		ts = m.ts.UTC().Format(event.TSFormat)
+	}
+	if m.hotQPS > 0 {
+		hot = fmt.Sprintf("%d hot ≥%s qps", m.nHot, fmtThreshold(m.hotQPS))
+	} else {
+		hot = fmt.Sprintf("%d hot", m.nHot) // the channel does not carry thresholds
+	}
+	variants := [][]string{{node, ts, hot}}
+	if m.sampled {
+		// That rates are estimates must survive a narrow terminal: a
+		// shorter form first, then the time and the node give way.
+		short := "~ sampled " + m.sampleRange()
+		variants = [][]string{{node, ts, hot, m.samplingText()}}
+		if !full {
+			variants = append(variants, []string{node, ts, hot, short}, []string{node, hot, short}, []string{hot, short})
+		}
+	}
+	var rest string
+	for _, v := range variants {
+		rest = " ·"
+		for _, p := range v {
+			if p != "" {
+				rest += " " + p + " ·"
+			}
+		}
+		rest = strings.TrimSuffix(rest, " ·")
+		if full || width(lead)+min(width(src), 8)+width(rest) <= w {
+			break
+		}
+	}
+	return m.fitHeader(lead, src, rest, w, full)
+}
+
+// fitHeader elides the source to leave room for the rest of the header.
+func (m *Model) fitHeader(lead, src, rest string, w int, full bool) string {
 	if !full {
 		src = elide(src, max(w-width(lead)-width(rest), 8))
 	}
@@ -503,11 +526,16 @@ func (m *Model) headerText(w int, full bool) string {
 // samplingText says that rates shown come from sampled connections, and
 // the rate (or the range of rates) in effect.
 func (m *Model) samplingText() string {
+	return "sampling " + m.sampleRange() + " of connections: ~ rates are estimates"
+}
+
+// sampleRange is the sampling rate of the rows in view, or its range.
+func (m *Model) sampleRange() string {
 	r := fmtSample(m.sampleMin)
 	if m.sampleMixed {
 		r += "–" + fmtSample(m.sampleMax)
 	}
-	return "sampling " + r + " of connections: ~ rates are estimates"
+	return r
 }
 
 func (m *Model) statusText(n int) (string, Style) {
