@@ -578,15 +578,16 @@ func TestFullValues(t *testing.T) {
 
 	// Config file: every value reaches it under the flag name.
 	want := map[string]any{
-		"capture":   "afpacket",
-		"iface":     []any{"eth0", "bond0"},
-		"ring-size": 67108864,
-		"max-cpu":   0.05,
-		"port":      []any{"redis=6379", "redis=6380", "memcache=11211", "tair=5191"},
-		"hot-qps":   2500,
-		"detector":  "default",
-		"channel":   "sre:hotkeys",
-		"listen":    ":19464",
+		"capture":    "afpacket",
+		"iface":      []any{"eth0", "bond0"},
+		"ring-size":  67108864,
+		"max-cpu":    0.05,
+		"reply-copy": 1024,
+		"port":       []any{"redis=6379", "redis=6380", "memcache=11211", "tair=5191"},
+		"hot-qps":    2500,
+		"detector":   "default",
+		"channel":    "sre:hotkeys",
+		"listen":     ":19464",
 		"rules": []any{
 			map[string]any{"pattern": "session:*", "hot_qps": 5000, "proto": "redis"},
 			map[string]any{"pattern": "cfg:*:flag", "hot_qps": 200},
@@ -718,22 +719,43 @@ func TestPrivilegedOptIn(t *testing.T) {
 	}
 }
 
+// TestReplyCopy: capture.replyCopy reaches the config file as reply-copy
+// when set, 0 included (copy no reply payload is a setting, not "unset"),
+// and the real binary accepts it; left null, hotsniff's default applies.
+func TestReplyCopy(t *testing.T) {
+	t.Parallel()
+	for set, want := range map[string]any{"": nil, "capture.replyCopy=0": 0, "capture.replyCopy=512": 512} {
+		var args []string
+		if set != "" {
+			args = []string{"--set", set}
+		}
+		_, _, cfg := checkCommon(t, render(t, args...))
+		got, ok := cfg["reply-copy"]
+		if want == nil && ok || want != nil && got != want {
+			t.Errorf("--set %q: config reply-copy = %v (present %v), want %v", set, got, ok, want)
+		}
+	}
+}
+
 // TestSchemaRejects checks values.schema.json stops bad values before they
 // reach a cluster.
 func TestSchemaRejects(t *testing.T) {
 	t.Parallel()
 	for name, args := range map[string][]string{
-		"mode":           {"--set", "capture.mode=pcap"},
-		"port format":    {"--set", "ports[0]=redis:6379"},
-		"unknown proto":  {"--set", "ports[0]=mysql=3306"},
-		"unknown key":    {"--set", "captureMode=xdp"},
-		"typo in nested": {"--set", "detection.hotQps=5"},
-		"chart-owned":    {"--set", "extraConfig.listen=:1"},
-		"cap prefix":     {"--set", "securityContext.extraCapabilities={CAP_BPF}"},
-		"hot-qps zero":   {"--set", "detection.hotQPS=0"},
-		"redis url":      {"--set", "redis.url=http://x"},
-		"rule field":     {"--set", "detection.rules[0].pattern=a,detection.rules[0].hotQPS=5"},
-		"max unavail":    {"--set", "updateStrategy.maxUnavailable=0"},
+		"mode":            {"--set", "capture.mode=pcap"},
+		"port format":     {"--set", "ports[0]=redis:6379"},
+		"unknown proto":   {"--set", "ports[0]=mysql=3306"},
+		"unknown key":     {"--set", "captureMode=xdp"},
+		"typo in nested":  {"--set", "detection.hotQps=5"},
+		"chart-owned":     {"--set", "extraConfig.listen=:1"},
+		"cap prefix":      {"--set", "securityContext.extraCapabilities={CAP_BPF}"},
+		"hot-qps zero":    {"--set", "detection.hotQPS=0"},
+		"redis url":       {"--set", "redis.url=http://x"},
+		"rule field":      {"--set", "detection.rules[0].pattern=a,detection.rules[0].hotQPS=5"},
+		"max unavail":     {"--set", "updateStrategy.maxUnavailable=0"},
+		"reply copy":      {"--set", "capture.replyCopy=-1"},
+		"reply copy str":  {"--set-string", "capture.replyCopy=4k"},
+		"reply via extra": {"--set", "extraConfig.reply-copy=0"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -854,10 +876,19 @@ func TestDashboard(t *testing.T) {
 		"hotsniff_stream_flows", "hotsniff_stream_buffered_bytes", "hotsniff_stream_lost_bytes_total",
 		"hotsniff_publish_queue_dropped_total", "hotsniff_publish_lag_seconds",
 		"hotsniff_detection_latency_seconds_bucket", "hotsniff_capture_truncated_bytes_total",
+		"hotsniff_capture_sample_rate", "hotsniff_cpu_share", "hotsniff_cpu_budget",
+		"hotsniff_capture_sampled_out_total", "hotsniff_capture_sample_kernel_steps_total",
+		"hotsniff_absorbed_hits_total", "hotsniff_absorbed_reports_total", "hotsniff_absorbed_rejected_total",
+		"hotsniff_publish_messages_total", "hotsniff_publish_budget_overflow_total",
+		"hotsniff_reply_bytes_total", "hotsniff_reply_unpaired_bytes_total",
+		"hotsniff_reply_pairing_dropped_total", "hotsniff_reply_pairing_resets_total", "hotsniff_reply_pairing_held_bytes",
 	} {
 		if !strings.Contains(exprs.String(), metric+"{") {
 			t.Errorf("no panel queries %s", metric)
 		}
+	}
+	if !strings.Contains(exprs.String(), `hotsniff_published_total{instance=~"$instance", type="invalidate"}`) {
+		t.Error("no panel shows invalidations")
 	}
 }
 

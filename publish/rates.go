@@ -10,7 +10,7 @@ import (
 const rateChange = 0.2
 
 // UpdateRates refreshes the measurements (qps, write_qps, absorbed_qps,
-// bytes_ps, value_bytes) of keys already in this node's hot set from the
+// bytes_ps, value_bytes, and the sampling rate they were scaled from) of keys already in this node's hot set from the
 // detector's current view, without publishing anything: the channel stays
 // quiet, and the snapshot, which `hotsniff top --redis-url` and reloading
 // subscribers read, shows current rates. Only a change of more than 20 %
@@ -29,11 +29,15 @@ func (p *Publisher) UpdateRates(hot []event.Event) {
 		}
 		old := en.ev
 		if !moved(old.QPS, m.QPS) && !moved(old.WriteQPS, m.WriteQPS) && !moved(old.AbsorbedQPS, m.AbsorbedQPS) &&
-			!moved(old.BytesPS, m.BytesPS) && !moved(old.ValueBytes, m.ValueBytes) {
+			!moved(old.BytesPS, m.BytesPS) && !moved(old.ValueBytes, m.ValueBytes) &&
+			!sampleMoved(old.Sample, m.Sample) {
 			continue
 		}
 		c := *old // stored events are shared with snapshots: copy
 		c.QPS, c.WriteQPS, c.AbsorbedQPS, c.BytesPS, c.ValueBytes = m.QPS, m.WriteQPS, m.AbsorbedQPS, m.BytesPS, m.ValueBytes
+		// A new sampling rate changes what the rates are (counts or
+		// estimates): readers of the snapshot must see it at once.
+		c.Sample = m.Sample
 		en.ev = &c
 		p.set.m[id] = en
 		p.dirty = true
@@ -42,6 +46,14 @@ func (p *Publisher) UpdateRates(hot []event.Event) {
 		default:
 		}
 	}
+}
+
+// sampleMoved reports a change of the sampling rate that readers must see:
+// sampling starting or stopping, or its rate moving by more than 20 %
+// (a rate adjusted finely by the budget does not rewrite the snapshot on
+// every step).
+func sampleMoved(a, b float64) bool {
+	return (a > 0 && a < 1) != (b > 0 && b < 1) || moved(a, b)
 }
 
 func moved(a, b float64) bool {

@@ -64,4 +64,25 @@ func TestUpdateRates(t *testing.T) {
 	if p.Stats().HotKeys != 1 {
 		t.Fatalf("hot set grew to %d", p.Stats().HotKeys)
 	}
+	// Sampling starting at the same rates rewrites the snapshot: its rates
+	// are estimates from then on, and top --redis-url says so.
+	now.Sample = 0.1367
+	p.UpdateRates([]event.Event{now})
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		if k := snapKey(); k != nil && k.Sample == 0.1367 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("snapshot never showed the sampling rate: %+v", snapKey())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	w0 = p.Stats().SnapshotWrites
+	now.Sample = 0.14 // a fine budget step: not worth a write
+	p.UpdateRates([]event.Event{now})
+	time.Sleep(100 * time.Millisecond)
+	if w := p.Stats().SnapshotWrites; w != w0 {
+		t.Fatalf("%d snapshot writes for a 2%% change of the sampling rate", w-w0)
+	}
 }

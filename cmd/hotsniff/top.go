@@ -58,6 +58,12 @@ publishes there: the node column, the key's demand (qps of its last hot
 message), its write rate and whether shims may cache it (CACHE no: written
 too often). Rates change when a node sends a refresh or a new verdict.
 
+When a daemon samples connections to stay within its CPU budget
+(run --max-cpu), its rates are estimates scaled up from the share it saw:
+the header says "sampling 25% of connections", each such rate is marked ~,
+and when the keys shown differ (nodes sampling at different rates) a SAMPLE
+column gives each key's share.
+
 With --replay it runs the capture files through replay's pipeline in process
 (packet timestamps as the clock) and samples the hot set every --interval of
 packet time, at --speed (default 1: the recorded pace; 0: as fast as 10

@@ -12,7 +12,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/hotsniff/hotsniff/event"
 	"github.com/hotsniff/hotsniff/internal/topview"
 )
 
@@ -200,5 +202,51 @@ func TestTopReadmeExample(t *testing.T) {
 	}
 	if n := len(frames[0].Keys) + len(frames[0].Warm); n < f.top {
 		t.Errorf("first frame lists %d keys, want %d", n, f.top)
+	}
+}
+
+// TestTopOnceHTTPSampled: a daemon whose capture samples connections
+// serves its hot set on /hotkeys (the daemon's own handler) with each
+// event's sampling rate (the sample field of the one event type); top says
+// the rates are estimates and from which share of connections, marks each
+// with ~, and still escapes what came from the wire.
+func TestTopOnceHTTPSampled(t *testing.T) {
+	d := &daemon{}
+	d.df.node = "cache-node-3"
+	d.dcfg.HotQPS = 1000
+	for _, k := range []struct {
+		key string
+		qps float64
+	}{{"item:42", 1843.5}, {"evil\x1b]0;pwned\x07", 1200}} {
+		d.hot = append(d.hot, event.Event{V: 1, Seq: 7, Type: event.TypeHot, Proto: "redis", Server: "10.0.0.5:6379", NS: "0",
+			Key: []byte(k.key), QPS: k.qps, TTLms: 60000, TS: time.Now(), Source: event.SourceDetected, Sample: 0.1367})
+	}
+	srv := httptest.NewServer(http.HandlerFunc(d.hotkeys))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/hotkeys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if bytes.Count(body, []byte(`"sample":0.1367`)) != 2 {
+		t.Fatalf("/hotkeys without the sample field: %s", body)
+	}
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	out, errs, code := runTopCLI(t, "--addr", addr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	head, table, _ := strings.Cut(out, "\n")
+	if !strings.HasPrefix(head, "hotsniff top · "+addr+" · node cache-node-3 · ") ||
+		!strings.HasSuffix(head, " · 2 hot ≥1000 qps · sampling 13.7% of connections: ~ rates are estimates") {
+		t.Errorf("header %q", head)
+	}
+	want := `   RATE  TREND  PROTO  SERVER         NS  STATE  SOURCE    LOCAL  BYTES/S  KEY
+~1843.5  █ ·    redis  10.0.0.5:6379  0   hot    detected  -            -  item:42
+~1200.0  █ ·    redis  10.0.0.5:6379  0   hot    detected  -            -  "evil\x1b]0;pwned\a"
+`
+	if table != want {
+		t.Errorf("table:\n%s\nwant:\n%s", table, want)
 	}
 }

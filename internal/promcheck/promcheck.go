@@ -6,9 +6,12 @@ package promcheck
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -72,5 +75,59 @@ func Check(t testing.TB, metricsText []byte) {
 	}
 	for _, p := range problems {
 		t.Errorf("promtool check metrics: %s", p)
+	}
+}
+
+// ExprProblems runs the real PromQL parser (`promtool check rules`, on a
+// rule file recording each expression) over exprs and returns what it
+// rejects ("" when it accepts them all). err is set only when promtool
+// could not be run.
+func ExprProblems(promtool string, exprs []string) (string, error) {
+	var b strings.Builder
+	b.WriteString("groups:\n- name: exprs\n  rules:\n")
+	for i, e := range exprs {
+		// A JSON string is a YAML string: no quoting of our own.
+		q, _ := json.Marshal(e)
+		fmt.Fprintf(&b, "  - record: expr_%d\n    expr: %s\n", i, q)
+	}
+	dir, err := os.MkdirTemp("", "promcheck")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "exprs.rules.yml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return "", err
+	}
+	out, err := exec.Command(promtool, "check", "rules", path).CombinedOutput()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		return "", err
+	}
+	if err != nil {
+		return strings.TrimSpace(string(out)), nil
+	}
+	return "", nil
+}
+
+// CheckExprs fails t unless promtool's PromQL parser accepts every one of
+// exprs (see ExprProblems): a dashboard query with a typo then fails a
+// test, not a panel. Like Check, it skips without promtool except under
+// CI=true.
+func CheckExprs(t testing.TB, exprs []string) {
+	t.Helper()
+	promtool := Path()
+	if promtool == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("promtool not installed (CI must install Debian package prometheus)")
+		}
+		t.Skip("promtool not installed (apt-get install prometheus)")
+	}
+	problems, err := ExprProblems(promtool, exprs)
+	if err != nil {
+		t.Fatalf("running %s check rules: %v", promtool, err)
+	}
+	if problems != "" {
+		t.Errorf("promtool check rules rejects an expression:\n%s", problems)
 	}
 }

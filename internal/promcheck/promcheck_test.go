@@ -87,3 +87,18 @@ func TestProblemsMissingBinary(t *testing.T) {
 		t.Fatal("want an error for a missing promtool")
 	}
 }
+
+func TestExprProblems(t *testing.T) {
+	promtool := promtoolOrSkip(t)
+	good := []string{`sum by (iface) (rate(hotsniff_packets_total{instance=~".*"}[1m]))`, `histogram_quantile(0.99, sum by (le) (rate(x_bucket[5m])))`}
+	if p, err := ExprProblems(promtool, good); err != nil || p != "" {
+		t.Fatalf("good expressions: %q, %v", p, err)
+	}
+	p, err := ExprProblems(promtool, append(good, `sum(rate(hotsniff_packets_total{instance=~".*"}[1m])`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p == "" {
+		t.Fatal("promtool accepted an unbalanced expression")
+	}
+}

@@ -113,3 +113,79 @@ func TestChannelFleetView(t *testing.T) {
 		}
 	}
 }
+
+// TestChannelFleetSampling: nodes that sample their capture at different
+// rates publish to one channel; the fleet view says sampling is in effect
+// and over which range, marks each estimated rate ~ and shows each row's
+// rate in a SAMPLE column; a node's new rate reaches the view through
+// the snapshot (UpdateRates) without a message.
+func TestChannelFleetSampling(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	quiet := slog.New(slog.DiscardHandler)
+	pubs := map[string]*publish.Publisher{}
+	for _, n := range []string{"node-a", "node-b", "node-c"} {
+		p, err := publish.New(rdb, publish.Options{Channel: "hk", Node: n, Logger: quiet, SnapshotInterval: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close(context.Background()) })
+		pubs[n] = p
+	}
+	mk := func(key string, qps, sample float64) event.Event {
+		return event.Event{Type: event.TypeHot, Proto: "redis", Server: "10.0.0.5:6379", NS: "0", Key: []byte(key),
+			QPS: qps, TTLms: 60000, TS: time.Now(), Source: event.SourceDetected, Sample: sample}
+	}
+	ea, eb, ec := mk("bench:hot", 12000, 0.25), mk("bench:hot", 9000, 0.0625), mk("item:c", 1500, 0)
+	pubs["node-a"].Emit(&ea)
+	pubs["node-b"].Emit(&eb)
+	pubs["node-c"].Emit(&ec)
+
+	cs, err := NewChannelSource(rdb, "hk", "channel hk", 50*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	h := startHarness(t, 160, 20, cs, NewModel("channel hk", Options{Fleet: true}))
+	// fields: RATE SAMPLE spark arrow NODE WRITE/S CACHE PROTO SERVER NS STATE SOURCE LOCAL BYTES/S KEY
+	row := func(f frame, node string) []string {
+		for _, l := range f.lines[3 : len(f.lines)-1] {
+			if fs := strings.Fields(l); len(fs) == 15 && fs[4] == node {
+				return fs
+			}
+		}
+		return nil
+	}
+	f := h.wait("three nodes with their sampling", func(f frame) bool {
+		return row(f, "node-a") != nil && row(f, "node-b") != nil && row(f, "node-c") != nil
+	})
+	if !strings.Contains(f.lines[0], "sampling 6.25%–100% of connections: ~ rates are estimates") {
+		t.Errorf("header %q", f.lines[0])
+	}
+	if !strings.Contains(f.lines[2], "RATE▼ SAMPLE") {
+		t.Errorf("titles %q", f.lines[2])
+	}
+	for node, want := range map[string][2]string{"node-a": {"~12000.0", "25%"}, "node-b": {"~9000.0", "6.25%"}, "node-c": {"1500.0", "100%"}} {
+		if r := row(f, node); r[0] != want[0] || r[1] != want[1] {
+			t.Errorf("%s: %q, want rate %s sample %s", node, r, want[0], want[1])
+		}
+	}
+	// node-b's budget moves its rate to 13.67 %: the snapshot carries it.
+	eb.Sample, eb.QPS = 0.1367, 9100
+	pubs["node-b"].UpdateRates([]event.Event{eb})
+	h.wait("node-b's new rate", func(f frame) bool {
+		r := row(f, "node-b")
+		return r != nil && r[1] == "13.7%"
+	})
+	// Every node stops sampling: the marks and the column go.
+	ea.Sample, eb.Sample = 0, 0
+	pubs["node-a"].UpdateRates([]event.Event{ea})
+	pubs["node-b"].UpdateRates([]event.Event{eb})
+	f = h.wait("no sampling", func(f frame) bool {
+		return !strings.Contains(f.String(), "SAMPLE") && !strings.Contains(f.String(), "~")
+	})
+	if strings.Contains(f.lines[0], "sampling") {
+		t.Errorf("header %q", f.lines[0])
+	}
+}

@@ -188,6 +188,13 @@ type Model struct {
 
 	view  []*row // sorted, filtered rows; rebuilt when dirty
 	dirty bool
+
+	// Sampling of the rows in view (hot or listed below the threshold),
+	// set with view: the lowest and highest rate (1: all seen), whether
+	// any row is sampled, and whether rows differ (then each row shows
+	// its rate in a SAMPLE column).
+	sampleMin, sampleMax float64
+	sampled, sampleMixed bool
 }
 
 // NewModel returns an empty model; source labels the header until the first
@@ -456,8 +463,36 @@ func (m *Model) rowsView() []*row {
 		m.view = topRows(m.view, n)
 	}
 	slices.SortFunc(m.view, m.compare)
+	m.noteSampling()
 	m.dirty = false
 	return m.view
+}
+
+// sampleOf is the fraction of connections a row's figures come from:
+// 1 when everything was seen (no sample field, or a value outside (0,1)).
+func sampleOf(e *event.Event) float64 {
+	if e.Sample > 0 && e.Sample < 1 {
+		return e.Sample
+	}
+	return 1
+}
+
+// noteSampling sums up the sampling of the rows in view that show a rate.
+func (m *Model) noteSampling() {
+	m.sampleMin, m.sampleMax, m.sampled, m.sampleMixed = 1, 1, false, false
+	first := true
+	for _, r := range m.view {
+		if !r.hot && !r.warm {
+			continue
+		}
+		s := sampleOf(&r.ev)
+		if first {
+			m.sampleMin, m.sampleMax, first = s, s, false
+		}
+		m.sampleMin, m.sampleMax = min(m.sampleMin, s), max(m.sampleMax, s)
+	}
+	m.sampled = m.sampleMin < 1
+	m.sampleMixed = m.sampleMin != m.sampleMax
 }
 
 // compare orders rows by the sort column (rate, bytes and state: highest first;

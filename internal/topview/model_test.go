@@ -118,3 +118,75 @@ func TestModelDuplicateAndNonHot(t *testing.T) {
 		t.Errorf("negative ColdFor kept %d rows", len(m.rows))
 	}
 }
+
+func TestFmtSample(t *testing.T) {
+	for r, want := range map[float64]string{
+		0.25: "25%", 0.1367: "13.7%", 0.0625: "6.25%", 0.5: "50%", 0.01: "1%",
+		1.0 / 256: "1/256", 1.0 / 65536: "1/65536", 1e-300: "<1/1M", 0.9999: ">99.9%", 1: "100%", 0: "100%",
+	} {
+		if got := fmtSample(r); got != want || width(got) > wSample+1 {
+			t.Errorf("fmtSample(%v) = %q, want %q", r, got, want)
+		}
+	}
+}
+
+// TestWritePlainSampled: when the events carry the capture's sampling
+// rate, the header says so and which rate, and each estimated rate is
+// marked ~; when rows differ (a daemon whose rate moved, or nodes that
+// sample differently), a SAMPLE column shows each row's. Events without
+// sampling show the table as before.
+func TestWritePlainSampled(t *testing.T) {
+	m := NewModel("127.0.0.1:9464", Options{})
+	a, b := hotEv("item:42", 2000), hotEv("item:7", 1200)
+	a.Sample, b.Sample = 0.25, 0.25
+	m.Apply(snap(0, a, b))
+	var out strings.Builder
+	m.WritePlain(&out)
+	want := `hotsniff top · fake · node cache-node-3 · 2026-11-29T18:00:00.000000Z · 2 hot ≥1000 qps · sampling 25% of connections: ~ rates are estimates
+   RATE  TREND  PROTO  SERVER         NS  STATE  SOURCE    LOCAL  BYTES/S  KEY
+~2000.0  █ ·    redis  10.0.0.5:6379  0   hot    detected  -            -  item:42
+~1200.0  █ ·    redis  10.0.0.5:6379  0   hot    detected  -            -  item:7
+`
+	if out.String() != want {
+		t.Errorf("uniform sampling:\n%s\nwant:\n%s", out.String(), want)
+	}
+	// The terminal header keeps saying so however narrow: a short form,
+	// then the time and the node give way.
+	for w, want := range map[int]string{
+		160: "· node cache-node-3 · 18:00:00Z · 2 hot ≥1000 qps · sampling 25% of connections: ~ rates are estimates",
+		100: "· node cache-node-3 · 18:00:00Z · 2 hot ≥1000 qps · ~ sampled 25%",
+		80:  "· node cache-node-3 · 2 hot ≥1000 qps · ~ sampled 25%",
+		60:  "· 2 hot ≥1000 qps · ~ sampled 25%",
+	} {
+		if h := strings.TrimRight(m.Frame(w, 6)[0].String(), " "); !strings.HasSuffix(h, want) {
+			t.Errorf("header at width %d: %q, want it to end %q", w, h, want)
+		}
+	}
+
+	a.Sample, b.Sample = 0.1367, 0 // b's event was made before sampling began
+	m.Apply(snap(1, a, b))
+	out.Reset()
+	m.WritePlain(&out)
+	want = `hotsniff top · fake · node cache-node-3 · 2026-11-29T18:00:01.000000Z · 2 hot ≥1000 qps · sampling 13.7%–100% of connections: ~ rates are estimates
+   RATE  SAMPLE  TREND  PROTO  SERVER         NS  STATE  SOURCE    LOCAL  BYTES/S  KEY
+~2000.0  13.7%   ██ →   redis  10.0.0.5:6379  0   hot    detected  -            -  item:42
+ 1200.0  100%    ██ →   redis  10.0.0.5:6379  0   hot    detected  -            -  item:7
+`
+	if out.String() != want {
+		t.Errorf("mixed sampling:\n%s\nwant:\n%s", out.String(), want)
+	}
+	// The terminal frame has the column too, and the sort arrow stays on
+	// RATE.
+	f := m.Frame(120, 8)
+	if l := f[2].String(); !strings.Contains(l, "RATE▼ SAMPLE") || !strings.Contains(f[3].String(), "~2000.0 13.7%") {
+		t.Errorf("frame:\n%s\n%s", l, f[3].String())
+	}
+
+	a.Sample = 0
+	m.Apply(snap(2, a, b))
+	out.Reset()
+	m.WritePlain(&out)
+	if s := out.String(); strings.Contains(s, "sampling") || strings.Contains(s, "SAMPLE") || strings.Contains(s, "~") {
+		t.Errorf("no sampling any more:\n%s", s)
+	}
+}

@@ -3,6 +3,8 @@ package topview
 import (
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -160,20 +162,62 @@ const (
 	wCache = 5
 )
 
+// When the rows in view come from different sampling rates (keys of
+// nodes that sample differently, or of one daemon as its rate changed), a
+// SAMPLE column after RATE shows each row's: the share of connections its
+// figures were scaled up from.
+const (
+	sampleTitle = "SAMPLE"
+	wSample     = 6
+)
+
 // col maps a column of the plain layout (titles) to its place in the
 // current one.
 func (m *Model) col(i int) int {
-	if m.opt.Fleet && i >= 2 {
+	if m.sampleMixed && i >= 1 {
+		i++
+	}
+	if m.opt.Fleet && i >= 2+m.off() {
 		return i + 3
 	}
 	return i
 }
 
-func (m *Model) titles() []string {
-	if m.opt.Fleet {
-		return fleetTitles
+// off is 1 when the SAMPLE column is shown: the fleet-only columns (NODE,
+// WRITE/S, CACHE at 2, 3, 4) move one to the right.
+func (m *Model) off() int {
+	if m.sampleMixed {
+		return 1
 	}
-	return titles
+	return 0
+}
+
+func (m *Model) titles() []string {
+	t := titles
+	if m.opt.Fleet {
+		t = fleetTitles
+	}
+	if m.sampleMixed {
+		return slices.Insert(slices.Clone(t), 1, sampleTitle)
+	}
+	return t
+}
+
+// fmtSample formats a sampling rate (the share of connections seen) in at
+// most 6 characters: a percentage with three significant digits, or 1/N
+// below 1 %. The rate need not be a power of two.
+func fmtSample(r float64) string {
+	switch {
+	case r >= 1 || r <= 0:
+		return "100%"
+	case r > 0.999:
+		return ">99.9%"
+	case r >= 0.01:
+		return strconv.FormatFloat(r*100, 'g', 3, 64) + "%"
+	case r < 1e-6: // forged or absurd: bounded text
+		return "<1/1M"
+	}
+	return "1/" + strconv.FormatFloat(math.Round(1/r), 'f', 0, 64)
 }
 
 // fmtBytes formats a byte rate in at most 7 characters: "-" when unknown.
@@ -197,12 +241,12 @@ func (m *Model) cells(r *row) []string {
 	state, local, bytes := "cold", "-", "-"
 	switch {
 	case r.hot:
-		rate, state, bytes = fmtRate(r.ev.QPS), "hot", fmtBytes(r.ev.BytesPS)
+		rate, state, bytes = m.rateText(r), "hot", fmtBytes(r.ev.BytesPS)
 		if r.ev.AbsorbedQPS > 0 && r.ev.QPS > 0 {
 			local = strconv.Itoa(int(min(r.ev.AbsorbedQPS/r.ev.QPS, 1)*100)) + "%"
 		}
 	case r.warm:
-		rate = fmtRate(r.ev.QPS)
+		rate = m.rateText(r)
 		if r.coldSince.IsZero() {
 			state = "-" // below the threshold, never hot
 		}
@@ -214,17 +258,37 @@ func (m *Model) cells(r *row) []string {
 	// Fields come from /hotkeys or the channel, which an attacker may
 	// forge: escaped here, at render time, so no control sequence reaches
 	// the terminal (the key is escaped when its row is made).
+	var c []string
 	if !m.opt.Fleet {
-		return []string{rate, trend, termtext.Field(r.ev.Proto), termtext.Field(r.ev.Server), termtext.Field(r.ev.NS), state, termtext.Field(src), local, bytes, r.keyText}
+		c = []string{rate, trend, termtext.Field(r.ev.Proto), termtext.Field(r.ev.Server), termtext.Field(r.ev.NS), state, termtext.Field(src), local, bytes, r.keyText}
+	} else {
+		write, cache := "-", "yes"
+		if r.ev.WriteQPS > 0 {
+			write = fmtRate(r.ev.WriteQPS)
+		}
+		if r.ev.Uncacheable {
+			cache = "no"
+		}
+		c = []string{rate, trend, termtext.Field(r.ev.Node), write, cache, termtext.Field(r.ev.Proto), termtext.Field(r.ev.Server), termtext.Field(r.ev.NS), state, termtext.Field(src), local, bytes, r.keyText}
 	}
-	write, cache := "-", "yes"
-	if r.ev.WriteQPS > 0 {
-		write = fmtRate(r.ev.WriteQPS)
+	if m.sampleMixed {
+		smp := "-"
+		if r.hot || r.warm {
+			smp = fmtSample(sampleOf(&r.ev))
+		}
+		c = slices.Insert(c, 1, smp)
 	}
-	if r.ev.Uncacheable {
-		cache = "no"
+	return c
+}
+
+// rateText is a row's rate; "~" marks one scaled up from sampled
+// connections (an estimate).
+func (m *Model) rateText(r *row) string {
+	q := fmtRate(r.ev.QPS)
+	if sampleOf(&r.ev) < 1 && q != "-" {
+		return "~" + q
 	}
-	return []string{rate, trend, termtext.Field(r.ev.Node), write, cache, termtext.Field(r.ev.Proto), termtext.Field(r.ev.Server), termtext.Field(r.ev.NS), state, termtext.Field(src), local, bytes, r.keyText}
+	return q
 }
 
 // colWidths lays the columns out in w cells; the key takes what is left.
@@ -242,6 +306,9 @@ func (m *Model) colWidths(rows []*row, w int) []int {
 	ws := []int{wRate, wTrend, wProto, sw, nw, wState, wSource, wLocal, wBytes, 0}
 	if m.opt.Fleet {
 		ws = []int{wRate, wTrend, dw, wWrite, wCache, wProto, sw, nw, wState, wSource, wLocal, wBytes, 0}
+	}
+	if m.sampleMixed {
+		ws = slices.Insert(ws, 1, wSample)
 	}
 	last := len(ws) - 1
 	fixed := func() int {
@@ -262,7 +329,10 @@ func (m *Model) colWidths(rows []*row, w int) []int {
 	}
 	drops := []int{m.col(7), m.col(6), m.col(1), m.col(4), m.col(2)}
 	if m.opt.Fleet {
-		drops = []int{m.col(7), m.col(6), m.col(1), 3, m.col(4), m.col(2)}
+		drops = []int{m.col(7), m.col(6), m.col(1), 3 + m.off(), m.col(4), m.col(2)}
+	}
+	if m.sampleMixed { // before proto: which rows are estimates matters more
+		drops = slices.Insert(drops, len(drops)-1, 1)
 	}
 	for _, drop := range drops {
 		if w-fixed() >= minKey {
@@ -401,30 +471,71 @@ func cut(s string, w int) string {
 }
 
 func (m *Model) headerText(w int, full bool) string {
-	var tail []string
-	if m.got {
-		if m.node != "" {
-			tail = append(tail, "node "+termtext.Field(m.node))
-		}
-		ts := m.ts.UTC().Format("15:04:05Z")
-		if full {
-			ts = m.ts.UTC().Format(event.TSFormat)
-		}
-		if m.hotQPS > 0 {
-			tail = append(tail, ts, fmt.Sprintf("%d hot ≥%s qps", m.nHot, fmtThreshold(m.hotQPS)))
-		} else {
-			tail = append(tail, ts, fmt.Sprintf("%d hot", m.nHot)) // the channel does not carry thresholds
-		}
-	} else {
-		tail = append(tail, "waiting for data…")
-	}
-	rest := " · " + strings.Join(tail, " · ")
 	lead := " hotsniff top · "
 	src := termtext.Strip(m.source)
+	if !m.got {
+		return m.fitHeader(lead, src, " · waiting for data…", w, full)
+	}
+	var node, hot string
+	if m.node != "" {
+		node = "node " + termtext.Field(m.node)
+	}
+	ts := m.ts.UTC().Format("15:04:05Z")
+	if full {
+		ts = m.ts.UTC().Format(event.TSFormat)
+	}
+	if m.hotQPS > 0 {
+		hot = fmt.Sprintf("%d hot ≥%s qps", m.nHot, fmtThreshold(m.hotQPS))
+	} else {
+		hot = fmt.Sprintf("%d hot", m.nHot) // the channel does not carry thresholds
+	}
+	variants := [][]string{{node, ts, hot}}
+	if m.sampled {
+		// That rates are estimates must survive a narrow terminal: a
+		// shorter form first, then the time and the node give way.
+		short := "~ sampled " + m.sampleRange()
+		variants = [][]string{{node, ts, hot, m.samplingText()}}
+		if !full {
+			variants = append(variants, []string{node, ts, hot, short}, []string{node, hot, short}, []string{hot, short})
+		}
+	}
+	var rest string
+	for _, v := range variants {
+		rest = " ·"
+		for _, p := range v {
+			if p != "" {
+				rest += " " + p + " ·"
+			}
+		}
+		rest = strings.TrimSuffix(rest, " ·")
+		if full || width(lead)+min(width(src), 8)+width(rest) <= w {
+			break
+		}
+	}
+	return m.fitHeader(lead, src, rest, w, full)
+}
+
+// fitHeader elides the source to leave room for the rest of the header.
+func (m *Model) fitHeader(lead, src, rest string, w int, full bool) string {
 	if !full {
 		src = elide(src, max(w-width(lead)-width(rest), 8))
 	}
 	return lead + src + rest
+}
+
+// samplingText says that rates shown come from sampled connections, and
+// the rate (or the range of rates) in effect.
+func (m *Model) samplingText() string {
+	return "sampling " + m.sampleRange() + " of connections: ~ rates are estimates"
+}
+
+// sampleRange is the sampling rate of the rows in view, or its range.
+func (m *Model) sampleRange() string {
+	r := fmtSample(m.sampleMin)
+	if m.sampleMixed {
+		r += "–" + fmtSample(m.sampleMax)
+	}
+	return r
 }
 
 func (m *Model) statusText(n int) (string, Style) {

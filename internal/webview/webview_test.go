@@ -12,6 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/hotsniff/hotsniff/event"
 	"github.com/hotsniff/hotsniff/internal/browsertest"
 	"github.com/hotsniff/hotsniff/internal/webview"
 )
@@ -132,5 +133,99 @@ func TestHandler(t *testing.T) {
 		if want == 200 && !strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'none'") {
 			t.Errorf("GET %s: no CSP", path)
 		}
+	}
+}
+
+// TestPageSampledInChromium: the daemon samples connections (events carry
+// their sampling rate, encoded by the one event type as /hotkeys does);
+// the page says so in its header, marks each estimated demand ~ and shows
+// each key's share in the Sampled column, which is hidden while nothing
+// is sampled (TestPageInChromium's document).
+func TestPageSampledInChromium(t *testing.T) {
+	ts := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
+	var keys []*event.Event
+	for _, k := range []struct {
+		key    string
+		qps    float64
+		sample float64
+	}{{"item:42", 4000, 0.1367}, {"item:7", 1200, 0.25}, {"<b id=pwn>x</b>", 1100, 1.0 / 512}} {
+		keys = append(keys, &event.Event{V: 1, Seq: 7, Type: event.TypeHot, Proto: "redis", Server: "10.0.0.5:6379", NS: "0",
+			Key: []byte(k.key), QPS: k.qps, TTLms: 60000, TS: ts, Source: event.SourceDetected, Sample: k.sample})
+	}
+	body, err := json.Marshal(map[string]any{"v": 1, "node": "cache-node-3", "ts": ts.Format(event.TSFormat), "hot_qps": 1000, "keys": keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(body), `"sample":0.1367`) {
+		t.Fatalf("document without sample: %s", body)
+	}
+	var sampled atomic.Bool
+	sampled.Store(true)
+	mux := http.NewServeMux()
+	mux.Handle("/", webview.Handler())
+	mux.HandleFunc("/hotkeys", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if sampled.Load() {
+			w.Write(body)
+		} else {
+			w.Write([]byte(doc))
+		}
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	ctx := browsertest.New(t, nil)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	text := func(js string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
+		if err != nil {
+			t.Fatalf("%s: %v", js, err)
+		}
+		return v
+	}
+	cell := func(key, col string) string {
+		return text(`(document.querySelector('tr[data-key="` + key + `"] td.` + col + `') || {}).textContent || ""`)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/?interval=200")); err != nil {
+		t.Fatal(err)
+	}
+	if err := browsertest.WaitSelector(ctx, `tr[data-key="item:42"]`); err != nil {
+		t.Fatal(err)
+	}
+	if s := text(`document.getElementById("sampling").textContent`); s != "sampling 1/512–25% of connections: ~ rates are estimates" {
+		t.Errorf("header %q", s)
+	}
+	for key, want := range map[string][2]string{"item:42": {"~4000.0", "13.7%"}, "item:7": {"~1200.0", "25%"}} {
+		if q, s := cell(key, "qps"), cell(key, "sample"); q != want[0] || s != want[1] {
+			t.Errorf("%s: demand %q sampled %q, want %q %q", key, q, s, want[0], want[1])
+		}
+	}
+	if s := cell("<b id=pwn>x</b>", "sample"); s != "1/512" {
+		t.Errorf("markup key: sampled %q, want 1/512", s)
+	}
+	if n := text(`String(document.querySelectorAll("#pwn, b").length)`); n != "0" {
+		t.Errorf("a key was parsed as markup")
+	}
+	if v := text(`getComputedStyle(document.querySelector('th[data-sort="sample"]')).display`); v == "none" {
+		t.Errorf("Sampled column hidden while keys are sampled")
+	}
+	if ti := text(`document.querySelector('tr[data-key="item:42"] td.qps').title`); ti != "estimated from 13.7% of connections" {
+		t.Errorf("demand title %q", ti)
+	}
+	browsertest.Screenshot(t, ctx, "hotsniff-webview-sampled")
+
+	// Sampling stops: the header line, the marks and the column go.
+	sampled.Store(false)
+	deadline := time.Now().Add(10 * time.Second)
+	for text(`document.getElementById("sampling").textContent`) != "" || cell("item:42", "qps") != "4000.0" {
+		if time.Now().After(deadline) {
+			t.Fatalf("still shown as sampled: header %q, item:42 %q", text(`document.getElementById("sampling").textContent`), cell("item:42", "qps"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if v := text(`getComputedStyle(document.querySelector('th[data-sort="sample"]')).display`); v != "none" {
+		t.Errorf("Sampled column shown (display %q) with nothing sampled", v)
 	}
 }

@@ -98,6 +98,8 @@ Keys rendered here win over extraConfig.
 {{- if include "hotsniff.cgroupMount" . }}{{ $_ := set $cfg "cgroup-path" "/host/sys/fs/cgroup" }}{{ end -}}
 {{- if gt (int64 .Values.capture.ringBufferSize) 0 }}{{ $_ := set $cfg "ring-size" (int64 .Values.capture.ringBufferSize) }}{{ end -}}
 {{- if gt (float64 (default 0 .Values.capture.maxCPU)) 0.0 }}{{ $_ := set $cfg "max-cpu" (float64 .Values.capture.maxCPU) }}{{ end -}}
+{{- /* 0 is a setting here (copy no reply payload): only null is left out */ -}}
+{{- if not (kindIs "invalid" .Values.capture.replyCopy) }}{{ $_ := set $cfg "reply-copy" (int64 .Values.capture.replyCopy) }}{{ end -}}
 {{- with .Values.detection.rules }}{{ $_ := set $cfg "rules" . }}{{ end -}}
 {{- with .Values.detection.ignore }}{{ $_ := set $cfg "ignore" . }}{{ end -}}
 {{- if .Values.webConfig.existingSecret }}

@@ -35,6 +35,22 @@
     return (q / 1e6).toFixed(1) + "M";
   }
 
+  // sample is the share of connections a key's figures come from (the
+  // event's "sample" field): 1 when absent, or not a rate in (0,1).
+  function sample(ev) {
+    const s = num(ev.sample);
+    return s > 0 && s < 1 ? s : 1;
+  }
+  // fmtSample writes a share as top does: three significant digits of a
+  // percentage, 1/N below one percent (rates need not be powers of two).
+  function fmtSample(r) {
+    if (r >= 1) return "100%";
+    if (r > 0.999) return ">99.9%";
+    if (r >= 0.01) return Number((r * 100).toPrecision(3)) + "%";
+    if (r < 1e-6) return "<1/1M";
+    return "1/" + Math.round(1 / r);
+  }
+
   function sparkline(hist) {
     const W = 120, H = 22, NS = "http://www.w3.org/2000/svg";
     const svg = document.createElementNS(NS, "svg");
@@ -74,6 +90,7 @@
       case "server": return String(r.ev.server || "");
       case "ns": return String(r.ev.ns || "");
       case "qps": return r.hot ? num(r.ev.qps) : -1;
+      case "sample": return r.hot ? sample(r.ev) : 2;
       case "absorbed": return r.hot ? num(r.ev.absorbed_qps) : -1;
       case "share": return share(r);
       case "trend": return r.hist.length ? r.hist[r.hist.length - 1] - r.hist[0] : 0;
@@ -107,7 +124,10 @@
       cell(tr, "", visible(r.ev.proto || ""));
       cell(tr, "", visible(r.ev.server || ""));
       cell(tr, "", visible(r.ev.ns || "") || "–");
-      cell(tr, "num qps", r.hot ? fmtRate(num(r.ev.qps)) : "–");
+      const est = r.hot && sample(r.ev) < 1 && num(r.ev.qps) > 0;
+      const q = cell(tr, "num qps", r.hot ? (est ? "~" : "") + fmtRate(num(r.ev.qps)) : "–");
+      if (est) q.title = "estimated from " + fmtSample(sample(r.ev)) + " of connections";
+      cell(tr, "num sample", r.hot ? fmtSample(sample(r.ev)) : "–");
       const hasAbs = typeof r.ev.absorbed_qps === "number";
       cell(tr, "num absorbed", hasAbs && r.hot ? fmtRate(num(r.ev.absorbed_qps)) : "–");
       const sh = cell(tr, "share");
@@ -160,6 +180,18 @@
       if (r.hist.length > HISTORY) r.hist.shift();
     }
     const nHot = seen.size;
+    // Sampling of the hot keys: a range when they differ (a rate that
+    // moved, keys measured before and after).
+    let lo = 1, hi = 0;
+    for (const r of rows.values()) {
+      if (!r.hot) continue;
+      const s = sample(r.ev);
+      lo = Math.min(lo, s); hi = Math.max(hi, s);
+    }
+    const sampled = nHot > 0 && lo < 1;
+    $("hot").classList.toggle("sampled", sampled);
+    $("sampling").textContent = sampled ? "sampling " + fmtSample(lo) + (hi > lo ? "–" + fmtSample(hi) : "") +
+      " of connections: ~ rates are estimates" : "";
     $("node").textContent = doc.node ? "node " + visible(doc.node) : "";
     $("summary").textContent = nHot + " hot ≥ " + num(doc.hot_qps) + " qps · " + visible(doc.ts || "");
     render();
@@ -184,7 +216,7 @@
   for (const th of document.querySelectorAll("th[data-sort]")) {
     th.addEventListener("click", () => {
       if (sortCol === th.dataset.sort) asc = !asc;
-      else { sortCol = th.dataset.sort; asc = ["key", "proto", "server", "ns", "source"].includes(sortCol); }
+      else { sortCol = th.dataset.sort; asc = ["key", "proto", "server", "ns", "source", "sample"].includes(sortCol); }
       render();
     });
   }
