@@ -699,7 +699,8 @@ const struct sample_counts *unused_sample_counts __attribute__((unused));
 // last step left in the ring takes the reader a moment to drain, and a ring
 // that is still over three quarters full but no longer filling needs no
 // further step.
-#define RAISE_GAP_NS 10000000ULL
+#define RAISE_GAP_NS 1000000ULL
+#define RAISE_RESET_NS 1000000000ULL
 
 // sample_check is the sampling decision for a connection given as its
 // client address (four words, network order) and ports (client << 16 |
@@ -761,7 +762,7 @@ __attribute__((noinline)) int sample_check(__u64 a01, __u64 a23, __u32 ports, __
 			// twice as long). A second later, start over. Halving
 			// keep is level + 16 to within one part in keep.
 			if (now - s->raised_ns >= RAISE_GAP_NS &&
-			    (avail >= s->raised_avail + size / 32 || now - s->raised_ns >= 100 * RAISE_GAP_NS)) {
+			    (avail >= s->raised_avail + size / 32 || now - s->raised_ns >= RAISE_RESET_NS)) {
 				s->raised_ns = now;
 				s->raised_avail = avail;
 				s->keep = keep / 2;
