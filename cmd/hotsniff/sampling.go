@@ -80,19 +80,19 @@ func (s *sampler) close() {
 // step measures the cost and sets the sampling level; on the pipeline
 // goroutine, about once a second.
 func (s *sampler) step(d *daemon, det *detect.Detector, now time.Time) {
-	cpu, err := budget.ProcessCPU()
+	proc, err := budget.ProcessCPU()
 	if err != nil {
 		d.log.Warn("measure CPU", "err", err)
 		return
 	}
-	cpu += s.c.ProgramRunTime()
+	cost := budget.Cost{Process: proc, Programs: s.c.ProgramRunTime()}
 	st, err := s.c.Sampling()
 	if err != nil {
 		d.log.Warn("read sampling state", "err", err)
 		return
 	}
 	s.measure(det, st)
-	level := s.ctl.Step(now, cpu, st.Level)
+	level := s.ctl.Step(now, cost, st.Level)
 	if level != st.Level {
 		if err := s.c.SetSampleLevel(level, s.resume); err != nil {
 			d.log.Warn("set sampling", "err", err)

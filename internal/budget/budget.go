@@ -51,7 +51,7 @@ type Controller struct {
 	kernelAt   time.Time // when the programs last raised the level
 	lastChange time.Time
 	lastT      time.Time
-	lastCPU    time.Duration
+	lastCost   Cost
 	share      float64
 	err        float64 // smoothed error, octaves over the budget
 	started    bool
@@ -59,7 +59,7 @@ type Controller struct {
 
 // New returns a controller for budget (share of one core; +Inf for none).
 func New(budget float64, maxLevel uint8, perHalving int) *Controller {
-	return &Controller{Budget: budget, MaxLevel: maxLevel, PerHalving: perHalving, Gain: 0.8, Smooth: 0.5, Deadband: 0.08, MinDwell: 3 * time.Second}
+	return &Controller{Budget: budget, MaxLevel: maxLevel, PerHalving: perHalving, Gain: 0.5, Smooth: 0.5, Deadband: 0.08, MinDwell: 3 * time.Second}
 }
 
 // Share is the cost measured over the last step, as a share of one core.
@@ -68,22 +68,36 @@ func (c *Controller) Share() float64 { return c.share }
 // Level is the level last decided.
 func (c *Controller) Level() uint8 { return c.level }
 
-// Step takes the cumulative cost cpu at now and the level in effect (the
+// Cost is what the daemon has cost so far: its own user and system time,
+// and the run time of its eBPF programs.
+type Cost struct {
+	Process, Programs time.Duration
+}
+
+// Step takes the cumulative cost at now and the level in effect (the
 // programs may have raised it themselves) and returns the level to set.
 // Steps should be about a second apart: shorter ones measure scheduler
 // noise.
-func (c *Controller) Step(now time.Time, cpu time.Duration, current uint8) uint8 {
+//
+// The programs look at every packet whatever the rate (only copying is
+// saved), so their cost is taken as given: the process's part, which is
+// nearly all proportional to what is copied, is steered to what the budget
+// leaves it. Steering the sum instead would see the fixed part as a weaker
+// response to each step and converge several times slower.
+func (c *Controller) Step(now time.Time, cost Cost, current uint8) uint8 {
 	if !c.started {
-		c.started, c.lastT, c.lastCPU, c.lastChange, c.level = true, now, cpu, now, current
+		c.started, c.lastT, c.lastCost, c.lastChange, c.level = true, now, cost, now, current
 		return current
 	}
 	dt := now.Sub(c.lastT)
 	if dt <= 0 {
 		return c.level
 	}
-	dcpu := max(cpu-c.lastCPU, 0) // a detached program's time leaves the sum
-	c.lastT, c.lastCPU = now, cpu
-	c.share = float64(dcpu) / float64(dt)
+	dproc := max(cost.Process-c.lastCost.Process, 0)
+	dprog := max(cost.Programs-c.lastCost.Programs, 0) // a detached program's time leaves the sum
+	c.lastT, c.lastCost = now, cost
+	proc, prog := float64(dproc)/float64(dt), float64(dprog)/float64(dt)
+	c.share = proc + prog
 	if current > c.level {
 		// The programs shed load because a ring was filling: start from
 		// their level.
@@ -100,8 +114,16 @@ func (c *Controller) Step(now time.Time, cpu time.Duration, current uint8) uint8
 	switch {
 	case c.share <= 0:
 		octaves = -1 // nothing measured: no traffic, sample less
-	default:
+	case prog >= 0.9*c.Budget:
+		// The programs alone take the budget: copy as little as possible.
 		octaves = math.Log2(c.share / c.Budget)
+		if c.share > c.Budget {
+			octaves = float64(c.MaxLevel)
+		}
+	case proc <= 0:
+		octaves = -1
+	default:
+		octaves = math.Log2(proc / (c.Budget - prog))
 	}
 	if octaves > 1 {
 		// More than twice the budget: cut it all at once.
