@@ -112,8 +112,14 @@ func (s *sampler) step(d *daemon, det *detect.Detector, now time.Time) {
 		d.log.Warn("CPU budget not held at the deepest sampling: what is left is the cost of looking at every packet; raise --max-cpu",
 			"cpu_share", fmt.Sprintf("%.3f", s.ctl.Share()), "budget", s.budget)
 	}
+	// The rate just set: the detector learns it from the records, which
+	// may be few.
+	shown := rate
+	if s.luck > 0 && level == s.level {
+		shown = min(rate*s.luck, 1)
+	}
 	s.last = metrics.Sampling{
-		Rate: det.SampleRate(), SampledOut: st.SampledOut, KernelRaises: st.Raises,
+		Rate: shown, SampledOut: st.SampledOut, KernelRaises: st.Raises,
 		CPUShare: s.ctl.Share(), Budget: s.budget, Reportable: det.EffectiveThreshold(),
 	}
 }

@@ -110,25 +110,20 @@ func (c *Controller) Step(now time.Time, cost Cost, current uint8) uint8 {
 		}
 		return c.level
 	}
-	var octaves float64
-	switch {
-	case c.share <= 0:
-		octaves = -1 // nothing measured: no traffic, sample less
-	case prog >= 0.9*c.Budget:
-		// The programs alone take the budget: copy as little as possible.
-		octaves = math.Log2(c.share / c.Budget)
-		if c.share > c.Budget {
-			octaves = float64(c.MaxLevel)
-		}
-	case proc <= 0:
-		octaves = -1
-	default:
-		octaves = math.Log2(proc / (c.Budget - prog))
+	if c.share <= 0 || proc <= 0 {
+		// Nothing measured (no traffic): sample less.
+		return c.move(now, -c.PerHalving)
 	}
-	if octaves > 1 {
-		// More than twice the budget: cut it all at once.
+	if total := math.Log2(c.share / c.Budget); total > 1 {
+		// More than twice the budget: cut it all at once. Judged on the
+		// whole cost, since the programs' part shrinks too (they copy
+		// less), but not in proportion: this undercuts, never overcuts.
 		c.err = 0
-		return c.move(now, int(math.Round(octaves*float64(c.PerHalving))))
+		return c.move(now, int(math.Round(total*float64(c.PerHalving))))
+	}
+	octaves := math.Log2(c.share / c.Budget)
+	if prog < 0.8*c.Budget {
+		octaves = math.Log2(proc / (c.Budget - prog))
 	}
 	c.err += c.Smooth * (octaves - c.err)
 	if math.Abs(c.err) < c.Deadband {
