@@ -59,7 +59,7 @@ type Controller struct {
 
 // New returns a controller for budget (share of one core; +Inf for none).
 func New(budget float64, maxLevel uint8, perHalving int) *Controller {
-	return &Controller{Budget: budget, MaxLevel: maxLevel, PerHalving: perHalving, Gain: 0.5, Smooth: 0.5, Deadband: 0.08, MinDwell: 3 * time.Second}
+	return &Controller{Budget: budget, MaxLevel: maxLevel, PerHalving: perHalving, Gain: 0.8, Smooth: 0.5, Deadband: 0.08, MinDwell: 3 * time.Second}
 }
 
 // Share is the cost measured over the last step, as a share of one core.
