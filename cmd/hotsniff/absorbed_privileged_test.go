@@ -208,6 +208,17 @@ func onsets(evs []timedEvent) (hot, cold int) {
 // hotkey reads the daemon's /hotkeys entry for key.
 func (d *daemonProc) hotkey(t *testing.T, key string) (*event.Event, bool) {
 	t.Helper()
+	for _, e := range d.hotkeys(t) {
+		if string(e.Key) == key {
+			return e, true
+		}
+	}
+	return nil, false
+}
+
+// hotkeys reads the daemon's /hotkeys.
+func (d *daemonProc) hotkeys(t *testing.T) []*event.Event {
+	t.Helper()
 	resp, err := http.Get(d.http + "/hotkeys")
 	if err != nil {
 		t.Fatal(err)
@@ -219,12 +230,7 @@ func (d *daemonProc) hotkey(t *testing.T, key string) (*event.Event, bool) {
 	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range doc.Keys {
-		if string(e.Key) == key {
-			return e, true
-		}
-	}
-	return nil, false
+	return doc.Keys
 }
 
 // commandCalls returns INFO commandstats calls per command.

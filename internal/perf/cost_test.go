@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -280,7 +279,7 @@ func TestMaxCPUBudget(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			loadMix(ctx, t, srv, 64, 16, 100000, "hot:planted", 0.05, &sent, &hotSent)
+			netnstest.LoadMix(ctx, t, srv, 64, 16, 100000, "hot:planted", 0.05, &sent, &hotSent)
 		}()
 		// Each second: the sampling state and, in the measured half, the
 		// hot key's rate as /hotkeys shows it.
@@ -404,57 +403,3 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// loadMix drives conns connections, each sending pipelines of pipe GETs
-// until ctx ends: a key from keyspace at random, or hot with probability
-// hotShare. It counts the requests answered in total, and those for hot in
-// hotTotal, as they are answered.
-func loadMix(ctx context.Context, t testing.TB, srv netip.AddrPort, conns, pipe, keyspace int, hot string, hotShare float64, total, hotTotal *atomic.Int64) {
-	var wg sync.WaitGroup
-	for i := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := net.Dial("tcp", srv.String())
-			if err != nil {
-				t.Errorf("dial: %v", err)
-				return
-			}
-			defer c.Close()
-			rng := rand.New(rand.NewPCG(uint64(i), 7))
-			rd := bufio.NewReaderSize(c, 64<<10)
-			var buf []byte
-			for ctx.Err() == nil {
-				buf = buf[:0]
-				nhot := 0
-				for range pipe {
-					k := hot
-					if rng.Float64() >= hotShare {
-						k = "key:" + strconv.Itoa(rng.IntN(keyspace))
-					} else {
-						nhot++
-					}
-					buf = append(buf, netnstest.RESP("GET", k)...)
-				}
-				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				if _, err := c.Write(buf); err != nil {
-					return
-				}
-				for range pipe {
-					line, err := rd.ReadString('\n')
-					if err != nil {
-						return
-					}
-					if line[0] == '$' && line[1] != '-' {
-						n, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
-						if _, err := rd.Discard(n + 2); err != nil {
-							return
-						}
-					}
-				}
-				total.Add(int64(pipe))
-				hotTotal.Add(int64(nhot))
-			}
-		}()
-	}
-	wg.Wait()
-}
