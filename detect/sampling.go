@@ -31,15 +31,16 @@ const scaleBits = 20
 const maxScale = 1 << (32 - scaleBits)
 
 // The count of a key's reads in a window is Poisson: its relative spread
-// is 1/√n. A key at its threshold leaves threshold × window reads in a
-// window (800 with the default window), fewer when sampled. The accuracy
-// table under sampling (docs/detection.md) shows where that stops telling
-// keys apart: with 200 seen reads over the half window a key is first
-// judged on, keys at 1.2× the threshold were all found and at most one key
-// in 100 at exactly 0.8× was reported (rate 1/2 with the default window);
-// with 100 (1/4), up to 19 in 100 were. So a key is not confirmed under
-// sampling on fewer than guardReads seen reads.
-const guardReads = 200
+// is 1/√n. Unsampled, a key is judged first on half a window, where a key
+// at the threshold leaves 400 reads with the default window: a key at 0.8×
+// the threshold is then 4.5 σ short of it. Sampled, it leaves fewer reads
+// in the same span, and the same test on fewer reads reports keys at 0.8×
+// (3 in 100 at 1/2 in the accuracy table, docs/detection.md). So under
+// sampling a key is not confirmed on fewer than guardReads seen reads, the
+// evidence the unsampled test has: at the resolvable rate (1/2 with the
+// default window) a key at the threshold gathers them over a whole window,
+// and below it the lowest rate a key is reported at rises in proportion.
+const guardReads = 400
 
 // sampling is the detector's view of the capture's flow sampling.
 type sampling struct {
@@ -150,13 +151,13 @@ func (d *Detector) scaleHits(n uint64) uint64 {
 }
 
 // ResolvableRate is the lowest sampling rate at which the detector still
-// tells keys 20 % above the lowest threshold from keys 20 % below it within
-// half a window: a key at the threshold leaves guardReads seen reads in
-// W/2. With the default window it is 1/2; a longer --window lowers it, at
-// the cost of slower detection. Below it the guard raises the rate a key
-// must reach to be reported (EffectiveThreshold).
+// tells keys 20 % above the lowest threshold from keys 20 % below it: a key
+// at the threshold leaves guardReads seen reads in a window. With the
+// default window it is 1/2; a longer --window lowers it, at the cost of
+// slower detection. Below it the guard raises the rate a key must reach to
+// be reported (EffectiveThreshold).
 func (d *Detector) ResolvableRate() float64 {
-	n := d.rules.min() * float64(d.win/2) / 1e9
+	n := d.rules.min() * float64(d.win) / 1e9
 	return min(guardReads/n, 1)
 }
 

@@ -131,8 +131,8 @@ func TestResolvableRate(t *testing.T) {
 		cfg  Config
 		want float64
 	}{
-		{Config{HotQPS: 1000}, 0.5},                          // default window: 400 reads at the threshold in W/2
-		{Config{HotQPS: 1000, Window: 4 * time.Second}, 0.1}, // 2000 reads
+		{Config{HotQPS: 1000}, 0.5},                          // default window: 800 reads at the threshold
+		{Config{HotQPS: 1000, Window: 4 * time.Second}, 0.1}, // 4000 reads
 		{Config{HotQPS: 1000, Rules: []Rule{{Pattern: "x:*", HotQPS: 100}}}, 1},
 	} {
 		d, err := New(c.cfg, nil)
@@ -182,7 +182,7 @@ func TestDeepSamplingNoPhantoms(t *testing.T) {
 	rate := 1.0 / 244
 	d.SetSampleRate(rate)
 	// Seen: 1000/s of one key (244 000/s true), 20/s of 50 others
-	// (4880/s scaled, from 8 seen reads per half window).
+	// (4880/s scaled, from 16 seen reads per window).
 	ss := []stream{{key: "big", qps: 1000, server: srvA}}
 	for i := range 50 {
 		ss = append(ss, stream{key: "r" + string(rune('a'+i)), qps: 20, server: srvA})

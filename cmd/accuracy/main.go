@@ -57,10 +57,11 @@ func main() {
 				cases = append(cases, accuracy.SamplingCase{Level: l, Conns: c})
 			}
 		}
-		// 1/16 with a window long enough to resolve it: 8 × 800 / hot-qps
-		// (200 seen reads at the threshold in half a window).
+		// 1/16 with a window long enough to resolve it: 16 × 800 / hot-qps
+		// (800 seen reads at the threshold in a window, twice the 400 the
+		// detector needs: how many connections are kept varies).
 		for _, c := range []int{100, 1000, 10000} {
-			cases = append(cases, accuracy.SamplingCase{Level: 64, Conns: c, Window: time.Duration(8 * 800 / p.HotQPS * float64(time.Second))})
+			cases = append(cases, accuracy.SamplingCase{Level: 64, Conns: c, Window: time.Duration(16 * 800 / p.HotQPS * float64(time.Second))})
 		}
 		rs, at, err := accuracy.RunSampling(p, cases)
 		if err != nil {
