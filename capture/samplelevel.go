@@ -32,17 +32,3 @@ func KeepAt(level uint8) uint32 {
 func SampleRate(level uint8) float64 {
 	return float64(KeepAt(level)) / KeepAll
 }
-
-// LevelFor is the shallowest level whose rate is at most rate (0 for 1 or
-// more, MaxSampleLevel for anything below its rate).
-func LevelFor(rate float64) uint8 {
-	if !(rate < 1) {
-		return 0
-	}
-	for l := uint8(1); l < MaxSampleLevel; l++ {
-		if SampleRate(l) <= rate {
-			return l
-		}
-	}
-	return MaxSampleLevel
-}

@@ -167,12 +167,14 @@ func TestWriter(t *testing.T) {
 	w.Emit(hot("item:42"))
 	w.Emit(&event.Event{Type: event.TypeInvalidate, Proto: "memcache", Server: "10.0.0.6:11211", Key: []byte("a b"), TS: ts0})
 	w.Emit(&event.Event{Type: event.TypeHot, Proto: "redis", Server: "10.0.0.5:6379", NS: "12", Key: []byte("m"), TS: ts0, Source: "manual", QPS: 3})
+	w.Emit(&event.Event{Type: event.TypeHot, Proto: "redis", Server: "10.0.0.5:6379", NS: "0", Key: []byte("s"), TS: ts0, QPS: 2000, Sample: 0.0625})
 	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
 	wantText := []string{
 		"TIME                        TYPE       PROTO    SERVER                NS  KEY                                             QPS",
 		"2026-11-29T18:00:00.123456Z hot        redis    10.0.0.5:6379         0   item:42                                      1843.5",
 		`2026-11-29T18:00:00.123456Z invalidate memcache 10.0.0.6:11211        -   "a b"                                             -`,
 		"2026-11-29T18:00:00.123456Z hot*       redis    10.0.0.5:6379         12  m                                               3.0",
+		"2026-11-29T18:00:00.123456Z hot        redis    10.0.0.5:6379         0   s                                           ~2000.0",
 	}
 	if len(lines) != len(wantText) {
 		t.Fatalf("text:\n%s", buf.String())

@@ -97,6 +97,11 @@ func (w *Writer) text(e *event.Event) {
 	qps := "-"
 	if e.Type != event.TypeInvalidate {
 		qps = strconv.FormatFloat(e.QPS, 'f', 1, 64)
+		if e.Sample > 0 && e.Sample < 1 {
+			// Scaled up from part of the connections: an estimate, as
+			// `hotsniff top` marks it.
+			qps = "~" + qps
+		}
 	}
 	// Every field may come from whoever can PUBLISH on the channel: each is
 	// escaped, so no control sequence reaches the terminal.
