@@ -32,14 +32,21 @@ func zipfKeys(n, m int, s float64, seed uint64) [][]byte {
 
 // BenchmarkObserve feeds a Zipf(0.99) mix over 1M keys at 1M reads/s of
 // packet time (threshold 2000/s: ~30 hot keys, many located buckets).
+// default-sampled is the default detector under flow sampling at 0.3 (each
+// read scaled by 1/0.3 with stochastic rounding: the cost of scaling).
 func BenchmarkObserve(b *testing.B) {
 	keys := zipfKeys(1<<16, 1_000_000, 0.99, 1)
-	for _, det := range []string{DetectorDefault, DetectorTair} {
-		b.Run(det, func(b *testing.B) {
+	for _, name := range []string{DetectorDefault, DetectorTair, "default-sampled"} {
+		b.Run(name, func(b *testing.B) {
+			det, rate := name, 1.0
+			if name == "default-sampled" {
+				det, rate = DetectorDefault, 0.3
+			}
 			d, err := New(Config{HotQPS: 2000, Detector: det}, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
+			d.SetSampleRate(rate)
 			f := decode.Flow{Server: srvA, Proto: decode.ProtoRedis, TS: base}
 			r := decode.Request{Op: "GET"}
 			for i := range 1 << 20 { // warm up: hot set formed
