@@ -62,13 +62,7 @@ func Path() string {
 // (apt-get install prometheus provides it).
 func Check(t testing.TB, metricsText []byte) {
 	t.Helper()
-	promtool := Path()
-	if promtool == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("promtool not installed (CI must install Debian package prometheus)")
-		}
-		t.Skip("promtool not installed (apt-get install prometheus)")
-	}
+	promtool := need(t)
 	problems, err := Problems(promtool, metricsText)
 	if err != nil {
 		t.Fatalf("running %s check metrics: %v", promtool, err)
@@ -116,13 +110,7 @@ func ExprProblems(promtool string, exprs []string) (string, error) {
 // CI=true.
 func CheckExprs(t testing.TB, exprs []string) {
 	t.Helper()
-	promtool := Path()
-	if promtool == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("promtool not installed (CI must install Debian package prometheus)")
-		}
-		t.Skip("promtool not installed (apt-get install prometheus)")
-	}
+	promtool := need(t)
 	problems, err := ExprProblems(promtool, exprs)
 	if err != nil {
 		t.Fatalf("running %s check rules: %v", promtool, err)
@@ -130,4 +118,18 @@ func CheckExprs(t testing.TB, exprs []string) {
 	if problems != "" {
 		t.Errorf("promtool check rules rejects an expression:\n%s", problems)
 	}
+}
+
+// need returns promtool's path. Without promtool it skips t, except under
+// CI=true, where a missing promtool is a broken CI setup and fails t.
+func need(t testing.TB) string {
+	t.Helper()
+	promtool := Path()
+	if promtool == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("promtool not installed (CI must install Debian package prometheus)")
+		}
+		t.Skip("promtool not installed (apt-get install prometheus)")
+	}
+	return promtool
 }
