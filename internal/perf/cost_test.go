@@ -78,9 +78,10 @@ func TestCostRatio(t *testing.T) {
 		for _, mode := range modes {
 			for _, pipe := range []int{1, 16} {
 				for _, a := range arms {
+					// About 2 s of load each: /proc counts CPU in 10 ms ticks.
 					n := 100000
 					if pipe == 16 {
-						n = 1000000
+						n = 3000000
 					}
 					s := startSniffer(t, a.bin, p, srv, mode, a.extra...)
 					time.Sleep(300 * time.Millisecond)
