@@ -56,7 +56,7 @@ func newShimEnv(t testing.TB, opt client.ShimOptions) *shimEnv {
 	t.Cleanup(func() { sh.Close() })
 	select {
 	case <-sh.Synced():
-	case <-time.After(5 * time.Second):
+	case <-time.After(20 * time.Second):
 		t.Fatal("shim never synced")
 	}
 	return &shimEnv{cache: cache, app: app, plain: plain, shim: sh, pub: pub}
