@@ -1,13 +1,16 @@
 package publish_test
 
 import (
+	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hotsniff/hotsniff/event"
 	"github.com/hotsniff/hotsniff/internal/testutil"
 	"github.com/hotsniff/hotsniff/publish"
+	"github.com/redis/go-redis/v9"
 )
 
 func ev(typ, key string) *event.Event {
@@ -140,6 +143,72 @@ func TestBudget(t *testing.T) {
 			// The rate plus the burst (a tenth of a second's worth).
 			if limit := budget*el.Seconds() + budget/10 + 2; float64(msgs) > limit {
 				t.Fatalf("%d messages, budget allows %.0f", msgs, limit)
+			}
+		})
+	}
+}
+
+// holdPublish is a go-redis hook that holds every pipeline carrying a
+// PUBLISH until release is closed, telling entered when the first one is
+// held: a Redis slow to answer, made deterministic.
+type holdPublish struct {
+	entered chan struct{}
+	once    sync.Once
+	release chan struct{}
+}
+
+func (h *holdPublish) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *holdPublish) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *holdPublish) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "publish" {
+				h.once.Do(func() { close(h.entered) })
+				<-h.release
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestBudgetSpentWhileInFlight: the budget a batch uses is spent when the
+// batch is sent, not when Redis answers. Before, a refresh emitted during
+// a slow round trip saw the budget still available and was queued instead
+// of shed; with Redis slower than the budget's message interval (a loaded
+// node) nothing was ever shed.
+func TestBudgetSpentWhileInFlight(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	for _, format := range []string{publish.FormatV1, publish.FormatV2} {
+		t.Run(format, func(t *testing.T) {
+			rdb := dial(t, "redis://"+srv.Addr, publish.TLSOptions{})
+			h := &holdPublish{entered: make(chan struct{}), release: make(chan struct{})}
+			rdb.AddHook(h)
+			released := false
+			release := func() {
+				if !released {
+					released = true
+					close(h.release)
+				}
+			}
+			defer release()
+			// One message per 100s, burst one: no token comes back
+			// during the test, however slowly it runs.
+			p := newPublisher(t, rdb, publish.Options{Channel: "inflight-" + format, Node: "n1", Format: format, Budget: 0.01})
+			p.Emit(ev(event.TypeHot, "k")) // a first hot: sent, spends the one token
+			seq := p.Stats().Seq
+			select {
+			case <-h.entered:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the first hot never reached Redis")
+			}
+			p.Emit(ev(event.TypeHot, "k")) // a refresh while that is in flight
+			st := p.Stats()
+			release()
+			if st.Shed != 1 || st.Seq != seq {
+				t.Fatalf("refresh during the round trip: shed %d, seq %d; want shed 1, seq %d (the budget is spent)", st.Shed, st.Seq, seq)
 			}
 		})
 	}
