@@ -208,7 +208,8 @@ func TestLiveGSO(t *testing.T) {
 			key := netnstest.FlowKey{Src: netip.MustParseAddrPort(conn.LocalAddr().String()), Dst: srv}
 			e.col.WaitStream(t, key, len(want), 30*time.Second)
 			cnt := e.check(t, tc.maxCopy != 0)
-			got, gap := e.col.Stream(key)
+			got, holes, missing := e.col.StreamGaps(key)
+			gap := holes + missing
 			if tc.maxCopy == 0 {
 				if string(got) != string(want) || gap != 0 {
 					t.Errorf("got %d bytes with gap %d, want %d exact", len(got), gap, len(want))
@@ -221,8 +222,14 @@ func TestLiveGSO(t *testing.T) {
 			if cnt.Truncated == 0 {
 				t.Fatal("nothing truncated with an 8 KiB copy limit")
 			}
-			if len(got)+gap < len(want) || gap < int(cnt.Truncated) {
-				t.Errorf("got %d bytes + %d gap for %d sent, %d truncated", len(got), gap, len(want), cnt.Truncated)
+			// Every byte is either copied or reported missing, none lost.
+			// The kernel counts a truncated byte once per transmission, so
+			// a retransmitted segment (the server reads slowly on a loaded
+			// machine) makes its counter exceed the stream's missing bytes,
+			// each counted once.
+			if holes != 0 || len(got)+missing != len(want) || missing > int(cnt.Truncated) {
+				t.Errorf("got %d bytes + %d reported missing + %d never seen for %d sent; kernel reported %d truncated",
+					len(got), missing, holes, len(want), cnt.Truncated)
 			}
 		})
 	}
