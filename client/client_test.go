@@ -86,15 +86,18 @@ func run(t testing.TB, rdb redis.UniversalClient, opt client.Options) *client.Su
 	})
 	select {
 	case <-s.Synced():
-	case <-time.After(5 * time.Second):
+	case <-time.After(20 * time.Second):
 		t.Fatal("subscriber never synced")
 	}
 	return s
 }
 
+// eventually polls cond until it holds. The deadline only bounds how long
+// a broken test hangs: a loaded 2-core CI runner can take seconds to
+// schedule a message through Redis pub/sub and the subscriber goroutine.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

@@ -56,7 +56,7 @@ func newShimEnv(t testing.TB, opt client.ShimOptions) *shimEnv {
 	t.Cleanup(func() { sh.Close() })
 	select {
 	case <-sh.Synced():
-	case <-time.After(5 * time.Second):
+	case <-time.After(20 * time.Second):
 		t.Fatal("shim never synced")
 	}
 	return &shimEnv{cache: cache, app: app, plain: plain, shim: sh, pub: pub}
@@ -231,7 +231,14 @@ func TestAdmissionOnSecondAccess(t *testing.T) {
 // goes to Redis and the others keep the current value.
 func TestRenewalNoStampede(t *testing.T) {
 	ttl := 20 * time.Millisecond
-	e := newShimEnv(t, client.ShimOptions{LocalTTL: ttl})
+	// StaleGrace far above the test: with the default 100ms, a refresher
+	// descheduled that long on a loaded machine hands its token on and
+	// readers past the grace go to Redis themselves, by design (the
+	// staleness bound). Tracking is off for the same reason: when its
+	// connection is (re)established, late on a loaded machine, every value
+	// is dropped and refetched. Here only the single-refresher rule is
+	// measured.
+	e := newShimEnv(t, client.ShimOptions{LocalTTL: ttl, StaleGrace: time.Hour, DisableTracking: true})
 	ctx := context.Background()
 	e.plain.Set(ctx, "k", "v", 0)
 	e.makeHot(t, "k")
@@ -256,9 +263,10 @@ func TestRenewalNoStampede(t *testing.T) {
 	wg.Wait()
 	el := time.Since(start)
 	n := calls(t, e.plain, "get")
-	// One refresh per expiry, at most: el/ttl, plus slack for the
-	// scheduler on a busy machine.
-	if max := int(el/ttl) + 3; n > max {
+	// One refresh in flight at a time, and each one sent at least ttl
+	// after the previous one was (a value expires ttl after its fetch was
+	// sent): at most el/ttl + 1, however the readers are scheduled.
+	if max := int(el/ttl) + 1; n > max {
 		t.Errorf("%d GETs reached Redis in %v with a %v local expiry, want <= %d", n, el, ttl, max)
 	}
 	t.Logf("%d server GETs in %v, hits %d stale hits %d", n, el, e.shim.Stats().Hits, e.shim.Stats().StaleHits)

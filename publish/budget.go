@@ -83,6 +83,15 @@ func (b *budget) take(n int, now time.Time) {
 	b.tokens -= float64(n)
 }
 
+// refund gives back n messages taken for a send that failed.
+func (b *budget) refund(n int, now time.Time) {
+	if b.rate <= 0 {
+		return
+	}
+	b.refill(now)
+	b.tokens = min(b.burst, b.tokens+float64(n))
+}
+
 // shed leaves e out when the budget is spent, reporting whether it did.
 // Only a detected refresh of an entry already in the set with the same
 // cacheable verdict may be left out. A first hot, a verdict change, a cold
@@ -134,10 +143,22 @@ func (p *Publisher) budgetWait() time.Duration {
 	return p.bud.wait(p.opt.Now())
 }
 
-// budgetTake spends the messages of a batch of n events.
+// budgetTake spends the messages of a batch of n events. It is called
+// before the batch goes to Redis, not after: while the round trip is in
+// flight Emit must see the budget spent, or a slow Redis (when shedding
+// matters most) makes every refresh look affordable, nothing is shed and
+// everything queues instead.
 func (p *Publisher) budgetTake(n int) {
 	p.mu.Lock()
 	p.bud.take(p.messages(n), p.opt.Now())
+	p.mu.Unlock()
+}
+
+// budgetRefund gives back what budgetTake spent on a batch of n events
+// that did not go out.
+func (p *Publisher) budgetRefund(n int) {
+	p.mu.Lock()
+	p.bud.refund(p.messages(n), p.opt.Now())
 	p.mu.Unlock()
 }
 

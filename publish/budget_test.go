@@ -1,13 +1,16 @@
 package publish_test
 
 import (
+	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hotsniff/hotsniff/event"
 	"github.com/hotsniff/hotsniff/internal/testutil"
 	"github.com/hotsniff/hotsniff/publish"
+	"github.com/redis/go-redis/v9"
 )
 
 func ev(typ, key string) *event.Event {
@@ -74,10 +77,23 @@ func TestBatchFormat(t *testing.T) {
 func TestBudget(t *testing.T) {
 	srv := testutil.StartRedis(t)
 	rdb := dial(t, "redis://"+srv.Addr, publish.TLSOptions{})
-	for _, format := range []string{publish.FormatV1, publish.FormatV2} {
+	// The node must really be over its budget. In v1 every event is a
+	// message: 840 in 0.2s are 20 times 200/s. In v2 events that queue
+	// while a pipeline is in flight ride in the next message, so a writer
+	// whose round trips take 5ms (a loaded machine) stays under 200/s by
+	// itself and nothing is shed. At 10/s the one-message burst is spent
+	// by the first batch, and the refreshes emitted in the next 100ms are
+	// shed however slow the round trips are.
+	for _, tc := range []struct {
+		format string
+		budget float64
+	}{{publish.FormatV1, 200}, {publish.FormatV2, 10}} {
+		format, budget := tc.format, tc.budget
 		t.Run(format, func(t *testing.T) {
 			ch := subscribe(t, rdb, "bud-"+format, false)
-			const budget = 200.0
+			// The bucket starts full when the publisher is made: the rate
+			// is measured from then, not from after the first emits.
+			created := time.Now()
 			p := newPublisher(t, rdb, publish.Options{Channel: "bud-" + format, Node: "noisy", Format: format, Budget: budget})
 			for i := range 20 {
 				p.Emit(ev(event.TypeHot, fmt.Sprint("k", i)))
@@ -114,7 +130,7 @@ func TestBudget(t *testing.T) {
 					t.Fatalf("colds did not all arrive: %d events in %d messages", len(got), msgs)
 				}
 			}
-			el := time.Since(start)
+			el := time.Since(created)
 			st := p.Stats()
 			inv := 0
 			for i, e := range got {
@@ -140,6 +156,72 @@ func TestBudget(t *testing.T) {
 			// The rate plus the burst (a tenth of a second's worth).
 			if limit := budget*el.Seconds() + budget/10 + 2; float64(msgs) > limit {
 				t.Fatalf("%d messages, budget allows %.0f", msgs, limit)
+			}
+		})
+	}
+}
+
+// holdPublish is a go-redis hook that holds every pipeline carrying a
+// PUBLISH until release is closed, telling entered when the first one is
+// held: a Redis slow to answer, made deterministic.
+type holdPublish struct {
+	entered chan struct{}
+	once    sync.Once
+	release chan struct{}
+}
+
+func (h *holdPublish) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *holdPublish) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *holdPublish) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "publish" {
+				h.once.Do(func() { close(h.entered) })
+				<-h.release
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestBudgetSpentWhileInFlight: the budget a batch uses is spent when the
+// batch is sent, not when Redis answers. Before, a refresh emitted during
+// a slow round trip saw the budget still available and was queued instead
+// of shed; with Redis slower than the budget's message interval (a loaded
+// node) nothing was ever shed.
+func TestBudgetSpentWhileInFlight(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	for _, format := range []string{publish.FormatV1, publish.FormatV2} {
+		t.Run(format, func(t *testing.T) {
+			rdb := dial(t, "redis://"+srv.Addr, publish.TLSOptions{})
+			h := &holdPublish{entered: make(chan struct{}), release: make(chan struct{})}
+			rdb.AddHook(h)
+			released := false
+			release := func() {
+				if !released {
+					released = true
+					close(h.release)
+				}
+			}
+			defer release()
+			// One message per 100s, burst one: no token comes back
+			// during the test, however slowly it runs.
+			p := newPublisher(t, rdb, publish.Options{Channel: "inflight-" + format, Node: "n1", Format: format, Budget: 0.01})
+			p.Emit(ev(event.TypeHot, "k")) // a first hot: sent, spends the one token
+			seq := p.Stats().Seq
+			select {
+			case <-h.entered:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the first hot never reached Redis")
+			}
+			p.Emit(ev(event.TypeHot, "k")) // a refresh while that is in flight
+			st := p.Stats()
+			release()
+			if st.Shed != 1 || st.Seq != seq {
+				t.Fatalf("refresh during the round trip: shed %d, seq %d; want shed 1, seq %d (the budget is spent)", st.Shed, st.Seq, seq)
 			}
 		})
 	}

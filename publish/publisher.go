@@ -449,8 +449,10 @@ func (p *Publisher) hasExpired() bool {
 func (p *Publisher) flush(ctx context.Context, batch []queued, snap bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	p.budgetTake(len(batch))
 	if snap {
 		if err := p.writeSnapshot(ctx); err != nil {
+			p.budgetRefund(len(batch))
 			return err
 		}
 	}
@@ -485,6 +487,7 @@ func (p *Publisher) flush(ctx context.Context, batch []queued, snap bool) error 
 		return nil
 	})
 	if err != nil {
+		p.budgetRefund(len(batch))
 		for _, c := range cmds {
 			if c.Err() != nil {
 				return fmt.Errorf("publish on %s: %w", p.opt.Channel, c.Err())
@@ -503,7 +506,6 @@ func (p *Publisher) flush(ctx context.Context, batch []queued, snap bool) error 
 		}
 	}
 	p.batches.Add(1)
-	p.budgetTake(len(batch))
 	p.msgs.Add(uint64(p.messages(len(batch))))
 	p.lag.Store(int64(time.Since(batch[0].at)))
 	return nil

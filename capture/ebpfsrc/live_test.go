@@ -65,12 +65,23 @@ func attach(t *testing.T, p *netnstest.Pair, srv netip.AddrPort, mode bpf.Mode, 
 // match the kernel's counters, nothing was dropped and nothing truncated.
 func (e *env) check(t *testing.T, wantTruncated bool) bpf.Counters {
 	t.Helper()
-	e.col.WaitIdle(200*time.Millisecond, 5*time.Second)
-	cnt, err := e.att.Counters()
-	if err != nil {
-		t.Fatal(err)
+	// Wait until the reader has caught up with what the programs wrote,
+	// not for a quiet spell: records left after the last wakeup wait for
+	// the reader's poll timer, and on a loaded machine the reader can be
+	// off the CPU longer than any quiet spell. The deadline only bounds a
+	// reader that really lost records.
+	var cnt bpf.Counters
+	var segs, payload, missing int
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var err error
+		if cnt, err = e.att.Counters(); err != nil {
+			t.Fatal(err)
+		}
+		segs, payload, missing = e.col.Totals()
+		if int(cnt.Records) == segs && int(cnt.Bytes) == payload && int(cnt.Truncated) == missing || time.Now().After(deadline) {
+			break
+		}
 	}
-	segs, payload, missing := e.col.Totals()
 	t.Logf("%s: %+v; read %d segments, %d bytes, %d missing", e.att.Mode, cnt, segs, payload, missing)
 	if cnt.RingbufFull != 0 || cnt.LoadErrors != 0 || cnt.Nonlinear != 0 {
 		t.Errorf("drops: ringbuf_full %d, load errors %d, nonlinear %d", cnt.RingbufFull, cnt.LoadErrors, cnt.Nonlinear)
@@ -139,7 +150,7 @@ func TestLiveExactBytes(t *testing.T) {
 				roundTrip(cmd)
 			}
 			preKey := netnstest.FlowKey{Src: netip.MustParseAddrPort(pre.LocalAddr().String()), Dst: srv}
-			e.col.WaitStream(t, preKey, len(want), 5*time.Second)
+			e.col.WaitStream(t, preKey, len(want), 30*time.Second)
 			if got, gap := e.col.Stream(preKey); string(got) != string(want) || gap != 0 {
 				t.Errorf("pre-attach connection: got %d bytes (gap %d), want %d: %q", len(got), gap, len(want), got)
 			}
@@ -195,9 +206,10 @@ func TestLiveGSO(t *testing.T) {
 				}
 			}
 			key := netnstest.FlowKey{Src: netip.MustParseAddrPort(conn.LocalAddr().String()), Dst: srv}
-			e.col.WaitStream(t, key, len(want), 5*time.Second)
+			e.col.WaitStream(t, key, len(want), 30*time.Second)
 			cnt := e.check(t, tc.maxCopy != 0)
-			got, gap := e.col.Stream(key)
+			got, holes, missing := e.col.StreamGaps(key)
+			gap := holes + missing
 			if tc.maxCopy == 0 {
 				if string(got) != string(want) || gap != 0 {
 					t.Errorf("got %d bytes with gap %d, want %d exact", len(got), gap, len(want))
@@ -210,8 +222,14 @@ func TestLiveGSO(t *testing.T) {
 			if cnt.Truncated == 0 {
 				t.Fatal("nothing truncated with an 8 KiB copy limit")
 			}
-			if len(got)+gap < len(want) || gap < int(cnt.Truncated) {
-				t.Errorf("got %d bytes + %d gap for %d sent, %d truncated", len(got), gap, len(want), cnt.Truncated)
+			// Every byte is either copied or reported missing, none lost.
+			// The kernel counts a truncated byte once per transmission, so
+			// a retransmitted segment (the server reads slowly on a loaded
+			// machine) makes its counter exceed the stream's missing bytes,
+			// each counted once.
+			if holes != 0 || len(got)+missing != len(want) || missing > int(cnt.Truncated) {
+				t.Errorf("got %d bytes + %d reported missing + %d never seen for %d sent; kernel reported %d truncated",
+					len(got), missing, holes, len(want), cnt.Truncated)
 			}
 		})
 	}

@@ -20,6 +20,27 @@ import (
 // never come, the ring overflows and the loss is counted, the cache's
 // throughput is not. Under Kubernetes the pod's CPU request (cgroup weight)
 // does the same between pods; nice orders threads within one cgroup.
+// currentNice is the calling thread's nice value.
+func currentNice() (int, error) {
+	// The raw syscall returns 20 - nice, so that no value is negative.
+	p, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
+	if err != nil {
+		return 0, fmt.Errorf("read nice: %w", err)
+	}
+	return 20 - p, nil
+}
+
+// niceToSet decides what setNice gets: the default only ever lowers the
+// priority (a daemon started nicer than that, by a low-priority service
+// manager or `nice -n 15`, already yields and stays as it is: raising it
+// back would need CAP_SYS_NICE); a value given explicitly is applied.
+func niceToSet(want int, explicit bool, current int) (int, bool) {
+	if !explicit && current >= want {
+		return 0, false
+	}
+	return want, true
+}
+
 func setNice(n int) error {
 	for range 2 {
 		tasks, err := os.ReadDir("/proc/self/task")

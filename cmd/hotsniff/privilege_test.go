@@ -45,23 +45,28 @@ func TestPrivilegeErrors(t *testing.T) {
 	nobody := []string{"--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"}
 	ebpfWant := []string{"not permitted", "eBPF capture needs root or CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN", "lacks CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN", "run as root", "setcap cap_bpf,cap_perfmon,cap_net_admin+ep", "--capture afpacket"}
 	for _, c := range []struct {
-		name string
-		as   []string
-		mode string
-		want []string
+		name  string
+		as    []string
+		mode  string
+		want  []string
+		niced bool // started at nice 15: the default --nice 10 must not try to raise it
 	}{
-		{"nocaps-tc", dropAll, "tc", ebpfWant},
-		{"nocaps-xdp", dropAll, "xdp", ebpfWant},
-		{"nocaps-afpacket", dropAll, "afpacket", []string{"not permitted", "AF_PACKET capture needs root or CAP_NET_RAW", "lacks CAP_NET_RAW", "setcap cap_net_raw+ep"}},
-		{"nocaps-auto", dropAll, "auto", []string{"not permitted", "CAP_NET_RAW for AF_PACKET", "lacks CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN, CAP_NET_RAW", "run as root"}},
-		{"nobody-tc", nobody, "tc", ebpfWant},
-		{"nobody-afpacket", nobody, "afpacket", []string{"AF_PACKET capture needs root or CAP_NET_RAW", "lacks CAP_NET_RAW"}},
+		{"nocaps-tc", dropAll, "tc", ebpfWant, false},
+		{"nocaps-xdp", dropAll, "xdp", ebpfWant, false},
+		{"nocaps-afpacket", dropAll, "afpacket", []string{"not permitted", "AF_PACKET capture needs root or CAP_NET_RAW", "lacks CAP_NET_RAW", "setcap cap_net_raw+ep"}, false},
+		{"nocaps-auto", dropAll, "auto", []string{"not permitted", "CAP_NET_RAW for AF_PACKET", "lacks CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN, CAP_NET_RAW", "run as root"}, false},
+		{"nobody-tc", nobody, "tc", ebpfWant, false},
+		{"nobody-afpacket", nobody, "afpacket", []string{"AF_PACKET capture needs root or CAP_NET_RAW", "lacks CAP_NET_RAW"}, false},
+		{"niced-nocaps-afpacket", dropAll, "afpacket", []string{"not permitted", "AF_PACKET capture needs root or CAP_NET_RAW"}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			args := append(append(append([]string(nil), c.as...), bin), "run", "--iface", "lo", "--capture", c.mode, "--listen", "")
 			cmd := exec.CommandContext(ctx, setpriv, args...)
+			if c.niced {
+				cmd = exec.CommandContext(ctx, netnstest.Need(t, "nice"), append([]string{"-n", "15", setpriv}, args...)...)
+			}
 			cmd.Env = append(os.Environ(), "HOTSNIFF_TEST_MAIN=1")
 			cmd.Stdout = io.Discard
 			var stderr strings.Builder

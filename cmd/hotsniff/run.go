@@ -117,8 +117,14 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			if cf.procs > 0 {
 				runtime.GOMAXPROCS(cf.procs)
 			}
-			if err := setNice(cf.nice); err != nil {
-				return usageError{fmt.Errorf("%w (a negative --nice needs CAP_SYS_NICE)", err)}
+			cur, err := currentNice()
+			if err != nil {
+				return err
+			}
+			if n, ok := niceToSet(cf.nice, cmd.Flags().Changed("nice"), cur); ok {
+				if err := setNice(n); err != nil {
+					return usageError{fmt.Errorf("%w (running at nice %d: a lower --nice needs CAP_SYS_NICE)", err, cur)}
+				}
 			}
 			base := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			d := &daemon{
@@ -151,7 +157,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	// work on every ring wakeup: in profiles of `run` on 2 vCPUs that was a
 	// third of the daemon's CPU, and on a 64-core node it is worse.
 	f.IntVar(&cf.procs, "gomaxprocs", 1, "threads running Go code at once (GOMAXPROCS); 0 keeps Go's default (the GOMAXPROCS variable, else the CPU count or limit)")
-	f.IntVar(&cf.nice, "nice", 10, "CPU priority of the daemon's threads, -20 (highest) to 19: by default it yields to the cache server when the CPU is saturated")
+	f.IntVar(&cf.nice, "nice", 10, "CPU priority of the daemon's threads, -20 (highest) to 19: by default it yields to the cache server when the CPU is saturated (a daemon started at a higher nice value keeps it)")
 	f.Float64Var(&cf.maxCPU, "max-cpu", 0, "CPU budget as a share of one core (0.05: 5 %), the eBPF programs' run time included: above it the programs copy only part of the connections (in steps of 4 %) and counts are scaled back, thresholds staying in true requests per second; 0: no budget")
 	f.BoolVar(&cf.replies, "capture-replies", false, "eBPF: copy server replies whole (exact reply bytes whatever the traffic; replies are most of the bytes)")
 	f.IntVar(&cf.replyCopy, "reply-copy", bpf.DefaultReplyCopy, "eBPF without --capture-replies: copy at most this many bytes of each reply segment, enough to read reply headers and attribute reply bytes to keys (0: copy no reply payload; no reply bytes)")

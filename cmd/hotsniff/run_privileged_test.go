@@ -114,7 +114,9 @@ func (d *daemonProc) scrape(t *testing.T) ([]byte, map[string]float64) {
 // second) and returns the last scrape.
 func (d *daemonProc) waitMetric(t *testing.T, name string, want float64) ([]byte, map[string]float64) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	// Generous: a loaded runner may take long to read and decode a
+	// benchmark's records; the callers check the exact value after.
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		body, m := d.scrape(t)
 		if m[name] >= want || time.Now().After(deadline) {

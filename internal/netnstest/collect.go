@@ -101,12 +101,20 @@ func (c *Collector) Err() error {
 // or never seen become gaps: gap counts them and they are absent from data.
 // Retransmitted or duplicate bytes are kept once.
 func (c *Collector) Stream(k FlowKey) (data []byte, gap int) {
+	data, holes, missing := c.StreamGaps(k)
+	return data, holes + missing
+}
+
+// StreamGaps is Stream with the gap split in two: holes are bytes no
+// segment covered (lost), missing those a segment reported as not copied
+// (truncated), each counted once however often it was retransmitted.
+func (c *Collector) StreamGaps(k FlowKey) (data []byte, holes, missing int) {
 	c.mu.Lock()
 	ps := append([]piece(nil), c.flows[k]...)
 	base, haveISN := c.isn[k]
 	c.mu.Unlock()
 	if len(ps) == 0 {
-		return nil, 0
+		return nil, 0, 0
 	}
 	if !haveISN {
 		base = ps[0].seq
@@ -121,7 +129,7 @@ func (c *Collector) Stream(k FlowKey) (data []byte, gap int) {
 	for _, p := range ps {
 		d := int32(p.seq - next)
 		if d > 0 {
-			gap += int(d)
+			holes += int(d)
 			next = p.seq
 		}
 		skip := int(next - p.seq)
@@ -130,11 +138,11 @@ func (c *Collector) Stream(k FlowKey) (data []byte, gap int) {
 			next += uint32(len(p.payload) - skip)
 		}
 		if end := p.seq + uint32(len(p.payload)) + p.missing; int32(end-next) > 0 {
-			gap += int(end - next)
+			missing += int(end - next)
 			next = end
 		}
 	}
-	return data, gap
+	return data, holes, missing
 }
 
 // Flows lists the directions seen.
