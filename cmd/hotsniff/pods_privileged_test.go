@@ -38,7 +38,7 @@ func startNodeDaemon(t *testing.T, ns string, listen netip.Addr, args ...string)
 	httpAddr := netip.AddrPortFrom(listen, 19464).String()
 	// nsenter joins the node's network namespace only: `ip netns exec`
 	// also remounts /sys for it, which hides the cgroup hierarchy.
-	args = append([]string{"--net=/run/netns/" + ns, self, "run", "--listen", httpAddr, "--node", "test-node", "--output", "jsonl"}, args...)
+	args = append([]string{"--net=/run/netns/" + ns, self, "run", "--listen", httpAddr, "--node", "test-node", "--output", "jsonl"}, testRings(args)...)
 	cmd := exec.Command("nsenter", args...)
 	cmd.Env = append(os.Environ(), "HOTSNIFF_TEST_MAIN=1")
 	d := &nodeDaemon{daemonProc: daemonProc{cmd: cmd, http: "http://" + httpAddr, stderr: &syncBuf{}}}

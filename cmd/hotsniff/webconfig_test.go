@@ -109,7 +109,7 @@ func startDaemonWrapped(t *testing.T, p *netnstest.Pair, wrapper []string, port 
 		t.Fatal(err)
 	}
 	httpAddr := fmt.Sprintf("%s:%d", p.NSIP, port)
-	args = append([]string{"run", "--iface", p.NSIface, "--listen", httpAddr, "--node", "test-node"}, args...)
+	args = append([]string{"run", "--iface", p.NSIface, "--listen", httpAddr, "--node", "test-node"}, testRings(args)...)
 	argv := append(append(append([]string(nil), wrapper...), self), args...)
 	cmd := p.Command(context.Background(), argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "HOTSNIFF_TEST_MAIN=1")
