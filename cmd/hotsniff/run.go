@@ -472,6 +472,9 @@ func (d *daemon) tick(clock, now time.Time, asm *stream.Assembler, counter *deco
 	det.Tick(ns)
 	d.beat.Store(now.UnixNano())
 	if !full {
+		if d.samp != nil && d.samp.early(now) {
+			d.samp.step(d, det, now)
+		}
 		return
 	}
 	hot := det.HotSet()

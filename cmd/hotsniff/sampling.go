@@ -29,6 +29,9 @@ type sampler struct {
 	resume time.Duration
 	last   metrics.Sampling
 	warned bool // sampling deeper than the detector resolves
+	// The first steps of a budget come every earlyStep instead of every
+	// second (see early).
+	begun, lastStep time.Time
 	floor  bool // budget not held at the deepest level
 
 	// The fraction of requests really copied (measure).
@@ -77,9 +80,28 @@ func (s *sampler) close() {
 	}
 }
 
+// earlyStep and earlyFor: for its first earlyFor a budget is stepped every
+// earlyStep. A daemon that starts on a busy node would otherwise run its
+// first second unsampled, several times over its budget, with its rings
+// filling; a quarter second measures the cost coarsely, but a cost several
+// times the budget is plain, and cut at once.
+const (
+	earlyStep = 250 * time.Millisecond
+	earlyFor  = 3 * time.Second
+)
+
+// early says whether a step is due before the next full tick.
+func (s *sampler) early(now time.Time) bool {
+	return s.budget > 0 && !s.begun.IsZero() && now.Sub(s.begun) < earlyFor && now.Sub(s.lastStep) >= earlyStep
+}
+
 // step measures the cost and sets the sampling level; on the pipeline
 // goroutine, about once a second.
 func (s *sampler) step(d *daemon, det *detect.Detector, now time.Time) {
+	if s.begun.IsZero() {
+		s.begun = now
+	}
+	s.lastStep = now
 	proc, err := budget.ProcessCPU()
 	if err != nil {
 		d.log.Warn("measure CPU", "err", err)
