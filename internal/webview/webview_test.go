@@ -27,24 +27,32 @@ const doc = `{"v":1,"node":"cache-node-3","ts":"2026-11-29T18:00:00.123456Z","ho
  {"v":1,"seq":11,"type":"hot","proto":"redis","server":"10.0.0.5:6379","ns":"0","key":"ctl\u001b]0;x\u0007","qps":1100,"ttl_ms":60000,"ts":"2026-11-29T18:00:00Z"},
  {"v":1,"seq":12,"type":"hot","proto":"redis","server":"10.0.0.5:6379","ns":"0","key_b64":"/wA=","qps":1050,"ttl_ms":60000,"ts":"2026-11-29T18:00:00Z"}]}`
 
+// openPage serves the page beside a /hotkeys that answers body() and opens
+// headless Chromium; everything ends with the test.
+func openPage(t *testing.T, body func() []byte) (context.Context, string) {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle("/", webview.Handler())
+	mux.HandleFunc("/hotkeys", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(body())
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(browsertest.New(t, nil), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx, srv.URL
+}
+
 // TestPageInChromium loads the page in headless Chromium against a server
 // answering /hotkeys with doc: rows appear, demand and absorbed share are
 // shown, the markup key stays text, sort and filter work.
 func TestPageInChromium(t *testing.T) {
 	var polls atomic.Int64
-	mux := http.NewServeMux()
-	mux.Handle("/", webview.Handler())
-	mux.HandleFunc("/hotkeys", func(w http.ResponseWriter, r *http.Request) {
+	ctx, url := openPage(t, func() []byte {
 		polls.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(doc))
+		return []byte(doc)
 	})
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-
-	ctx := browsertest.New(t, nil)
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	// The page rebuilds the table on every poll: read a cell in one
 	// evaluation, not by node id (the node may be gone by the next call).
 	text := func(sel string) string {
@@ -64,7 +72,7 @@ func TestPageInChromium(t *testing.T) {
 		}
 		return v
 	}
-	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/?interval=200")); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(url+"/?interval=200")); err != nil {
 		t.Fatal(err)
 	}
 	if err := browsertest.WaitSelector(ctx, `tr[data-key="item:42"]`); err != nil {
@@ -161,22 +169,12 @@ func TestPageSampledInChromium(t *testing.T) {
 	}
 	var sampled atomic.Bool
 	sampled.Store(true)
-	mux := http.NewServeMux()
-	mux.Handle("/", webview.Handler())
-	mux.HandleFunc("/hotkeys", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
+	ctx, url := openPage(t, func() []byte {
 		if sampled.Load() {
-			w.Write(body)
-		} else {
-			w.Write([]byte(doc))
+			return body
 		}
+		return []byte(doc)
 	})
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-
-	ctx := browsertest.New(t, nil)
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	text := func(js string) string {
 		t.Helper()
 		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
@@ -188,7 +186,7 @@ func TestPageSampledInChromium(t *testing.T) {
 	cell := func(key, col string) string {
 		return text(`(document.querySelector('tr[data-key="` + key + `"] td.` + col + `') || {}).textContent || ""`)
 	}
-	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/?interval=200")); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(url+"/?interval=200")); err != nil {
 		t.Fatal(err)
 	}
 	if err := browsertest.WaitSelector(ctx, `tr[data-key="item:42"]`); err != nil {
