@@ -32,7 +32,7 @@ type sampler struct {
 	// The first steps of a budget come every earlyStep instead of every
 	// second (see early).
 	begun, lastStep time.Time
-	floor  bool // budget not held at the deepest level
+	floor           bool // budget not held at the deepest level
 
 	// The fraction of requests really copied (measure).
 	level             uint8
