@@ -119,38 +119,16 @@ func (s *server) Stop() {
 // returns their addresses once every node reports cluster_state:ok.
 func startCluster(t testing.TB) []string {
 	t.Helper()
-	cli := testutil.Need(t, "redis-cli")
 	dir := t.TempDir()
 	var addrs []string
 	for i := 0; i < 3; i++ {
-		p := testutil.FreePort(t)
+		p := testutil.ClusterPort(t)
 		s := startRedisOn(t, p, "--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", p)),
 			"--cluster-node-timeout", "2000")
 		addrs = append(addrs, s.Addr)
 	}
-	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-yes")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("redis-cli --cluster create: %v: %s", err, out)
-	}
-	deadline := time.Now().Add(15 * time.Second)
-	for _, a := range addrs {
-		h, p, _ := net.SplitHostPort(a)
-		for {
-			out, _ := exec.Command(cli, "-h", h, "-p", p, "cluster", "info").Output()
-			if strings.Contains(string(out), "cluster_state:ok") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("cluster node %s not ok: %s", a, out)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	testutil.CreateCluster(t, addrs)
 	return addrs
 }
 

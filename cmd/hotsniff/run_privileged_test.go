@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -44,43 +43,7 @@ func startDaemon(t *testing.T, p *netnstest.Pair, args ...string) *daemonProc {
 // capabilities) inside the namespace.
 func startDaemonVia(t *testing.T, p *netnstest.Pair, wrapper []string, args ...string) *daemonProc {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpAddr := fmt.Sprintf("%s:%d", p.NSIP, 19464)
-	args = append([]string{"run", "--iface", p.NSIface, "--listen", httpAddr, "--node", "test-node"}, testRings(args)...)
-	argv := append(append(append([]string(nil), wrapper...), self), args...)
-	cmd := p.Command(context.Background(), argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "HOTSNIFF_TEST_MAIN=1")
-	d := &daemonProc{cmd: cmd, http: "http://" + httpAddr, stderr: &syncBuf{}}
-	cmd.Stdout = io.Discard
-	cmd.Stderr = d.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	// Generous: loading and verifying the programs takes seconds on a
-	// loaded 2-core CI machine; a ready daemon answers at once.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get(d.http + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return d
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon not ready: %v\n%s", err, d.log())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return startDaemonWrapped(t, p, wrapper, 19464, http.DefaultClient, "http", "", "", args...)
 }
 
 // testRings gives an eBPF daemon of a test 16 MiB rings per CPU unless the

@@ -3,9 +3,7 @@ package fanout
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,37 +16,17 @@ import (
 // startCluster starts three masters and joins them with redis-cli.
 func startCluster(t testing.TB, extra ...string) []string {
 	t.Helper()
-	cli := testutil.Need(t, "redis-cli")
 	dir := t.TempDir()
 	var addrs []string
 	for range 3 {
-		p := testutil.FreePort(t)
+		p := testutil.ClusterPort(t)
 		args := append([]string{"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", p)),
 			"--cluster-node-timeout", "5000"}, extra...)
 		s := testutil.StartRedisOn(t, p, args...)
 		addrs = append(addrs, s.Addr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	args := append(append([]string{"--cluster", "create"}, addrs...), "--cluster-yes")
-	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
-		t.Fatalf("redis-cli --cluster create: %v: %s", err, out)
-	}
-	deadline := time.Now().Add(15 * time.Second)
-	for _, a := range addrs {
-		h, p, _ := net.SplitHostPort(a)
-		for {
-			out, _ := exec.Command(cli, "-h", h, "-p", p, "cluster", "info").Output()
-			if strings.Contains(string(out), "cluster_state:ok") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("cluster node %s not ok: %s", a, out)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	testutil.CreateCluster(t, addrs)
 	return addrs
 }
 
