@@ -65,9 +65,6 @@ func New(budget float64, maxLevel uint8, perHalving int) *Controller {
 // Share is the cost measured over the last step, as a share of one core.
 func (c *Controller) Share() float64 { return c.share }
 
-// Level is the level last decided.
-func (c *Controller) Level() uint8 { return c.level }
-
 // Cost is what the daemon has cost so far: its own user and system time,
 // and the run time of its eBPF programs.
 type Cost struct {

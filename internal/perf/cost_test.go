@@ -236,21 +236,14 @@ func progRunTime(t testing.TB, pid int) time.Duration {
 // its measured CPU share (user + system + eBPF run time, over the second
 // half of each run, after the controller settled) within 10 % of the budget
 // (0.045–0.055), still report the hot key, and drop no ring record:
-// HOTSNIFF_BUDGET_RUNS runs (default 10) of HOTSNIFF_BUDGET_DURATION
+// HOTSNIFF_ROUNDS runs (default 10) of HOTSNIFF_BUDGET_DURATION
 // (default 20s). It also prints the hot key's reported rate against its
 // true rate (the requests the load sent for it). HOTSNIFF_BUDGET_NICE sets
 // hotsniff's --nice (default its own, 10); HOTSNIFF_RUN_ARGS adds flags.
 //
 //	HOTSNIFF_COST=1 go test -count=1 -timeout 30m -run TestMaxCPUBudget -v ./internal/perf/
 func TestMaxCPUBudget(t *testing.T) {
-	if os.Getenv("HOTSNIFF_COST") != "1" {
-		t.Skip("set HOTSNIFF_COST=1 to run the cost measurements (minutes)")
-	}
-	netnstest.RequireRoot(t)
-	runs := 10
-	if v, err := strconv.Atoi(os.Getenv("HOTSNIFF_BUDGET_RUNS")); err == nil && v > 0 {
-		runs = v
-	}
+	runs := measurement(t, "HOTSNIFF_COST", 10)
 	dur := 20 * time.Second
 	if v, err := time.ParseDuration(os.Getenv("HOTSNIFF_BUDGET_DURATION")); err == nil && v > 0 {
 		dur = v
