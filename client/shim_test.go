@@ -44,6 +44,14 @@ func newShimEnv(t testing.TB, opt client.ShimOptions) *shimEnv {
 	t.Cleanup(func() { app.Close() })
 	plain := redis.NewClient(&redis.Options{Addr: cache.Addr, DialTimeout: time.Second})
 	t.Cleanup(func() { plain.Close() })
+	sh := installShim(t, app, chc, opt)
+	return &shimEnv{cache: cache, app: app, plain: plain, shim: sh, pub: pub}
+}
+
+// installShim installs the shim on app, following channel "hk" on chc,
+// and waits until it has read the snapshot (20 s: a loaded runner).
+func installShim(t testing.TB, app, chc redis.UniversalClient, opt client.ShimOptions) *client.Shim {
+	t.Helper()
 	opt.Channel = "hk"
 	opt.ChannelClient = chc
 	if opt.Logger == nil {
@@ -59,7 +67,7 @@ func newShimEnv(t testing.TB, opt client.ShimOptions) *shimEnv {
 	case <-time.After(20 * time.Second):
 		t.Fatal("shim never synced")
 	}
-	return &shimEnv{cache: cache, app: app, plain: plain, shim: sh, pub: pub}
+	return sh
 }
 
 // emit publishes an event about key at the cache server, as the daemon

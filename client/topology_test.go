@@ -40,19 +40,8 @@ func newMultiEnv(t testing.TB, app, plain redis.UniversalClient, servers []strin
 	}
 	t.Cleanup(func() { pub.Close(context.Background()) })
 	t.Cleanup(func() { app.Close(); plain.Close() })
-	opt.Channel = "hk"
-	opt.ChannelClient = chc
 	opt.Logger = quiet
-	sh, err := client.Install(app, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sh.Close() })
-	select {
-	case <-sh.Synced():
-	case <-time.After(5 * time.Second):
-		t.Fatal("shim never synced")
-	}
+	sh := installShim(t, app, chc, opt)
 	return &multiEnv{app: app, plain: plain, shim: sh, pub: pub, servers: servers}
 }
 
