@@ -1,7 +1,6 @@
 package publish_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -17,7 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,26 +30,9 @@ type server struct {
 	Addr string
 	Port int
 	cmd  *exec.Cmd
-	out  *syncBuf
+	out  *testutil.Buffer
 	// exited is closed by the only goroutine that waits for the process.
 	exited chan struct{}
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startRedisOn starts redis-server on port; it fails the test if the server
@@ -73,7 +54,7 @@ func tryRedisOn(t testing.TB, port int, extra ...string) (*server, error) {
 		"--save", "", "--appendonly", "no", "--dir", t.TempDir(),
 		"--protected-mode", "no",
 	}, extra...)
-	s := &server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Port: port, out: &syncBuf{}}
+	s := &server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Port: port, out: &testutil.Buffer{}}
 	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	if err := s.cmd.Start(); err != nil {

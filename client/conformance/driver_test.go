@@ -145,25 +145,9 @@ type adapter struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
 	out    *bufio.Reader
-	stderr *syncBuf
+	stderr *testutil.Buffer
 	mu     sync.Mutex
 }
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.b.Len() < 1<<20 {
-		s.b.Write(p)
-	}
-	return len(p), nil
-}
-
-func (s *syncBuf) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func startAdapter(t testing.TB, l shimLang, cfg adapterConfig) *adapter {
 	t.Helper()
@@ -171,7 +155,7 @@ func startAdapter(t testing.TB, l shimLang, cfg adapterConfig) *adapter {
 	argv := l.argv(string(b))
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), l.env...)
-	a := &adapter{t: t, cmd: cmd, stderr: &syncBuf{}}
+	a := &adapter{t: t, cmd: cmd, stderr: &testutil.Buffer{Max: 1 << 20}}
 	cmd.Stderr = a.stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testutil"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -34,7 +35,7 @@ func TestLiveHotsniffRun(t *testing.T) {
 	listen := fmt.Sprintf("%s:%d", p.NSIP, 19465)
 	cmd := p.Command(context.Background(), bin, "run", "--iface", p.NSIface, "--listen", listen, "--node", "live-node",
 		"--port", "redis=6379", "--hot-qps", "5", "--redis-url", "redis://127.0.0.1:6390")
-	logBuf := &syncBuf{}
+	logBuf := &testutil.Buffer{}
 	cmd.Stdout, cmd.Stderr = io.Discard, logBuf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hotsniff/hotsniff/event"
 	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testutil"
 )
 
 // Fleet test parameters. The detector's window at --hot-qps 500 is 800/500
@@ -53,7 +54,7 @@ type fleetProc struct {
 	mu    sync.Mutex
 	stats []fleetStat
 	done  chan struct{}
-	errb  syncBuf
+	errb  testutil.Buffer
 }
 
 func startFleetApp(t *testing.T, cache, channel, key string, shim bool, secs float64) *fleetProc {
@@ -103,12 +104,12 @@ func (fp *fleetProc) wait(t *testing.T, timeout time.Duration) fleetStat {
 	select {
 	case <-fp.done:
 	case <-time.After(timeout):
-		t.Fatalf("fleet app did not finish; stderr:\n%s", fp.errb.b.String())
+		t.Fatalf("fleet app did not finish; stderr:\n%s", fp.errb.String())
 	}
 	fp.mu.Lock()
 	defer fp.mu.Unlock()
 	if n := len(fp.stats); n == 0 || !fp.stats[n-1].Done || fp.cmd.ProcessState.ExitCode() != 0 {
-		t.Fatalf("fleet app failed (exit %v); stderr:\n%s", fp.cmd.ProcessState, strings.Join(fp.errb.lines(), "\n"))
+		t.Fatalf("fleet app failed (exit %v); stderr:\n%s", fp.cmd.ProcessState, strings.Join(fp.errb.Lines(), "\n"))
 	}
 	return fp.stats[len(fp.stats)-1]
 }

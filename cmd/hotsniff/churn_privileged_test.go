@@ -244,7 +244,7 @@ func TestPodChurn(t *testing.T) {
 				t.Logf("attached %d times, detached %d times", attached, detached)
 				if attached-detached != 2 || attached < cycles {
 					var warns []string
-					for _, l := range d.stderr.lines() {
+					for _, l := range d.stderr.Lines() {
 						if strings.Contains(l, "WARN") {
 							warns = append(warns, l)
 						}

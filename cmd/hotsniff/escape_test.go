@@ -75,9 +75,9 @@ func TestSubscribeTextEscapes(t *testing.T) {
 	rdb.Publish(context.Background(), "hk", msg)
 	// One clean event last, to know everything before it was printed.
 	rdb.Publish(context.Background(), "hk", fmt.Sprintf(`{"v":1,"seq":%d,"type":"hot","proto":"redis","server":"a:1","ns":"0","key":"last","qps":1,"ttl_ms":1,"ts":"2026-11-29T18:00:00Z"}`, len(forged)+2))
-	for deadline := 0; !strings.Contains(strings.Join(sub.lines(), "\n"), " last "); deadline++ {
+	for deadline := 0; !strings.Contains(strings.Join(sub.Lines(), "\n"), " last "); deadline++ {
 		if deadline > 300 {
-			t.Fatalf("last event never printed: %q", sub.lines())
+			t.Fatalf("last event never printed: %q", sub.Lines())
 		}
 		waitLines(t, sub, 1)
 		sleepMs(10)
@@ -85,7 +85,7 @@ func TestSubscribeTextEscapes(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	out := strings.Join(sub.lines(), "\n") + "\n"
+	out := strings.Join(sub.Lines(), "\n") + "\n"
 	// Header, the forged events, maybe the forged type, the last one.
 	lines := strings.Count(out, "\n")
 	if lines < len(forged)+2 {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hotsniff/hotsniff/event"
 	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testutil"
 )
 
 // nodeDaemon is `hotsniff run` inside a node namespace, printing events as
@@ -41,7 +42,7 @@ func startNodeDaemon(t *testing.T, ns string, listen netip.Addr, args ...string)
 	args = append([]string{"--net=/run/netns/" + ns, self, "run", "--listen", httpAddr, "--node", "test-node", "--output", "jsonl"}, testRings(args)...)
 	cmd := exec.Command("nsenter", args...)
 	cmd.Env = append(os.Environ(), "HOTSNIFF_TEST_MAIN=1")
-	d := &nodeDaemon{daemonProc: daemonProc{cmd: cmd, http: "http://" + httpAddr, stderr: &syncBuf{}}}
+	d := &nodeDaemon{daemonProc: daemonProc{cmd: cmd, http: "http://" + httpAddr, stderr: &testutil.Buffer{}}}
 	cmd.Stderr = d.stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -125,7 +126,7 @@ func (d *nodeDaemon) waitAttached(t *testing.T, ifaces ...string) {
 
 // logged reports whether one line of the daemon's log has all of parts.
 func (d *nodeDaemon) logged(parts ...string) bool {
-	for _, l := range d.stderr.lines() {
+	for _, l := range d.stderr.Lines() {
 		all := true
 		for _, p := range parts {
 			all = all && strings.Contains(l, p)

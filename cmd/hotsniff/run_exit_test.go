@@ -52,7 +52,7 @@ func TestRunExitLostEvents(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 		t.Fatalf("exit %v after losing events, want status 1\n%s", err, d.log())
 	}
-	lines := d.stderr.lines()
+	lines := d.stderr.Lines()
 	last := lines[len(lines)-1]
 	if !strings.HasPrefix(last, "hotsniff: publish on shutdown: ") || !strings.Contains(last, "event(s) not published to redis://127.0.0.1:6391") {
 		t.Errorf("last line %q, want the lost-events error", last)

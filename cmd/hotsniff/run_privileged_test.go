@@ -24,6 +24,7 @@ import (
 	"github.com/hotsniff/hotsniff/event"
 	"github.com/hotsniff/hotsniff/internal/netnstest"
 	"github.com/hotsniff/hotsniff/internal/promcheck"
+	"github.com/hotsniff/hotsniff/internal/testutil"
 )
 
 // daemonProc is `hotsniff run` running as a child inside the server's
@@ -31,7 +32,7 @@ import (
 type daemonProc struct {
 	cmd    *exec.Cmd
 	http   string
-	stderr *syncBuf
+	stderr *testutil.Buffer
 }
 
 func startDaemon(t *testing.T, p *netnstest.Pair, args ...string) *daemonProc {
@@ -62,7 +63,7 @@ func testRings(args []string) []string {
 	return append(args, "--ring-size", strconv.Itoa(16<<20))
 }
 
-func (d *daemonProc) log() string { return strings.Join(d.stderr.lines(), "\n") }
+func (d *daemonProc) log() string { return strings.Join(d.stderr.Lines(), "\n") }
 
 // scrape returns /metrics as text and as name{labels} -> value.
 func (d *daemonProc) scrape(t *testing.T) ([]byte, map[string]float64) {

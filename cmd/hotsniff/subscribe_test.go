@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,27 +16,6 @@ import (
 	"github.com/hotsniff/hotsniff/internal/testutil"
 	"github.com/redis/go-redis/v9"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) lines() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := strings.TrimSuffix(s.b.String(), "\n")
-	if t == "" {
-		return nil
-	}
-	return strings.Split(t, "\n")
-}
 
 // execute runs the CLI in-process and returns stdout, stderr and the error.
 func execute(ctx context.Context, args ...string) (string, string, error) {
@@ -52,10 +30,10 @@ func execute(ctx context.Context, args ...string) (string, string, error) {
 
 // startSubscribe runs `hotsniff subscribe` until the returned stop is called
 // and waits until it is subscribed.
-func startSubscribe(t *testing.T, rdb *redis.Client, args ...string) (*syncBuf, func() error) {
+func startSubscribe(t *testing.T, rdb *redis.Client, args ...string) (*testutil.Buffer, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuf{}
+	out := &testutil.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		root := newRootCmd()
@@ -68,7 +46,7 @@ func startSubscribe(t *testing.T, rdb *redis.Client, args ...string) (*syncBuf, 
 	for rdb.PubSubNumSub(context.Background(), "hk").Val()["hk"] == 0 {
 		if time.Now().After(deadline) {
 			cancel()
-			t.Fatalf("subscribe never subscribed: %v", out.lines())
+			t.Fatalf("subscribe never subscribed: %v", out.Lines())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -83,16 +61,16 @@ func startSubscribe(t *testing.T, rdb *redis.Client, args ...string) (*syncBuf, 
 	}
 }
 
-func waitLines(t *testing.T, b *syncBuf, n int) []string {
+func waitLines(t *testing.T, b *testutil.Buffer, n int) []string {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Second)
-	for len(b.lines()) < n {
+	for len(b.Lines()) < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("want %d lines, have %q", n, b.lines())
+			t.Fatalf("want %d lines, have %q", n, b.Lines())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return b.lines()
+	return b.Lines()
 }
 
 func decodeLine(t *testing.T, line string) *event.Event {

@@ -26,6 +26,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testutil"
 )
 
 // testCA is a throwaway certificate authority made by the test.
@@ -113,7 +114,7 @@ func startDaemonWrapped(t *testing.T, p *netnstest.Pair, wrapper []string, port 
 	argv := append(append(append([]string(nil), wrapper...), self), args...)
 	cmd := p.Command(context.Background(), argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "HOTSNIFF_TEST_MAIN=1")
-	d := &daemonProc{cmd: cmd, http: scheme + "://" + httpAddr, stderr: &syncBuf{}}
+	d := &daemonProc{cmd: cmd, http: scheme + "://" + httpAddr, stderr: &testutil.Buffer{}}
 	cmd.Stdout = io.Discard
 	cmd.Stderr = d.stderr
 	if err := cmd.Start(); err != nil {

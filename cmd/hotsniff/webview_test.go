@@ -72,7 +72,7 @@ func TestWebViewLive(t *testing.T) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s never hot with an absorbed rate in /hotkeys\n%s\nshim app: %s", planted, d.log(), withShim.errb.b.String())
+			t.Fatalf("%s never hot with an absorbed rate in /hotkeys\n%s\nshim app: %s", planted, d.log(), withShim.errb.String())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testutil"
 )
 
 // TestCostRatio prints the cost table of docs/performance.md ("Cost
@@ -373,26 +374,9 @@ func meanOf(v []float64) float64 {
 
 // startSnifferEvents is startSniffer (TC mode) with the events printed on
 // stdout collected.
-func startSnifferEvents(t testing.TB, bin string, p *netnstest.Pair, srv netip.AddrPort, extra ...string) (*sniffer, *syncBuffer) {
+func startSnifferEvents(t testing.TB, bin string, p *netnstest.Pair, srv netip.AddrPort, extra ...string) (*sniffer, *testutil.Buffer) {
 	t.Helper()
-	var out syncBuffer
+	var out testutil.Buffer
 	s := startSnifferOut(t, bin, p, srv, "tc", &out, extra...)
 	return s, &out
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
