@@ -70,21 +70,8 @@ func startNodeDaemon(t *testing.T, ns string, listen netip.Addr, args ...string)
 		}
 		_, _ = io.Copy(io.Discard, out)
 	}()
-	// Loading and verifying the programs takes seconds on a loaded runner.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get(d.http + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return d
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon not ready: %v\n%s", err, d.log())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	d.waitReady(t, http.DefaultClient, "", "")
+	return d
 }
 
 // waitHot waits for a hot event for key on server.

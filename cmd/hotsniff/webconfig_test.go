@@ -126,8 +126,15 @@ func startDaemonWrapped(t *testing.T, p *netnstest.Pair, wrapper []string, port 
 			_ = cmd.Wait()
 		}
 	})
-	// Generous: loading and verifying the programs takes seconds on a
-	// loaded 2-core CI machine; a ready daemon answers at once.
+	d.waitReady(t, c, user, pass)
+	return d
+}
+
+// waitReady polls /readyz with c (and basic auth when user is set) until
+// the daemon is ready. Generous: loading and verifying the programs takes
+// seconds on a loaded 2-core CI machine; a ready daemon answers at once.
+func (d *daemonProc) waitReady(t *testing.T, c *http.Client, user, pass string) {
+	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		req, _ := http.NewRequest("GET", d.http+"/readyz", nil)
@@ -138,7 +145,7 @@ func startDaemonWrapped(t *testing.T, p *netnstest.Pair, wrapper []string, port 
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return d
+				return
 			}
 		}
 		if time.Now().After(deadline) {
