@@ -26,7 +26,7 @@ test:
 
 # Only the tests that need root: eBPF, AF_PACKET, network namespaces.
 test-privileged:
-	$(GO) test -count=1 -timeout 10m -run 'Privileged|BPF|XDP|TC|AFPacket|Netns' ./bpf/... ./capture/... ./internal/netnstest/... ./cmd/...
+	$(GO) test -count=1 -timeout 10m -run 'Privileged|BPF|XDP|TC|AFPacket|Netns' ./bpf/... ./capture/... ./internal/testing/netnstest/... ./cmd/...
 
 # Rebuild the eBPF objects with bpf2go (needs clang, llvm, libbpf-dev).
 generate:
@@ -55,9 +55,9 @@ lint:
 
 # Re-capture the fixtures from real servers (root; ports 6379/11211 free).
 fixtures:
-	$(GO) run ./internal/gen/redisfixtures -out testdata/redis
-	$(GO) run ./internal/gen/memcachefixtures -out testdata/memcache
-	$(GO) run ./internal/gen/tairfixtures -out testdata/tair
+	$(GO) run ./tools/gen/redisfixtures -out testdata/redis
+	$(GO) run ./tools/gen/memcachefixtures -out testdata/memcache
+	$(GO) run ./tools/gen/tairfixtures -out testdata/tair
 
 # Test tools that are not Debian packages: the helm CLI.
 tools:

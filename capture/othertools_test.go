@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/hotsniff/hotsniff/capture"
-	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
 )
 
 type seg struct {

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/hotsniff/hotsniff/detect"
-	"github.com/hotsniff/hotsniff/detect/accuracy"
+	"github.com/hotsniff/hotsniff/internal/testing/accuracy"
 )
 
 // TestAccuracyTargets runs reduced versions of the accuracy workloads

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/hotsniff/hotsniff/internal/promcheck"
+	"github.com/hotsniff/hotsniff/internal/testing/promcheck"
 )
 
 // dashboards are the Grafana dashboards shipped: the one in docs/ and the

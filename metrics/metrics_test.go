@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/hotsniff/hotsniff/decode"
-	"github.com/hotsniff/hotsniff/internal/promcheck"
+	"github.com/hotsniff/hotsniff/internal/testing/promcheck"
 )
 
 // TestExposition renders a snapshot and checks the contract's series and

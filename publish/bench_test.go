@@ -3,7 +3,7 @@ package publish_test
 import (
 	"testing"
 
-	"github.com/hotsniff/hotsniff/internal/testutil"
+	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 	"github.com/hotsniff/hotsniff/publish"
 )
 

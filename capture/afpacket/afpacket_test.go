@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/net/bpf"
 
-	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
 )
 
 func TestFilterAssembles(t *testing.T) {

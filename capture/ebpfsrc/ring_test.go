@@ -13,7 +13,7 @@ import (
 
 	"github.com/hotsniff/hotsniff/bpf"
 	"github.com/hotsniff/hotsniff/capture"
-	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
 )
 
 // smallRing loads the programs detached with a ring of one page, so a few

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotsniff/hotsniff/internal/netnstest"
-	"github.com/hotsniff/hotsniff/internal/testutil"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 	"github.com/redis/go-redis/v9"
 )
 

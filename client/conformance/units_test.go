@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
 )
 
 // TestPythonUnits runs the Python shim's own tests (pytest), so `make test`

@@ -19,7 +19,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/hotsniff/hotsniff/detect/accuracy"
+	"github.com/hotsniff/hotsniff/internal/testing/accuracy"
 )
 
 const (

@@ -18,8 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hotsniff/hotsniff/event"
-	"github.com/hotsniff/hotsniff/internal/netnstest"
-	"github.com/hotsniff/hotsniff/internal/testutil"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 )
 
 // Fleet test parameters. The detector's window at --hot-qps 500 is 800/500

@@ -19,7 +19,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
 )
 
 // procFigures is what a process holds: file descriptors (and of them BPF

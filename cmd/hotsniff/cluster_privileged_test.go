@@ -15,8 +15,8 @@ import (
 
 	"github.com/hotsniff/hotsniff/client"
 	"github.com/hotsniff/hotsniff/event"
-	"github.com/hotsniff/hotsniff/internal/netnstest"
-	"github.com/hotsniff/hotsniff/internal/testutil"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 	"github.com/hotsniff/hotsniff/publish"
 )
 

@@ -19,7 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hotsniff/hotsniff/internal/testutil"
+	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 )
 
 // Forged field values: an OSC title change, a screen clear, a cursor move,

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
 )
 
 // TestPrivilegeErrors runs the real binary without the capabilities a

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/hotsniff/hotsniff/event"
-	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
 )
 
 // rawRedis is a client that counts every reply byte it reads off the

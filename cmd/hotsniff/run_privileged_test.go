@@ -22,9 +22,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hotsniff/hotsniff/event"
-	"github.com/hotsniff/hotsniff/internal/netnstest"
-	"github.com/hotsniff/hotsniff/internal/promcheck"
-	"github.com/hotsniff/hotsniff/internal/testutil"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/promcheck"
+	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 )
 
 // daemonProc is `hotsniff run` running as a child inside the server's

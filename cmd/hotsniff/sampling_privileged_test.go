@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
 )
 
 // TestMaxCPUSampling runs `hotsniff run --capture tc --max-cpu 0.05` under
@@ -21,7 +21,7 @@ import (
 // reported at its true rate (the requests the load really sent for it,
 // within 35 %) with the sample rate on it, no other key is reported, and
 // nothing stays attached. How close the cost stays to the budget is a
-// measurement (internal/perf TestMaxCPUBudget), not asserted here.
+// measurement (internal/testing/perf TestMaxCPUBudget), not asserted here.
 func TestMaxCPUSampling(t *testing.T) {
 	netnstest.RequireRoot(t)
 	p := netnstest.NewPair(t)

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/hotsniff/hotsniff/event"
-	"github.com/hotsniff/hotsniff/internal/testutil"
+	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hotsniff/hotsniff/internal/testutil"
+	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 )
 
 // TestTopRedisURL: two replays publish the write-hot fixture to one Redis

@@ -25,8 +25,8 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/hotsniff/hotsniff/internal/netnstest"
-	"github.com/hotsniff/hotsniff/internal/testutil"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 )
 
 // testCA is a throwaway certificate authority made by the test.

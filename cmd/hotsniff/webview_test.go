@@ -17,8 +17,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/hotsniff/hotsniff/internal/browsertest"
-	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/browsertest"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
 )
 
 // TestWebViewLive runs the real daemon (TC capture on a veth, basic auth

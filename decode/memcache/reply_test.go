@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/hotsniff/hotsniff/decode"
-	"github.com/hotsniff/hotsniff/internal/replytest"
+	"github.com/hotsniff/hotsniff/internal/testing/replytest"
 )
 
 func mcBinReq(op byte, key string, opaque uint32) string {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotsniff/hotsniff/internal/testutil"
+	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 )
 
 // teeProxy forwards loopback connections to a server and records what each

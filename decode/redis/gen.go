@@ -1,7 +1,7 @@
 package redis
 
 // The command table comes from a real redis-server's COMMAND output; see
-// internal/gen/rediscommands. Regenerate with `go generate ./decode/redis`
+// tools/gen/rediscommands. Regenerate with `go generate ./decode/redis`
 // (needs redis-server on PATH) and commit the result.
 
-//go:generate go run ../../internal/gen/rediscommands -out commands_gen.go
+//go:generate go run ../../tools/gen/rediscommands -out commands_gen.go

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/hotsniff/hotsniff/decode"
-	"github.com/hotsniff/hotsniff/internal/replytest"
+	"github.com/hotsniff/hotsniff/internal/testing/replytest"
 )
 
 // benchPipeline is 16 pipelined GETs and an MGET of 4 keys, with their

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/hotsniff/hotsniff/decode"
-	w "github.com/hotsniff/hotsniff/decode/tair/tairwire"
+	w "github.com/hotsniff/hotsniff/internal/testing/tairwire"
 )
 
 // countSink counts keys so the benchmark's sink work is realistic but tiny.

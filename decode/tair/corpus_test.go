@@ -2,7 +2,7 @@ package tair
 
 import (
 	"github.com/hotsniff/hotsniff/decode"
-	w "github.com/hotsniff/hotsniff/decode/tair/tairwire"
+	w "github.com/hotsniff/hotsniff/internal/testing/tairwire"
 )
 
 // item is one encoded request with what the decoder must report for it,

@@ -22,7 +22,7 @@ import (
 	"github.com/hotsniff/hotsniff/decode"
 )
 
-// The fixtures in testdata/tair are made by internal/gen/tairfixtures,
+// The fixtures in testdata/tair are made by tools/gen/tairfixtures,
 // which writes each golden from its own bookkeeping. There is deliberately
 // no -update flag here: the decoder must match the generator, not itself.
 var fixtureNames = []string{"tair_prefix_hot", "tair_mget_hot", "tair_mixed", "tair_midstream"}

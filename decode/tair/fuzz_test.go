@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/hotsniff/hotsniff/decode"
-	w "github.com/hotsniff/hotsniff/decode/tair/tairwire"
+	w "github.com/hotsniff/hotsniff/internal/testing/tairwire"
 )
 
 var writeSeeds = flag.Bool("write-seeds", false, "rewrite testdata/fuzz/FuzzParse from the encoder")

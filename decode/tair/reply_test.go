@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/hotsniff/hotsniff/decode"
-	"github.com/hotsniff/hotsniff/decode/tair/tairwire"
-	"github.com/hotsniff/hotsniff/internal/replytest"
+	"github.com/hotsniff/hotsniff/internal/testing/replytest"
+	"github.com/hotsniff/hotsniff/internal/testing/tairwire"
 )
 
 // TestReplyAttribution: responses pair with requests by channel id in any

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/hotsniff/hotsniff/decode"
-	w "github.com/hotsniff/hotsniff/decode/tair/tairwire"
+	w "github.com/hotsniff/hotsniff/internal/testing/tairwire"
 )
 
 const bound = DefaultMaxFrame + 16 + 4096

@@ -13,7 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/hotsniff/hotsniff/event"
-	"github.com/hotsniff/hotsniff/internal/browsertest"
+	"github.com/hotsniff/hotsniff/internal/testing/browsertest"
 	"github.com/hotsniff/hotsniff/internal/webview"
 )
 

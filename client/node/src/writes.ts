@@ -1,6 +1,6 @@
 // Which keys a command writes, from redis-server's COMMAND key specs.
 // writes.json is generated from the same table the Go shim uses (see
-// internal/gen/shimwrites), so every shim drops the same keys on the same
+// tools/gen/shimwrites), so every shim drops the same keys on the same
 // writes; FLUSHDB, FLUSHALL and SWAPDB drop everything. Commands the table
 // does not know (modules) are not writes: the shim caches strings and hashes.
 

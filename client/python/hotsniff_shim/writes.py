@@ -1,7 +1,7 @@
 """Which keys a command writes, from redis-server's COMMAND key specs.
 
 writes.json is generated from the same table the Go shim uses (see
-internal/gen/shimwrites), so every shim drops the same keys on the same
+tools/gen/shimwrites), so every shim drops the same keys on the same
 writes: SET, DEL, HSET, EXPIRE, RENAME (both keys), MSET (all), *STORE
 destinations, EVAL/FCALL declared keys, PFCOUNT, ... FLUSHDB, FLUSHALL and
 SWAPDB drop everything. Commands the table does not know (modules) are not

@@ -14,14 +14,14 @@ import (
 
 	"github.com/hotsniff/hotsniff/bpf"
 	"github.com/hotsniff/hotsniff/capture/ebpfsrc"
-	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
 )
 
 // TestCgroupCost compares the per-packet cost of the cgroup_skb programs
 // with the TC programs under the same redis-benchmark traffic, from the
 // kernel's accounting (run_time_ns / run_cnt), like part 1 of TestFigures:
 //
-//	HOTSNIFF_FIGURES=1 go test -count=1 -timeout 30m -run TestCgroupCost -v ./internal/perf/
+//	HOTSNIFF_FIGURES=1 go test -count=1 -timeout 30m -run TestCgroupCost -v ./internal/testing/perf/
 //
 // The test moves itself into a cgroup of its own, so redis-server and
 // redis-benchmark (its children) run there, and attaches the cgroup

@@ -8,7 +8,7 @@
 // the clients to read, never from decoding the capture, so they are an
 // independent truth for the decoder tests.
 //
-// Run from the repository root: go run ./internal/gen/memcachefixtures
+// Run from the repository root: go run ./tools/gen/memcachefixtures
 package main
 
 import (
@@ -22,7 +22,7 @@ import (
 	"path/filepath"
 	"time"
 
-	capfix "github.com/hotsniff/hotsniff/internal/gen/fixture"
+	capfix "github.com/hotsniff/hotsniff/tools/gen/fixture"
 )
 
 // addr is memcached's default port, so `hotsniff decode` reads the fixtures

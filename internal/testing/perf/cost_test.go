@@ -21,8 +21,8 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/hotsniff/hotsniff/internal/netnstest"
-	"github.com/hotsniff/hotsniff/internal/testutil"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 )
 
 // TestCostRatio prints the cost table of docs/performance.md ("Cost
@@ -38,7 +38,7 @@ import (
 // with --max-cpu 0.05.
 //
 //	git archive main | tar -x -C /tmp/before && (cd /tmp/before && go build -o /tmp/hotsniff-before ./cmd/hotsniff)
-//	HOTSNIFF_COST=1 HOTSNIFF_BIN_BEFORE=/tmp/hotsniff-before go test -count=1 -timeout 60m -run TestCostRatio -v ./internal/perf/
+//	HOTSNIFF_COST=1 HOTSNIFF_BIN_BEFORE=/tmp/hotsniff-before go test -count=1 -timeout 60m -run TestCostRatio -v ./internal/testing/perf/
 //
 // HOTSNIFF_ROUNDS (default 2) sets the rounds, HOTSNIFF_MODES (default
 // "tc xdp cgroup afpacket") the modes.
@@ -242,7 +242,7 @@ func progRunTime(t testing.TB, pid int) time.Duration {
 // true rate (the requests the load sent for it). HOTSNIFF_BUDGET_NICE sets
 // hotsniff's --nice (default its own, 10); HOTSNIFF_RUN_ARGS adds flags.
 //
-//	HOTSNIFF_COST=1 go test -count=1 -timeout 30m -run TestMaxCPUBudget -v ./internal/perf/
+//	HOTSNIFF_COST=1 go test -count=1 -timeout 30m -run TestMaxCPUBudget -v ./internal/testing/perf/
 func TestMaxCPUBudget(t *testing.T) {
 	runs := measurement(t, "HOTSNIFF_COST", 10)
 	dur := 20 * time.Second

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	w "github.com/hotsniff/hotsniff/decode/tair/tairwire"
+	w "github.com/hotsniff/hotsniff/internal/testing/tairwire"
 )
 
 // prefixGets builds a C++-style prefix read (pcode 29 or 34, or 2 / 22 for a

@@ -3,7 +3,7 @@
 // redis-server COMMAND table in decode/redis, so every shim agrees with the
 // Go shim's writtenKeys.
 //
-//	go run ./internal/gen/shimwrites -out client/python/hotsniff_shim/writes.json -out client/node/src/writes.json
+//	go run ./tools/gen/shimwrites -out client/python/hotsniff_shim/writes.json -out client/node/src/writes.json
 package main
 
 import (

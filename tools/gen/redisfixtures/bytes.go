@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hotsniff/hotsniff/internal/gen/fixture"
+	"github.com/hotsniff/hotsniff/tools/gen/fixture"
 )
 
 // btruth receives the reply-bytes truth of the fixture being made, written

@@ -20,7 +20,7 @@ import (
 	"github.com/hotsniff/hotsniff/capture/ebpfsrc"
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/decode/redis"
-	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
 	"github.com/hotsniff/hotsniff/stream"
 )
 
@@ -28,7 +28,7 @@ import (
 // runs only with HOTSNIFF_FIGURES=1; HOTSNIFF_ROUNDS (default 3) sets the
 // rounds per configuration:
 //
-//	HOTSNIFF_FIGURES=1 go test -count=1 -timeout 30m -run TestFigures -v ./internal/perf/
+//	HOTSNIFF_FIGURES=1 go test -count=1 -timeout 30m -run TestFigures -v ./internal/testing/perf/
 //
 // Part 1: per-packet cost of the BPF programs from the kernel's accounting
 // (kernel.bpf_stats_enabled: run_time_ns / run_cnt), with the programs

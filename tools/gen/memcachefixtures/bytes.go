@@ -10,7 +10,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
-	capfix "github.com/hotsniff/hotsniff/internal/gen/fixture"
+	capfix "github.com/hotsniff/hotsniff/tools/gen/fixture"
 )
 
 // btruth receives the reply-bytes truth of the fixture being recorded,

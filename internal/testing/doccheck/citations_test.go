@@ -24,7 +24,7 @@ var citation = regexp.MustCompile(strings.Join([]string{
 }, "|"))
 
 func TestNoExternalCitations(t *testing.T) {
-	root := filepath.Join("..", "..")
+	root := filepath.Join("..", "..", "..")
 	checked := 0
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -69,7 +69,7 @@ func TestNoExternalCitations(t *testing.T) {
 // TestDocsExist: the reference pages the README and --help point to.
 func TestDocsExist(t *testing.T) {
 	for _, p := range []string{"docs/cli.md", "docs/events.md", "docs/channel-protocol.md", "docs/detection.md"} {
-		if _, err := os.Stat(filepath.Join("..", "..", p)); err != nil {
+		if _, err := os.Stat(filepath.Join("..", "..", "..", p)); err != nil {
 			t.Error(err)
 		}
 	}

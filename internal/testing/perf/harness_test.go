@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
 )
 
 // buildHotsniff builds ./cmd/hotsniff once per test binary.
@@ -45,7 +45,7 @@ func buildHotsniff(t testing.TB) string {
 		return bin
 	}
 	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
 	bin := filepath.Join(t.TempDir(), "hotsniff")
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/hotsniff")
 	cmd.Dir = root

@@ -5,7 +5,7 @@
 // `hotsniff decode --count` format, computed from this generator's own
 // bookkeeping of what it sent, never from the decoder.
 //
-//	go run ./internal/gen/tairfixtures -out testdata/tair
+//	go run ./tools/gen/tairfixtures -out testdata/tair
 //
 // Output is deterministic (fixed seeds, fixed clock).
 package main
@@ -30,7 +30,7 @@ import (
 	"github.com/google/gopacket/pcapgo"
 
 	"github.com/hotsniff/hotsniff/decode"
-	w "github.com/hotsniff/hotsniff/decode/tair/tairwire"
+	w "github.com/hotsniff/hotsniff/internal/testing/tairwire"
 )
 
 const (

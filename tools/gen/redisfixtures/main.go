@@ -4,7 +4,7 @@
 // `hotsniff decode --count` form. It needs root (tcpdump), redis-server,
 // redis-benchmark and a free port 6379. See testdata/README.md.
 //
-//	go run ./internal/gen/redisfixtures -out testdata/redis
+//	go run ./tools/gen/redisfixtures -out testdata/redis
 package main
 
 import (
@@ -27,7 +27,7 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hotsniff/hotsniff/internal/gen/fixture"
+	"github.com/hotsniff/hotsniff/tools/gen/fixture"
 )
 
 const port = 6379

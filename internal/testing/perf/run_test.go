@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/hotsniff/hotsniff/internal/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
 )
 
 // TestRunExact is the short end-to-end check `go test ./...` runs: the real

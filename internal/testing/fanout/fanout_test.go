@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotsniff/hotsniff/internal/testutil"
+	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 	"github.com/hotsniff/hotsniff/publish"
 )
 
@@ -69,7 +69,7 @@ func TestFanoutSmoke(t *testing.T) {
 }
 
 // TestFanoutTable is the full benchmark (minutes): HOTSNIFF_FANOUT=1 go test
-// -run TestFanoutTable -v -timeout 30m ./internal/fanout. It prints the
+// -run TestFanoutTable -v -timeout 30m ./internal/testing/fanout. It prints the
 // table in docs/channel-sizing.md.
 func TestFanoutTable(t *testing.T) {
 	if os.Getenv("HOTSNIFF_FANOUT") != "1" {

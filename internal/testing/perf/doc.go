@@ -2,8 +2,8 @@
 // run by `go test ./...` that drives the real `hotsniff run` binary inside a
 // network namespace and checks every request is decoded with nothing
 // dropped, and the measurement harness behind docs/performance.md
-// (HOTSNIFF_FIGURES=1 go test -run TestFigures -v ./internal/perf/).
+// (HOTSNIFF_FIGURES=1 go test -run TestFigures -v ./internal/testing/perf/).
 //
 // Both need root (they skip without it, and fail under CI=true); see
-// internal/netnstest.
+// internal/testing/netnstest.
 package perf

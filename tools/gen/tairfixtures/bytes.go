@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/hotsniff/hotsniff/decode"
-	w "github.com/hotsniff/hotsniff/decode/tair/tairwire"
+	w "github.com/hotsniff/hotsniff/internal/testing/tairwire"
 )
 
 // genBytes: two connections in area 4 pipeline batches of a get of one key,
