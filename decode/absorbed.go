@@ -35,25 +35,16 @@ const (
 	AbsorbedUnpaired = "unpaired"
 )
 
-// AbsorbedSink is implemented by sinks that take absorbed-demand reports.
-// It is optional: a decoder passes reports only to sinks that implement it,
-// so sinks that count reads and writes need not know about reports.
-type AbsorbedSink interface {
-	Absorbed(f *Flow, a *Absorbed)
-}
-
-// Absorbed forwards a report to Next when Next takes reports.
+// Absorbed forwards a report to Next.
 func (c *Counter) Absorbed(f *Flow, a *Absorbed) {
-	if n, ok := c.Next.(AbsorbedSink); ok {
-		n.Absorbed(f, a)
+	if c.Next != nil {
+		c.Next.Absorbed(f, a)
 	}
 }
 
-// Absorbed forwards a report to every sink that takes reports.
+// Absorbed forwards a report to every sink.
 func (t Tee) Absorbed(f *Flow, a *Absorbed) {
 	for _, s := range t {
-		if n, ok := s.(AbsorbedSink); ok {
-			n.Absorbed(f, a)
-		}
+		s.Absorbed(f, a)
 	}
 }

@@ -118,8 +118,8 @@ func (c *Counter) Totals() (requests, keys, reads, writes, errors uint64) {
 
 // ReplyKey forwards reply bytes attributed to a key.
 func (c *Counter) ReplyKey(f *Flow, ns int32, k Key, n uint64) {
-	if rs, ok := c.Next.(ReplySink); ok {
-		rs.ReplyKey(f, ns, k, n)
+	if c.Next != nil {
+		c.Next.ReplyKey(f, ns, k, n)
 	}
 }
 
@@ -129,8 +129,8 @@ func (c *Counter) Reply(f *Flow, n uint64, paired bool) {
 	if !paired {
 		c.Unpaired[f.Proto] += n
 	}
-	if rs, ok := c.Next.(ReplySink); ok {
-		rs.Reply(f, n, paired)
+	if c.Next != nil {
+		c.Next.Reply(f, n, paired)
 	}
 }
 
@@ -157,16 +157,12 @@ func (t Tee) Error(f *Flow, reason string) {
 
 func (t Tee) ReplyKey(f *Flow, ns int32, k Key, n uint64) {
 	for _, s := range t {
-		if rs, ok := s.(ReplySink); ok {
-			rs.ReplyKey(f, ns, k, n)
-		}
+		s.ReplyKey(f, ns, k, n)
 	}
 }
 
 func (t Tee) Reply(f *Flow, n uint64, paired bool) {
 	for _, s := range t {
-		if rs, ok := s.(ReplySink); ok {
-			rs.Reply(f, n, paired)
-		}
+		s.Reply(f, n, paired)
 	}
 }

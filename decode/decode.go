@@ -122,7 +122,12 @@ type Key struct {
 	Prefix bool
 }
 
-// Sink receives what parsers decode. Calls are made synchronously from Parse.
+// Sink receives everything the decoders and the stream layer report: the
+// requests and their keys, decode errors, reply bytes and absorbed-demand
+// reports. Calls are made synchronously from Parse. Every method is
+// required, so a wrapper cannot silently drop a kind of call: embed Forward
+// (pass everything on, override some) or Discard (ignore everything, handle
+// some) rather than writing the rest by hand.
 type Sink interface {
 	// Request is called once per decoded request, before its keys.
 	Request(f *Flow, r *Request)
@@ -131,7 +136,46 @@ type Sink interface {
 	// Error counts a decode error. reason is a short fixed string
 	// ("bad_length", "resync", ...) usable as a metric label.
 	Error(f *Flow, reason string)
+	// ReplyKey reports n reply bytes attributed to read key k, read in
+	// namespace ns on f. k.Bytes is valid only during the call. It is
+	// called once per key occurrence of the request the reply answers (k
+	// carries that occurrence's weight), with the key's whole share of the
+	// reply, so calls also count answered reads.
+	ReplyKey(f *Flow, ns int32, k Key, n uint64)
+	// Reply reports n reply bytes read on f: a whole reply, or a part of
+	// one that was attributed on its own (a memcached VALUE block). paired
+	// is false when no request could be matched to them (joined
+	// mid-stream, queue overflow, out-of-band push): none went to ReplyKey.
+	// Summed, they are every reply byte decoded.
+	Reply(f *Flow, n uint64, paired bool)
+	// Absorbed hands on one absorbed-demand report (see Absorbed); a.Key
+	// is valid only during the call.
+	Absorbed(f *Flow, a *Absorbed)
 }
+
+// Discard is a Sink that ignores every call. Embed it in a sink that
+// handles only some kinds of call.
+type Discard struct{}
+
+func (Discard) Request(*Flow, *Request)            {}
+func (Discard) Key(*Flow, *Request, Key)           {}
+func (Discard) Error(*Flow, string)                {}
+func (Discard) ReplyKey(*Flow, int32, Key, uint64) {}
+func (Discard) Reply(*Flow, uint64, bool)          {}
+func (Discard) Absorbed(*Flow, *Absorbed)          {}
+
+// Forward is a Sink that passes every call on to Next. Embed it in a
+// wrapper that overrides some calls: the others still reach Next, so a new
+// kind of call added to Sink can never be lost by a wrapper that does not
+// know it.
+type Forward struct{ Next Sink }
+
+func (w Forward) Request(f *Flow, r *Request)                 { w.Next.Request(f, r) }
+func (w Forward) Key(f *Flow, r *Request, k Key)              { w.Next.Key(f, r, k) }
+func (w Forward) Error(f *Flow, reason string)                { w.Next.Error(f, reason) }
+func (w Forward) ReplyKey(f *Flow, ns int32, k Key, n uint64) { w.Next.ReplyKey(f, ns, k, n) }
+func (w Forward) Reply(f *Flow, n uint64, paired bool)        { w.Next.Reply(f, n, paired) }
+func (w Forward) Absorbed(f *Flow, a *Absorbed)               { w.Next.Absorbed(f, a) }
 
 // Parser decodes one direction of one connection. It is fed contiguous bytes
 // by the stream layer and must never block or retain b after returning.

@@ -9,23 +9,6 @@ import "unsafe"
 // message as TCP payload on the wire, framing included: what the server's
 // NIC sends for the key.
 
-// ReplySink is the optional interface of a Sink that receives reply bytes.
-// Reply parsers check for it; a Sink without it sees nothing of replies.
-type ReplySink interface {
-	// ReplyKey reports n reply bytes attributed to read key k, read in
-	// namespace ns on f. k.Bytes is valid only during the call. It is
-	// called once per key occurrence of the request the reply answers (k
-	// carries that occurrence's weight), with the key's whole share of the
-	// reply, so calls also count answered reads.
-	ReplyKey(f *Flow, ns int32, k Key, n uint64)
-	// Reply reports n reply bytes read on f: a whole reply, or a part of
-	// one that was attributed on its own (a memcached VALUE block). paired
-	// is false when no request could be matched to them (joined
-	// mid-stream, queue overflow, out-of-band push): none went to ReplyKey.
-	// Summed, they are every reply byte decoded.
-	Reply(f *Flow, n uint64, paired bool)
-}
-
 // PendingConfig bounds the per-connection queue.
 type PendingConfig struct {
 	// MaxRequests is the most requests awaiting replies on one connection
@@ -221,15 +204,15 @@ func (q *Pending) Len() int {
 func (q *Pending) SawReply(ts int64) { q.lastRep = ts }
 
 // StartReplies begins a reply parser's Parse call: it returns f's queue and
-// s as a ReplySink, or a nil queue when replies are not being paired (the
+// the sink to report to, or a nil queue when replies are not being paired (the
 // parser then consumes the bytes unread). It records the reply time, and
 // reports fresh when the queue was thrown away or resynchronised since the
 // parser last looked (*epoch is the epoch it saw): the parser must then
 // drop the reply it was in.
-func StartReplies(f *Flow, s Sink, epoch *uint32) (q *Pending, rs ReplySink, fresh bool) {
+func StartReplies(f *Flow, s Sink, epoch *uint32) (q *Pending, rs Sink, fresh bool) {
 	q = f.Pending
-	rs, _ = s.(ReplySink)
-	if q == nil || rs == nil {
+	rs = s
+	if q == nil {
 		return nil, nil, false
 	}
 	q.SawReply(f.TS)
@@ -438,7 +421,7 @@ func (q *Pending) Key(e *Entry, i int) (k Key, ok bool) {
 // occurrence (the remainder, one byte each, to the first keys), so that the
 // shares sum to n. It returns the bytes that went to no key (e is a write
 // or keyless, or a key was not kept).
-func (q *Pending) Attribute(f *Flow, rs ReplySink, e *Entry, n uint64) uint64 {
+func (q *Pending) Attribute(f *Flow, rs Sink, e *Entry, n uint64) uint64 {
 	nk := uint64(e.NumKeys())
 	if nk == 0 || n == 0 {
 		return n
@@ -470,7 +453,7 @@ func Share(n, nk uint64, i int) uint64 {
 
 // AttributeKey gives n reply bytes to the i-th read key of e (an element of
 // a multi-key reply). It reports false when that key was not kept.
-func (q *Pending) AttributeKey(f *Flow, rs ReplySink, e *Entry, i int, n uint64) bool {
+func (q *Pending) AttributeKey(f *Flow, rs Sink, e *Entry, i int, n uint64) bool {
 	if i >= e.NumKeys() {
 		return false
 	}

@@ -34,7 +34,7 @@ import (
 // covers (clipped to the window ring and to the entry's measurement), so the
 // measured demand is as smooth as the reads were, not a step per report.
 
-// Absorbed implements decode.AbsorbedSink.
+// Absorbed takes an absorbed-demand report (decode.Sink).
 func (d *Detector) Absorbed(f *decode.Flow, a *decode.Absorbed) {
 	switch a.Reject {
 	case "":

@@ -10,7 +10,7 @@ import (
 // Hot by bandwidth. With Config.HotBytes (or a rule's hot_bytes) set, the
 // default detector runs a second bucket/locate/confirm stage beside the one
 // on reads: the same windowed structure, counting the reply bytes attributed
-// to each key (decode.ReplySink) instead of its weighted reads. A key is
+// to each key (decode.Sink.ReplyKey) instead of its weighted reads. A key is
 // promoted by whichever stage confirms it first; the other stage's count of
 // the key, if it is being located, moves into the hot entry with it, so the
 // first event already carries both rates. A hot entry measures both its reads
@@ -25,7 +25,7 @@ type bytesInit struct {
 	bps   float64
 }
 
-// ReplyKey implements decode.ReplySink: n reply bytes answering read key k.
+// ReplyKey (decode.Sink): n reply bytes answering read key k.
 func (d *Detector) ReplyKey(f *decode.Flow, ns int32, k decode.Key, n uint64) {
 	if d.def == nil || n == 0 {
 		return
@@ -55,7 +55,7 @@ func (d *Detector) ReplyKey(f *decode.Flow, ns int32, k decode.Key, n uint64) {
 	}
 }
 
-// Reply implements decode.ReplySink; whole replies are counted elsewhere.
+// Reply (decode.Sink): whole replies are counted elsewhere.
 func (d *Detector) Reply(*decode.Flow, uint64, bool) {}
 
 // take removes the slot of identity h from w, if it is being counted.

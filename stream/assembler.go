@@ -176,7 +176,7 @@ func NewAssembler(cfg Config, ports *Ports, reg *decode.Registry, sink decode.Si
 	}
 	a.reqSink = sink
 	if cfg.Replies {
-		a.reqSink = &recorder{next: sink}
+		a.reqSink = &recorder{decode.Forward{Next: sink}}
 		a.pendCfg = cfg.Pending
 	}
 	return a
@@ -469,30 +469,19 @@ func (a *Assembler) reclaim(cur *flow) {
 }
 
 // recorder queues each request, and the keys of reads, on the connection's
-// Pending queue before passing them on.
-type recorder struct{ next decode.Sink }
+// Pending queue before passing everything on.
+type recorder struct{ decode.Forward }
 
 func (r *recorder) Request(f *decode.Flow, req *decode.Request) {
 	if f.Pending != nil {
 		f.Pending.Push(f.TS, req)
 	}
-	r.next.Request(f, req)
+	r.Next.Request(f, req)
 }
 
 func (r *recorder) Key(f *decode.Flow, req *decode.Request, k decode.Key) {
 	if f.Pending != nil && !req.Write {
 		f.Pending.AddKey(k)
 	}
-	r.next.Key(f, req, k)
-}
-
-func (r *recorder) Error(f *decode.Flow, reason string) { r.next.Error(f, reason) }
-
-// Absorbed passes absorbed-demand reports on: the recorder stands between
-// the request parser and the sink, so every optional interface of the sink
-// must go through it.
-func (r *recorder) Absorbed(f *decode.Flow, a *decode.Absorbed) {
-	if n, ok := r.next.(decode.AbsorbedSink); ok {
-		n.Absorbed(f, a)
-	}
+	r.Next.Key(f, req, k)
 }

@@ -670,12 +670,11 @@ func TestSkipHoles(t *testing.T) {
 	}
 }
 
-// TestRecorderPassesOptionalSinks: with reply pairing on, request parsers
-// report through the recorder; the sink's optional interfaces must reach it.
-func TestRecorderPassesOptionalSinks(t *testing.T) {
-	var _ decode.AbsorbedSink = (*recorder)(nil)
+// TestRecorderPassesEverything: with reply pairing on, request parsers
+// report through the recorder; every kind of call must reach the sink.
+func TestRecorderPassesEverything(t *testing.T) {
 	got := 0
-	r := &recorder{next: absorbedSink{n: &got}}
+	r := &recorder{decode.Forward{Next: absorbedSink{n: &got}}}
 	r.Absorbed(&decode.Flow{}, &decode.Absorbed{})
 	if got != 1 {
 		t.Errorf("report not passed on")

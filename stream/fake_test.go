@@ -181,11 +181,7 @@ func (d *fakeDecoder) only(t *testing.T, dir decode.Dir) *fakeParser {
 	return found[0]
 }
 
-type nopSink struct{}
-
-func (nopSink) Request(*decode.Flow, *decode.Request)         {}
-func (nopSink) Key(*decode.Flow, *decode.Request, decode.Key) {}
-func (nopSink) Error(*decode.Flow, string)                    {}
+type nopSink struct{ decode.Discard }
 
 // fixture is an assembler over a redis-mapped fake decoder.
 type fixture struct {

@@ -109,7 +109,10 @@ func repeatCapture(tb testing.TB, path string, reps int) (pcap []byte, packets i
 }
 
 // nopSink counts nothing: the benchmark measures capture, stream and decode.
-type nopSink struct{ keys int }
+type nopSink struct {
+	decode.Discard
+	keys int
+}
 
 func (n *nopSink) Request(*decode.Flow, *decode.Request)         {}
 func (n *nopSink) Key(*decode.Flow, *decode.Request, decode.Key) { n.keys++ }

@@ -11,7 +11,8 @@ import (
 // bytesSink sums, per (proto, ns, key) over reads, the reply bytes
 // attributed to the key and its occurrences in requests, for --bytes.
 type bytesSink struct {
-	byNS map[bytesNS]map[string]*[2]uint64 // [bytes, reads]
+	decode.Discard                                   // only keys (and reply bytes) matter here
+	byNS           map[bytesNS]map[string]*[2]uint64 // [bytes, reads]
 }
 
 // bytesNS is a protocol and namespace.
@@ -21,10 +22,6 @@ type bytesNS struct {
 }
 
 func newBytesSink() *bytesSink { return &bytesSink{byNS: map[bytesNS]map[string]*[2]uint64{}} }
-
-func (c *bytesSink) Request(*decode.Flow, *decode.Request) {}
-func (c *bytesSink) Error(*decode.Flow, string)            {}
-func (c *bytesSink) Reply(*decode.Flow, uint64, bool)      {}
 
 func (c *bytesSink) slot(p decode.Proto, ns int32, k []byte) *[2]uint64 {
 	nk := bytesNS{p, ns}

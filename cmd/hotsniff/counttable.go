@@ -19,13 +19,14 @@ import (
 // slot (entry index, 32 bits of hash) in an open-addressing index kept at most 3/4
 // full. Counting a key already seen allocates nothing.
 type countSink struct {
-	seed    maphash.Seed
-	slots   []countSlot // power-of-two length; entry+1, 0 = empty
-	used    int
-	entries [][]countEntry // blocks of entryBlock
-	n       int            // entries in use
-	arena   [][]byte       // chunks of arenaChunk (or one larger key)
-	scratch []byte
+	decode.Discard // only keys (and reply bytes) matter here
+	seed           maphash.Seed
+	slots          []countSlot // power-of-two length; entry+1, 0 = empty
+	used           int
+	entries        [][]countEntry // blocks of entryBlock
+	n              int            // entries in use
+	arena          [][]byte       // chunks of arenaChunk (or one larger key)
+	scratch        []byte
 }
 
 type countSlot struct {
@@ -55,9 +56,6 @@ const (
 func newCountSink() *countSink {
 	return &countSink{seed: maphash.MakeSeed(), slots: make([]countSlot, 1024), scratch: make([]byte, 0, 64)}
 }
-
-func (c *countSink) Request(*decode.Flow, *decode.Request) {}
-func (c *countSink) Error(*decode.Flow, string)            {}
 
 // protoRank orders protocols by name, as the output sorts them.
 func protoRank(p decode.Proto) byte {

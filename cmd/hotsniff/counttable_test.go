@@ -34,6 +34,7 @@ func countKeys(s decode.Sink, n int) {
 // ns), turned into a slice of rows to sort for output. Kept here to measure
 // the compact table against it side by side.
 type mapCount struct {
+	decode.Discard
 	m map[nsKey]map[string]*[2]uint64
 }
 

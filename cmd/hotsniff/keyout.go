@@ -15,14 +15,12 @@ import (
 // jsonSink prints one decoded-request object (docs/events.md) per key occurrence. It appends
 // into one reused buffer: printing a key allocates nothing.
 type jsonSink struct {
-	w   *bufio.Writer
-	buf []byte
+	decode.Discard // only keys (and reply bytes) matter here
+	w              *bufio.Writer
+	buf            []byte
 }
 
 func newJSONSink(w *bufio.Writer) *jsonSink { return &jsonSink{w: w, buf: make([]byte, 0, 1024)} }
-
-func (j *jsonSink) Request(*decode.Flow, *decode.Request) {}
-func (j *jsonSink) Error(*decode.Flow, string)            {}
 
 func (j *jsonSink) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 	b := append(j.buf[:0], `{"ts":"`...)

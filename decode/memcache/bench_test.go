@@ -10,7 +10,10 @@ import (
 )
 
 // countSink counts what it receives, as cheaply as a sink can.
-type countSink struct{ reqs, keys, errs int }
+type countSink struct {
+	decode.Discard
+	reqs, keys, errs int
+}
 
 func (s *countSink) Request(*decode.Flow, *decode.Request)         { s.reqs++ }
 func (s *countSink) Key(*decode.Flow, *decode.Request, decode.Key) { s.keys++ }

@@ -41,6 +41,7 @@ func (e event) String() string {
 
 // recSink records everything, copying keys (they alias the parser's input).
 type recSink struct {
+	decode.Discard
 	ev []event
 }
 

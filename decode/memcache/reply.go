@@ -46,7 +46,7 @@ const endLen = 5
 // hits of a multi-get in request order. Keys passed over were misses; they
 // get their share of END now. It reports false when the get has no such
 // key: replies and requests are out of step.
-func (p *replyParser) value(f *decode.Flow, q *decode.Pending, rs decode.ReplySink, key []byte, n uint64) (shares uint64, ok bool) {
+func (p *replyParser) value(f *decode.Flow, q *decode.Pending, rs decode.Sink, key []byte, n uint64) (shares uint64, ok bool) {
 	e, anon := q.Head()
 	if e == nil {
 		return 0, anon // a get that was not kept: its blocks go to no key
@@ -121,7 +121,7 @@ func (p *replyParser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 const badReply = -2
 
 // binary reads one binary response.
-func (p *replyParser) binary(b []byte, f *decode.Flow, q *decode.Pending, rs decode.ReplySink) int {
+func (p *replyParser) binary(b []byte, f *decode.Flow, q *decode.Pending, rs decode.Sink) int {
 	if len(b) < binHeaderLen {
 		return needMore
 	}
@@ -150,7 +150,7 @@ func (p *replyParser) binary(b []byte, f *decode.Flow, q *decode.Pending, rs dec
 }
 
 // text reads one text or meta reply line, with its data block.
-func (p *replyParser) text(b []byte, f *decode.Flow, q *decode.Pending, rs decode.ReplySink) int {
+func (p *replyParser) text(b []byte, f *decode.Flow, q *decode.Pending, rs decode.Sink) int {
 	nl := bytes.IndexByte(b, '\n')
 	if nl < 0 {
 		if len(b) >= maxLine {
@@ -247,7 +247,7 @@ func (p *replyParser) text(b []byte, f *decode.Flow, q *decode.Pending, rs decod
 }
 
 // pair gives a one-message reply of n bytes to the request it answers.
-func (p *replyParser) pair(f *decode.Flow, q *decode.Pending, rs decode.ReplySink, n uint64, hit bool) {
+func (p *replyParser) pair(f *decode.Flow, q *decode.Pending, rs decode.Sink, n uint64, hit bool) {
 	skipQuiet(q, hit)
 	e, anon := q.Head()
 	if e != nil {

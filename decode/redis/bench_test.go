@@ -9,7 +9,10 @@ import (
 )
 
 // countSink counts what it is told; it allocates nothing.
-type countSink struct{ reqs, keys, weight, errs int }
+type countSink struct {
+	decode.Discard
+	reqs, keys, weight, errs int
+}
 
 func (c *countSink) Request(*decode.Flow, *decode.Request) { c.reqs++ }
 func (c *countSink) Key(_ *decode.Flow, _ *decode.Request, k decode.Key) {

@@ -22,6 +22,7 @@ var reasons = map[string]bool{
 
 // checkSink records like recSink and checks every callback's invariants.
 type checkSink struct {
+	decode.Discard
 	recSink
 	t   testing.TB
 	abs []string // absorbed-demand reports, as reportString

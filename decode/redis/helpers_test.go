@@ -14,6 +14,7 @@ import (
 // recSink records what a parser reports, copying keys (they alias the
 // parser's input).
 type recSink struct {
+	decode.Discard
 	reqs   []recReq
 	errs   []string
 	orphan int // keys reported before any request

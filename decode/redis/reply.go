@@ -205,7 +205,7 @@ func (p *replyParser) start(q *decode.Pending, h []byte) {
 // done records that a value completed at the current depth; when it
 // completes the reply, the reply is attributed. It reports false when the
 // reply answers no request the queue knows (the queue was then desynced).
-func (p *replyParser) done(f *decode.Flow, q *decode.Pending, rs decode.ReplySink) bool {
+func (p *replyParser) done(f *decode.Flow, q *decode.Pending, rs decode.Sink) bool {
 	for p.depth > 0 {
 		if p.depth == 1 && p.perElem {
 			// Each key gets its element and its share of the framing in
@@ -263,7 +263,7 @@ func (p *replyParser) done(f *decode.Flow, q *decode.Pending, rs decode.ReplySin
 
 // lost handles a reply the queue could not pair: pairing stops until the
 // next quiet point, the rest of b is reported unpaired.
-func (p *replyParser) lost(f *decode.Flow, q *decode.Pending, rs decode.ReplySink, b []byte, pos int) int {
+func (p *replyParser) lost(f *decode.Flow, q *decode.Pending, rs decode.Sink, b []byte, pos int) int {
 	q.Desync()
 	p.epoch = q.Epoch()
 	p.reset()
@@ -275,7 +275,7 @@ func (p *replyParser) lost(f *decode.Flow, q *decode.Pending, rs decode.ReplySin
 }
 
 // bad counts a malformed reply and stops pairing until a quiet point.
-func (p *replyParser) bad(f *decode.Flow, q *decode.Pending, rs decode.ReplySink, b []byte, pos int, reason string) int {
+func (p *replyParser) bad(f *decode.Flow, q *decode.Pending, rs decode.Sink, b []byte, pos int, reason string) int {
 	p.s.Error(f, reason)
 	return p.lost(f, q, rs, b, pos)
 }

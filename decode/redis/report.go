@@ -13,7 +13,7 @@ import (
 //	ECHO "hotsniff:absorbed:1 <hits> <window_ms> <key>"
 //
 // right after its refresh read of the key. The parser recognises it and
-// hands it on through decode.AbsorbedSink, vouching for it only when the
+// hands it on through the sink's Absorbed, vouching for it only when the
 // request just before it on this connection was a read of exactly that one
 // key: a report always rides on a real read, so the reads it claims are
 // tied to a client that really reads the key from this server.
@@ -85,10 +85,6 @@ func (p *parser) report(a []byte) {
 	if !bytes.HasPrefix(a, []byte(reportPrefix)) {
 		return // an application's own ECHO
 	}
-	as, ok := p.s.(decode.AbsorbedSink)
-	if !ok {
-		return
-	}
 	r := &p.abs
 	*r = decode.Absorbed{NS: p.ns}
 	if !parseReport(a[len(reportPrefix):], r) || len(r.Key) > p.cfg.MaxKeyLen {
@@ -97,7 +93,7 @@ func (p *parser) report(a []byte) {
 	} else if !p.prev.equal(r.Key) {
 		r.Reject = decode.AbsorbedUnpaired
 	}
-	as.Absorbed(p.f, r)
+	p.s.Absorbed(p.f, r)
 }
 
 // parseReport parses "1 <hits> <window_ms> <key>" (version 1).

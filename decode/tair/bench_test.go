@@ -9,7 +9,10 @@ import (
 )
 
 // countSink counts keys so the benchmark's sink work is realistic but tiny.
-type countSink struct{ keys, weight uint64 }
+type countSink struct {
+	decode.Discard
+	keys, weight uint64
+}
 
 func (*countSink) Request(*decode.Flow, *decode.Request) {}
 func (c *countSink) Key(_ *decode.Flow, _ *decode.Request, k decode.Key) {

@@ -67,6 +67,7 @@ type countKey struct {
 
 // countSinkFx sums reads per (ns, key) like `hotsniff decode --count`.
 type countSinkFx struct {
+	decode.Discard
 	t      *testing.T
 	counts map[countKey]*[2]uint64
 	errs   map[string]int

@@ -23,6 +23,7 @@ func (r rec) String() string {
 
 // recSink records what a parser reports.
 type recSink struct {
+	decode.Discard
 	reqs []decode.Request
 	keys []rec
 	errs map[string]int

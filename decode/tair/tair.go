@@ -230,7 +230,7 @@ func (p *Parser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 			// While resynchronising, check before reporting anything.
 			var sink decode.Sink = s
 			if !p.synced {
-				sink = discard{}
+				sink = decode.Discard{}
 			}
 			st := p.large(in, b[off+16:], int(bodyLen), f, sink)
 			if st == done && !p.synced {
@@ -260,7 +260,7 @@ func (p *Parser) Parse(b []byte, f *decode.Flow, s decode.Sink) int {
 			// another magic (or end where the data ends, as requests
 			// usually end a segment), so a frame-shaped byte run inside a
 			// key or value is not taken for a real frame.
-			if !p.frame(in, pcode, body, f, discard{}) {
+			if !p.frame(in, pcode, body, f, decode.Discard{}) {
 				off = p.skipByte(off, f, s)
 				continue
 			}
@@ -315,13 +315,6 @@ func (p *Parser) request(f *decode.Flow, s decode.Sink, op string, ns int32, wri
 	s.Request(f, &p.req)
 }
 
-// discard is the sink of dry runs that only validate a resync candidate.
-type discard struct{}
-
-func (discard) Request(*decode.Flow, *decode.Request)         {}
-func (discard) Key(*decode.Flow, *decode.Request, decode.Key) {}
-func (discard) Error(*decode.Flow, string)                    {}
-
 // confirm checks what follows a resync candidate ending at end: the next
 // frame's magic, or the end of the data (requests usually end a segment).
 func confirm(b []byte, end int) status {
@@ -338,10 +331,7 @@ func confirm(b []byte, end int) status {
 // answer gives a response frame of n bytes to the request with its channel
 // id.
 func (p *Parser) answer(f *decode.Flow, s decode.Sink, n uint64) {
-	rs, ok := s.(decode.ReplySink)
-	if !ok {
-		return
-	}
+	rs := s
 	q := f.Pending
 	q.SawReply(f.TS)
 	i := q.Find(p.chid)

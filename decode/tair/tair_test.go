@@ -402,11 +402,7 @@ func TestNoAllocs(t *testing.T) {
 	}
 }
 
-type nopSink struct{}
-
-func (nopSink) Request(*decode.Flow, *decode.Request)         {}
-func (nopSink) Key(*decode.Flow, *decode.Request, decode.Key) {}
-func (nopSink) Error(*decode.Flow, string)                    {}
+type nopSink struct{ decode.Discard }
 
 // responseCorpus is one of each validated response.
 func responseCorpus() [][]byte {

@@ -19,11 +19,11 @@ import (
 // inherits its count), so any key with more than 1/capacity of the reads is
 // always listed, and the top counts are exact when the keys fit.
 type topCounter struct {
-	next     decode.Sink
-	capacity int
-	byID     map[string]*topEntry
-	heap     topHeap // least count first
-	buf      []byte
+	decode.Forward // replies and absorbed reports reach the detector untouched
+	capacity       int
+	byID           map[string]*topEntry
+	heap           topHeap // least count first
+	buf            []byte
 }
 
 type topEntry struct {
@@ -35,14 +35,11 @@ type topEntry struct {
 
 func newTopCounter(next decode.Sink, n int) *topCounter {
 	c := min(max(256, 16*n), 1<<16)
-	return &topCounter{next: next, capacity: c, byID: make(map[string]*topEntry, c)}
+	return &topCounter{Forward: decode.Forward{Next: next}, capacity: c, byID: make(map[string]*topEntry, c)}
 }
 
-func (t *topCounter) Request(f *decode.Flow, r *decode.Request) { t.next.Request(f, r) }
-func (t *topCounter) Error(f *decode.Flow, reason string)       { t.next.Error(f, reason) }
-
 func (t *topCounter) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
-	t.next.Key(f, r, k)
+	t.Next.Key(f, r, k)
 	if r.Write {
 		return
 	}

@@ -18,11 +18,7 @@ import (
 	"github.com/hotsniff/hotsniff/stream"
 )
 
-type nopSink struct{}
-
-func (nopSink) Request(*decode.Flow, *decode.Request)         {}
-func (nopSink) Key(*decode.Flow, *decode.Request, decode.Key) {}
-func (nopSink) Error(*decode.Flow, string)                    {}
+type nopSink struct{ decode.Discard }
 
 // TestTopCounter: exact counts while the keys fit; beyond the capacity a
 // key carrying a large share of the reads is still listed first.

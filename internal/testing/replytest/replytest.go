@@ -15,12 +15,13 @@ import (
 // Sink records reply attribution: bytes per key (namespace and key bytes),
 // whole replies, paired or not, and errors.
 type Sink struct {
-	Bytes    map[string]uint64
-	Reads    map[string]uint64
-	Replies  uint64
-	Total    uint64
-	Unpaired uint64
-	Errors   []string
+	decode.Discard // absorbed reports are not this package's concern
+	Bytes          map[string]uint64
+	Reads          map[string]uint64
+	Replies        uint64
+	Total          uint64
+	Unpaired       uint64
+	Errors         []string
 	// Requested holds every read key the requests named.
 	Requested map[string]bool
 	// Check, when set, is called on every ReplyKey (fuzz invariants).
@@ -75,26 +76,18 @@ func (s *Sink) Attributed() uint64 {
 }
 
 // recorder is the stream layer's request recorder.
-type recorder struct{ next decode.Sink }
+type recorder struct{ decode.Forward }
 
 func (r *recorder) Request(f *decode.Flow, q *decode.Request) {
 	f.Pending.Push(f.TS, q)
-	r.next.Request(f, q)
+	r.Next.Request(f, q)
 }
 
 func (r *recorder) Key(f *decode.Flow, q *decode.Request, k decode.Key) {
 	if !q.Write {
 		f.Pending.AddKey(k)
 	}
-	r.next.Key(f, q, k)
-}
-
-func (r *recorder) Error(f *decode.Flow, reason string) { r.next.Error(f, reason) }
-
-func (r *recorder) Absorbed(f *decode.Flow, a *decode.Absorbed) {
-	if n, ok := r.next.(decode.AbsorbedSink); ok {
-		n.Absorbed(f, a)
-	}
+	r.Next.Key(f, q, k)
 }
 
 // Conn is one connection: both parsers, the queue and each direction's
@@ -131,7 +124,10 @@ func NewConn(d decode.Decoder, cfg decode.PendingConfig) *Conn {
 
 // Nop is a sink that keeps nothing but the reply bytes attributed, for
 // benchmarks: it allocates nothing.
-type Nop struct{ Bytes, Replies uint64 }
+type Nop struct {
+	decode.Discard
+	Bytes, Replies uint64
+}
 
 func (n *Nop) Request(*decode.Flow, *decode.Request)                    {}
 func (n *Nop) Key(*decode.Flow, *decode.Request, decode.Key)            {}
@@ -164,7 +160,7 @@ func (c *Conn) feed(dir int, ts int64, d []byte) {
 	p := c.Rep
 	s := c.Out
 	if dir == 0 {
-		c.rec.next = c.Out
+		c.rec.Next = c.Out
 		p, s = c.Req, c.rec
 	}
 	for len(d) > 0 {
