@@ -17,7 +17,15 @@ const rateChange = 0.2
 // marks the section for rewriting (at most once per SnapshotInterval), so
 // steady keys cost no snapshot writes. Types, verdicts and seqs stay those
 // of the messages published: they change only through the channel.
-func (p *Publisher) UpdateRates(hot []event.Event) {
+func (p *Publisher) UpdateRates(hot []event.Event) { p.updateRates(hot, rateChange) }
+
+// FinalRates is UpdateRates for the end of the input (replay): every rate
+// that changed at all is written, so the snapshot left behind holds the
+// rates measured at the last packet.
+func (p *Publisher) FinalRates(hot []event.Event) { p.updateRates(hot, 0) }
+
+func (p *Publisher) updateRates(hot []event.Event, change float64) {
+	moved := func(a, b float64) bool { return movedBy(a, b, change) }
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i := range hot {
@@ -53,9 +61,9 @@ func (p *Publisher) UpdateRates(hot []event.Event) {
 // (a rate adjusted finely by the budget does not rewrite the snapshot on
 // every step).
 func sampleMoved(a, b float64) bool {
-	return (a > 0 && a < 1) != (b > 0 && b < 1) || moved(a, b)
+	return (a > 0 && a < 1) != (b > 0 && b < 1) || movedBy(a, b, rateChange)
 }
 
-func moved(a, b float64) bool {
-	return math.Abs(a-b) > rateChange*math.Max(math.Abs(a), math.Abs(b))
+func movedBy(a, b, change float64) bool {
+	return math.Abs(a-b) > change*math.Max(math.Abs(a), math.Abs(b))
 }

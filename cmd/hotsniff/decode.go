@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hotsniff/hotsniff/decode"
-	"github.com/hotsniff/hotsniff/stream"
+	"github.com/hotsniff/hotsniff/pipeline"
 )
 
 func newDecodeCmd() *cobra.Command {
@@ -65,21 +65,25 @@ A summary line goes to stderr. "-" reads standard input.`,
 			default:
 				sink = newJSONSink(out)
 			}
-			counter := decode.NewCounter(sink)
-			asm := stream.NewAssembler(scfg, ports, registry(), counter)
+			pl, err := pipeline.New(pipeline.Config{Ports: ports, Stream: scfg,
+				Tap: func(decode.Sink) decode.Sink { return sink }})
+			if err != nil {
+				return usageError{err}
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
 			start := time.Now()
 			// Output goes out whenever the input runs dry, so decode -
 			// behind tcpdump -w - streams.
-			tot, err := readFiles(ctx, args, asm, readOpts{prog: prog, flush: func() { out.Flush() }})
+			tally := new(pipeline.PortTally)
+			tot, err := pl.ReadFiles(ctx, args, fileOptions(prog, func() { out.Flush() }, 0, tally))
 			if counts != nil {
 				counts.write(out)
 			}
 			if bsink != nil {
 				bsink.write(out)
 			}
-			summary(cmd.ErrOrStderr(), tot, counter, asm.Stats(), time.Since(start), err)
+			summary(cmd.ErrOrStderr(), tot, tally, pl.Counter(), pl.StreamStats(), time.Since(start), err)
 			return err
 		},
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/pipeline"
 	"github.com/hotsniff/hotsniff/publish"
 	"github.com/hotsniff/hotsniff/stream"
 )
@@ -139,34 +139,31 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 				em = append(em, pub)
 			}
 			em = append(em, w)
-			det, err := detect.New(dcfg, em)
+			if speed < 0 {
+				return usagef("--speed %g: must be 0 (as fast as possible) or positive", speed)
+			}
+			pl, err := pipeline.New(pipeline.Config{Ports: ports, Stream: scfg, Detect: &dcfg, Emitter: em})
 			if err != nil {
 				return usageError{err}
 			}
-			counter := decode.NewCounter(det)
-			asm := stream.NewAssembler(scfg, ports, registry(), counter)
+			det := pl.Detector()
 			start := time.Now()
-			var pace *pacer
-			if speed < 0 {
-				return usagef("--speed %g: must be 0 (as fast as possible) or positive", speed)
-			} else if speed > 0 {
-				pace = &pacer{speed: speed}
-			}
-			tot, rerr := readFiles(ctx, args, asm, readOpts{prog: prog, pace: pace, flush: func() { out.Flush() }})
-			// Before the publisher closes: Flush sends the merged
-			// invalidates still waiting for their interval.
-			det.Flush()
+			tally := new(pipeline.PortTally)
+			// ReadFiles flushes the pipeline at the end, before the
+			// publisher closes: the merged invalidates still waiting for
+			// their interval are sent.
+			tot, rerr := pl.ReadFiles(ctx, args, fileOptions(prog, func() { out.Flush() }, speed, tally))
 			out.Flush()
 			if pub != nil {
 				// The snapshot shows the rates measured at the end.
-				pub.UpdateRates(det.HotSet())
+				pub.FinalRates(det.HotSet())
 				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				if err := pub.Close(cctx); err != nil && rerr == nil {
 					rerr = fmt.Errorf("publish: %w", err)
 				}
 				cancel()
 			}
-			if summary(cmd.ErrOrStderr(), tot, counter, asm.Stats(), time.Since(start), rerr) {
+			if summary(cmd.ErrOrStderr(), tot, tally, pl.Counter(), pl.StreamStats(), time.Since(start), rerr) {
 				ds := det.Stats()
 				fmt.Fprintf(cmd.ErrOrStderr(), "hotsniff: %d hot, %d refreshes, %d cold, %d invalidates; %d keys hot at the end\n",
 					ds.Hot, ds.Refreshes, ds.Cold, ds.Invalidates, ds.HotKeys)

@@ -36,6 +36,7 @@ import (
 	"github.com/hotsniff/hotsniff/event"
 	"github.com/hotsniff/hotsniff/internal/webview"
 	"github.com/hotsniff/hotsniff/metrics"
+	"github.com/hotsniff/hotsniff/pipeline"
 	"github.com/hotsniff/hotsniff/publish"
 	"github.com/hotsniff/hotsniff/stream"
 )
@@ -189,13 +190,14 @@ type daemon struct {
 	target  *publish.Target
 	stdout  io.Writer
 
-	src       capture.Source
-	bpfCap    *bpf.Capture
-	afp       *afpacket.Source
-	modeName  string
-	truncSegs uint64 // segments with bytes the capture did not copy
-	lat       []time.Duration
-	samp      *sampler
+	src         capture.Source
+	bpfCap      *bpf.Capture
+	afp         *afpacket.Source
+	modeName    string
+	pl          *pipeline.Pipeline
+	lastMetrics time.Time
+	lat         []time.Duration
+	samp        *sampler
 
 	col     *metrics.Collector
 	hotMu   sync.Mutex
@@ -232,10 +234,6 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 		em = append(em, w)
 	}
-	det, err := detect.New(d.dcfg, em)
-	if err != nil {
-		return usageError{err}
-	}
 	if err := d.openCapture(); err != nil {
 		if pub != nil {
 			pub.Close(context.Background())
@@ -243,12 +241,8 @@ func (d *daemon) run(ctx context.Context) error {
 		return err
 	}
 	d.col = metrics.New()
-	d.samp = d.startSampler()
-	defer d.samp.close()
-	counter := decode.NewCounter(det)
-	reg := registry()
-	switch {
-	case d.bpfCap != nil && d.bpfCap.ReplyHeads():
+	heads := d.bpfCap != nil && d.bpfCap.ReplyHeads()
+	if heads {
 		// The programs copy reply heads; large values are skipped in the
 		// kernel once the reply parser has read their header.
 		c := d.bpfCap
@@ -259,11 +253,19 @@ func (d *daemon) run(ctx context.Context) error {
 				d.log.Warn("reply skips: kernel map update failed; replies are still decoded, at full copy cost", "err", err)
 			}
 		}
-	case d.bpfCap != nil && !d.cf.replies:
-		reg = withoutReplies(reg)
-		d.scfg.Replies = false // no reply parser drains the queues
 	}
-	asm := stream.NewAssembler(d.scfg, d.ports, reg, counter)
+	pl, err := pipeline.New(pipeline.Config{Ports: d.ports, Stream: d.scfg, Detect: &d.dcfg, Emitter: em,
+		RequestsOnly: d.bpfCap != nil && !heads && !d.cf.replies})
+	if err != nil {
+		d.src.Close()
+		return usageError{err}
+	}
+	if heads {
+		pl.SkipReplyHeads()
+	}
+	d.pl = pl
+	d.samp = d.startSampler()
+	defer d.samp.close()
 
 	var srv *http.Server
 	if d.cf.listen != "" {
@@ -277,7 +279,9 @@ func (d *daemon) run(ctx context.Context) error {
 	// no locks on the per-packet path.
 	done := make(chan error, 1)
 	d.beat.Store(time.Now().UnixNano()) // /healthz is ok before the first tick
-	go func() { done <- d.pipeline(asm, counter, det, pub) }()
+	go func() {
+		done <- pl.Run(d.src, pipeline.LiveOptions{TickEvery: tickEvery, OnTick: func(_, now time.Time) { d.tick(now, pub) }})
+	}()
 	d.running.Store(true)
 	d.log.Info("capturing", "mode", d.modeName, "ports", d.ports.List(), "listen", d.cf.listen, "publish", d.target != nil)
 
@@ -291,8 +295,7 @@ func (d *daemon) run(ctx context.Context) error {
 		d.src.Close()
 	}
 	d.running.Store(false)
-	asm.Flush()
-	det.Flush() // merged invalidates still waiting for their interval
+	pl.Flush() // merged invalidates still waiting for their interval
 	if pub != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		before := pub.Stats().Dropped
@@ -404,79 +407,19 @@ const afpacketRingSize = 32 << 20
 // time pass without traffic, and refreshes what HTTP and metrics read.
 const tickEvery = 100 * time.Millisecond
 
-func (d *daemon) pipeline(asm *stream.Assembler, counter *decode.Counter, det *detect.Detector, pub *publish.Publisher) error {
-	var seg capture.Segment
-	dl, _ := d.src.(interface{ SetDeadline(time.Time) })
-	next := time.Now().Add(tickEvery)
-	if dl != nil {
-		dl.SetDeadline(next)
-	}
-	lastMetrics := time.Time{}
-	heads := d.bpfCap != nil && d.bpfCap.ReplyHeads()
-	var level uint8 // flow sampling level of the records (capture.SampleRate)
-	for n := 1; ; n++ {
-		err := d.src.Next(&seg)
-		switch {
-		case err == nil:
-			// With reply heads, reply segments leave bytes out on purpose.
-			if seg.Missing > 0 && (!heads || d.ports.Lookup(seg.Src.Port()) == decode.ProtoUnknown) {
-				d.truncSegs++
-			}
-			if seg.SampleLevel != level {
-				level = seg.SampleLevel
-				det.SetSampleRate(capture.SampleRate(level))
-			}
-			asm.Add(&seg)
-			if n&1023 != 0 {
-				continue
-			}
-		case errors.Is(err, os.ErrDeadlineExceeded):
-		case errors.Is(err, io.EOF):
-			// Closed: the kernel counters are gone with the programs.
-			d.tick(time.Now(), time.Now(), asm, counter, det, pub, false)
-			return nil
-		default:
-			return fmt.Errorf("capture: %w", err)
-		}
-		now := time.Now()
-		if now.Before(next) {
-			continue
-		}
-		full := now.Sub(lastMetrics) >= time.Second
-		// The detector and the stream layer run on packet time. Caught up
-		// (the capture had nothing more), time passes for them as on the
-		// wall; behind (records still waiting: the reader was descheduled
-		// on a busy node), the clock stops at the last record, or every
-		// record of the backlog would arrive "late" and not count.
-		clock := now
-		if err == nil && seg.TS < now.UnixNano() {
-			clock = time.Unix(0, seg.TS)
-		}
-		d.tick(clock, now, asm, counter, det, pub, full)
-		if full {
-			lastMetrics = now
-		}
-		next = now.Add(tickEvery)
-		if dl != nil {
-			dl.SetDeadline(next)
-		}
-	}
-}
-
-// tick runs on the pipeline goroutine: time-driven work, and (full) a
-// fresh copy of everything HTTP and metrics read. clock is packet time for
-// the stream layer and the detector, now the wall clock.
-func (d *daemon) tick(clock, now time.Time, asm *stream.Assembler, counter *decode.Counter, det *detect.Detector, pub *publish.Publisher, full bool) {
-	ns := clock.UnixNano()
-	asm.Tick(ns)
-	det.Tick(ns)
+// tick runs on the pipeline goroutine after the pipeline's own tick:
+// time-driven work of the daemon, and every second a fresh copy of
+// everything HTTP and metrics read.
+func (d *daemon) tick(now time.Time, pub *publish.Publisher) {
+	det := d.pl.Detector()
 	d.beat.Store(now.UnixNano())
-	if !full {
+	if now.Sub(d.lastMetrics) < time.Second {
 		if d.samp != nil && d.samp.early(now) {
 			d.samp.step(d, det, now)
 		}
 		return
 	}
+	d.lastMetrics = now
 	hot := det.HotSet()
 	d.hotMu.Lock()
 	d.hot = hot
@@ -489,7 +432,7 @@ func (d *daemon) tick(clock, now time.Time, asm *stream.Assembler, counter *deco
 	if pub != nil {
 		pub.UpdateRates(hot) // the snapshot carries current rates
 	}
-	d.updateMetrics(asm.Stats(), counter, hot, pub)
+	d.updateMetrics(d.pl.StreamStats(), d.pl.Counter(), hot, pub)
 	ds := det.Stats()
 	d.col.Update(func(s *metrics.Snapshot) { s.Absorbed, s.LateReads = absorbedMetrics(ds), ds.Late })
 }
@@ -498,7 +441,7 @@ func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.E
 	capStats := d.captureStats()
 	d.col.Update(func(s *metrics.Snapshot) {
 		s.Capture = capStats
-		s.TruncatedSegments = d.truncSegs
+		s.TruncatedSegments = d.pl.Truncated()
 		s.Requests = c.Requests()
 		s.DecodeErrors = copyMap(c.Errors, s.DecodeErrors)
 		if s.Keys == nil {

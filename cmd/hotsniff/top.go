@@ -225,7 +225,7 @@ func newTopReplay(f *topFlags, paths []string) (*topview.ReplaySource, error) {
 		delay = time.Duration(float64(f.interval) / f.speed)
 	}
 	rs, err := topview.NewReplaySource(topview.ReplayConfig{
-		Paths: paths, Ports: ports, Stream: scfg, Registry: registry(),
+		Paths: paths, Ports: ports, Stream: scfg,
 		Detect: dcfg, Interval: f.interval, FrameDelay: delay, TopN: f.top,
 	})
 	if err != nil {

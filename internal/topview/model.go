@@ -58,9 +58,9 @@ type Options struct {
 	Reverse bool
 	// Filter is the initial filter.
 	Filter string
-	// TopN, when positive, lists only the TopN rows with the highest rate
-	// (hot keys and, from sources that report them, keys below the
-	// threshold), plus the keys that recently left the hot set.
+	// TopN, when positive, lists the hot keys and, from sources that
+	// report them, the keys below the threshold with the highest rates, up
+	// to TopN rows in all, plus the keys that recently left the hot set.
 	TopN int
 	// Fleet shows the keys of every node (the channel's view): a node
 	// column, each key's write rate and whether shims may cache it.
@@ -541,11 +541,18 @@ func topRows(rows []*row, n int) []*row {
 		}
 		return strings.Compare(a.id, b.id)
 	})
-	out := rows[:0]
+	// Hot keys are always listed (a key hot by reply bytes can have a low
+	// rate); keys below the threshold fill the rest up to n.
 	kept := 0
 	for _, r := range rows {
-		if r.hot || r.warm {
-			if kept == n {
+		if r.hot {
+			kept++
+		}
+	}
+	out := rows[:0]
+	for _, r := range rows {
+		if r.warm && !r.hot {
+			if kept >= n {
 				continue
 			}
 			kept++

@@ -13,6 +13,7 @@ import (
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/pipeline"
 	"github.com/hotsniff/hotsniff/stream"
 )
 
@@ -21,11 +22,9 @@ type ReplayConfig struct {
 	// Paths are the capture files (pcap or pcapng, gzipped or not), read in
 	// order as one stream.
 	Paths []string
-	// Ports, Stream and Registry build the stream assembler as `hotsniff
-	// replay` does.
-	Ports    *stream.Ports
-	Stream   stream.Config
-	Registry *decode.Registry
+	// Ports and Stream build the pipeline as `hotsniff replay` does.
+	Ports  *stream.Ports
+	Stream stream.Config
 	// Detect configures the detector (HotQPS is required).
 	Detect detect.Config
 	// Interval is the packet time between two snapshots.
@@ -48,10 +47,9 @@ type ReplaySource struct {
 	cfg   ReplayConfig
 	label string
 	det   *detect.Detector
-	asm   *stream.Assembler
+	pl    *pipeline.Pipeline
+	files *pipeline.Files
 
-	file    *capture.File
-	next    int // index in cfg.Paths of the next file to open
 	seg     capture.Segment
 	held    bool  // seg was read but not yet fed: it lies past the sample
 	sample  int64 // packet time of the next snapshot; 0 before the first packet
@@ -72,25 +70,25 @@ func NewReplaySource(cfg ReplayConfig) (*ReplaySource, error) {
 	if cfg.Interval <= 0 {
 		return nil, fmt.Errorf("interval %v: must be positive", cfg.Interval)
 	}
-	if err := cfg.Stream.Validate(); err != nil {
-		return nil, err
-	}
-	det, err := detect.New(cfg.Detect, nil)
-	if err != nil {
-		return nil, err
-	}
 	names := make([]string, len(cfg.Paths))
 	for i, p := range cfg.Paths {
 		names[i] = filepath.Base(p)
 	}
 	label := "replay " + strings.Join(names, ",")
-	rs := &ReplaySource{cfg: cfg, label: label, det: det}
-	var sink decode.Sink = det
+	rs := &ReplaySource{cfg: cfg, label: label}
+	pc := pipeline.Config{Ports: cfg.Ports, Stream: cfg.Stream, Detect: &cfg.Detect}
 	if cfg.TopN > 0 {
-		rs.top = newTopCounter(det, cfg.TopN)
-		sink = rs.top
+		pc.Tap = func(next decode.Sink) decode.Sink {
+			rs.top = newTopCounter(next, cfg.TopN)
+			return rs.top
+		}
 	}
-	rs.asm = stream.NewAssembler(cfg.Stream, cfg.Ports, cfg.Registry, sink)
+	pl, err := pipeline.New(pc)
+	if err != nil {
+		return nil, err
+	}
+	rs.pl, rs.det = pl, pl.Detector()
+	rs.files = pipeline.OpenFiles(cfg.Paths, pipeline.FileOptions{})
 	return rs, nil
 }
 
@@ -121,7 +119,7 @@ func (r *ReplaySource) advance(ctx context.Context) (Snapshot, error) {
 				if errors.Is(err, io.EOF) {
 					// The end: deliver what is buffered, take the last frame
 					// at the last packet.
-					r.asm.Flush()
+					r.pl.Flush()
 					r.done = true
 					if r.sample == 0 {
 						return Snapshot{}, &FatalError{errors.New("replay: no packets in the capture files")}
@@ -146,7 +144,7 @@ func (r *ReplaySource) advance(ctx context.Context) (Snapshot, error) {
 			}
 			return r.snap(at), nil
 		}
-		r.asm.Add(&r.seg)
+		r.pl.Add(&r.seg)
 		r.held = false
 		if ts > r.lastTS {
 			r.lastTS = ts
@@ -161,37 +159,10 @@ func (r *ReplaySource) advance(ctx context.Context) (Snapshot, error) {
 
 // read fills r.seg with the next segment of the files, or returns io.EOF
 // after the last one.
-func (r *ReplaySource) read() error {
-	for {
-		if r.file == nil {
-			if r.next >= len(r.cfg.Paths) {
-				return io.EOF
-			}
-			f, err := capture.OpenFile(r.cfg.Paths[r.next])
-			r.next++
-			if err != nil {
-				return err
-			}
-			r.file = f
-		}
-		err := r.file.Next(&r.seg)
-		if err == nil {
-			return nil
-		}
-		name := r.file.Name()
-		r.file.Close()
-		r.file = nil
-		if !errors.Is(err, io.EOF) {
-			if !strings.Contains(err.Error(), name) {
-				err = fmt.Errorf("%s: %w", name, err)
-			}
-			return err
-		}
-	}
-}
+func (r *ReplaySource) read() error { return r.files.Next(&r.seg) }
 
 func (r *ReplaySource) snap(at int64) Snapshot {
-	r.det.Tick(at)
+	r.pl.Tick(at)
 	s := Snapshot{
 		Source: r.label,
 		TS:     time.Unix(0, at).UTC(),
@@ -226,14 +197,7 @@ func (r *ReplaySource) snap(at int64) Snapshot {
 }
 
 // Close releases the open file, if any.
-func (r *ReplaySource) Close() error {
-	if r.file != nil {
-		err := r.file.Close()
-		r.file = nil
-		return err
-	}
-	return nil
-}
+func (r *ReplaySource) Close() error { return r.files.Close() }
 
 // NoDelay makes Next return frames as fast as they are computed.
 func (r *ReplaySource) NoDelay() { r.cfg.FrameDelay = 0 }

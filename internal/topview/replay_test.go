@@ -10,28 +10,16 @@ import (
 
 	"github.com/gdamore/tcell/v2"
 
-	"github.com/hotsniff/hotsniff/decode"
-	"github.com/hotsniff/hotsniff/decode/memcache"
-	"github.com/hotsniff/hotsniff/decode/redis"
-	"github.com/hotsniff/hotsniff/decode/tair"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/stream"
 )
 
 const hotkeyFixture = "../../testdata/redis/hotkey.pcap.gz"
 
-func testRegistry() *decode.Registry {
-	var r decode.Registry
-	r.Register(redis.New(redis.Config{}))
-	r.Register(memcache.New())
-	r.Register(tair.New(tair.Config{}))
-	return &r
-}
-
 func newTestReplay(t *testing.T, paths ...string) *ReplaySource {
 	t.Helper()
 	rs, err := NewReplaySource(ReplayConfig{
-		Paths: paths, Ports: stream.DefaultPorts(), Stream: stream.DefaultConfig(), Registry: testRegistry(),
+		Paths: paths, Ports: stream.DefaultPorts(), Stream: stream.DefaultConfig(),
 		Detect: detect.Config{HotQPS: 1000}, Interval: 250 * time.Millisecond,
 	})
 	if err != nil {

@@ -60,7 +60,7 @@ func TestTopCounter(t *testing.T) {
 // hot or below the threshold, from the first frame on.
 func TestReplayTopN(t *testing.T) {
 	rs, err := NewReplaySource(ReplayConfig{
-		Paths: []string{hotkeyFixture}, Ports: stream.DefaultPorts(), Stream: stream.DefaultConfig(), Registry: testRegistry(),
+		Paths: []string{hotkeyFixture}, Ports: stream.DefaultPorts(), Stream: stream.DefaultConfig(),
 		Detect: detect.Config{HotQPS: 1000}, Interval: 250 * time.Millisecond, TopN: 5,
 	})
 	if err != nil {
@@ -122,7 +122,7 @@ func (c *countingSource) Next(ctx context.Context) (Snapshot, error) {
 // while paused no more packets are read.
 func TestViewPauseReplay(t *testing.T) {
 	rs, err := NewReplaySource(ReplayConfig{
-		Paths: []string{hotkeyFixture}, Ports: stream.DefaultPorts(), Stream: stream.DefaultConfig(), Registry: testRegistry(),
+		Paths: []string{hotkeyFixture}, Ports: stream.DefaultPorts(), Stream: stream.DefaultConfig(),
 		Detect: detect.Config{HotQPS: 1000}, Interval: 50 * time.Millisecond, FrameDelay: 20 * time.Millisecond,
 	})
 	if err != nil {

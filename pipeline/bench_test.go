@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"bytes"
@@ -118,7 +118,7 @@ func (n *nopSink) Request(*decode.Flow, *decode.Request)         {}
 func (n *nopSink) Key(*decode.Flow, *decode.Request, decode.Key) { n.keys++ }
 func (n *nopSink) Error(*decode.Flow, string)                    {}
 
-// ReplyKey and Reply make it a decode.ReplySink, so benchmarks with reply
+// ReplyKey and Reply are its own (not Discard's), so benchmarks with reply
 // pairing run the whole attribution path.
 func (n *nopSink) ReplyKey(*decode.Flow, int32, decode.Key, uint64) {}
 func (n *nopSink) Reply(*decode.Flow, uint64, bool)                 {}
@@ -129,7 +129,6 @@ func benchFileCfg(b *testing.B, fixture string, reps int, replies bool) {
 	data, packets := repeatCapture(b, fixture, reps)
 	cfg := stream.DefaultConfig()
 	cfg.Replies = replies
-	reg := registry()
 	var requests uint64
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
@@ -139,13 +138,15 @@ func benchFileCfg(b *testing.B, fixture string, reps int, replies bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		counter := decode.NewCounter(&nopSink{})
-		asm := stream.NewAssembler(cfg, stream.DefaultPorts(), reg, counter)
-		var seg capture.Segment
-		if err := drain(context.Background(), f, &seg, asm, nil, nil, nil); err != io.EOF {
+		p, err := New(Config{Stream: cfg, Tap: func(decode.Sink) decode.Sink { return &nopSink{} }})
+		if err != nil {
 			b.Fatal(err)
 		}
-		asm.Flush()
+		if err := p.Feed(context.Background(), f, 0); err != nil {
+			b.Fatal(err)
+		}
+		p.Flush()
+		counter, asm := p.Counter(), p.asm
 		requests, _, _, _, _ = counter.Totals()
 		if replies && counter.ReplyBytes[decode.ProtoRedis]+counter.ReplyBytes[decode.ProtoMemcache] == 0 {
 			b.Fatal("no reply bytes decoded")
@@ -162,31 +163,31 @@ func benchFileCfg(b *testing.B, fixture string, reps int, replies bool) {
 
 // BenchmarkFilePipelined is the whole file path on redis-benchmark -P 16 GET
 // traffic: pcap bytes -> segments -> reassembly -> RESP -> keys.
-func BenchmarkFilePipelined(b *testing.B) { benchFile(b, "../../testdata/redis/get-p16.pcap", 50) }
+func BenchmarkFilePipelined(b *testing.B) { benchFile(b, "../testdata/redis/get-p16.pcap", 50) }
 
 // BenchmarkFileUnpipelined is the same on redis-benchmark -P 1 GET traffic.
-func BenchmarkFileUnpipelined(b *testing.B) { benchFile(b, "../../testdata/redis/get-p1.pcap", 50) }
+func BenchmarkFileUnpipelined(b *testing.B) { benchFile(b, "../testdata/redis/get-p1.pcap", 50) }
 
 // BenchmarkFileReplies* are the whole file path on redis-benchmark -P 16
 // SET/GET traffic with 1000-byte values (testdata/redis/bytes-bench), with
 // replies dropped (Off: how hot keys by requests cost) and with every reply
 // paired with its request and its bytes attributed to the key (On).
 func BenchmarkFileRepliesOff(b *testing.B) {
-	benchFileCfg(b, "../../testdata/redis/bytes-bench.pcap.gz", 10, false)
+	benchFileCfg(b, "../testdata/redis/bytes-bench.pcap.gz", 10, false)
 }
 
 func BenchmarkFileRepliesOn(b *testing.B) {
-	benchFileCfg(b, "../../testdata/redis/bytes-bench.pcap.gz", 10, true)
+	benchFileCfg(b, "../testdata/redis/bytes-bench.pcap.gz", 10, true)
 }
 
 // BenchmarkFileRepliesMemcache is the same with pairing on over the
 // memcached fixture of gomemcache gets, meta and binary batches.
 func BenchmarkFileRepliesMemcacheOff(b *testing.B) {
-	benchFileCfg(b, "../../testdata/memcache/bytes.pcap.gz", 10, false)
+	benchFileCfg(b, "../testdata/memcache/bytes.pcap.gz", 10, false)
 }
 
 func BenchmarkFileRepliesMemcacheOn(b *testing.B) {
-	benchFileCfg(b, "../../testdata/memcache/bytes.pcap.gz", 10, true)
+	benchFileCfg(b, "../testdata/memcache/bytes.pcap.gz", 10, true)
 }
 
 // TestSteadyStateAllocs holds the per-packet path to zero allocations, with
@@ -197,25 +198,26 @@ func BenchmarkFileRepliesMemcacheOn(b *testing.B) {
 func TestSteadyStateAllocs(t *testing.T) {
 	for _, replies := range []bool{false, true} {
 		t.Run(fmt.Sprintf("replies=%v", replies), func(t *testing.T) {
-			reg := registry()
 			cfg := stream.DefaultConfig()
 			cfg.Replies = replies
 			var got [2]float64
 			var packets [2]int
 			for i, reps := range []int{20, 40} {
 				var data []byte
-				data, packets[i] = repeatCapture(t, "../../testdata/redis/get-p16.pcap", reps)
+				data, packets[i] = repeatCapture(t, "../testdata/redis/get-p16.pcap", reps)
 				got[i] = testing.AllocsPerRun(3, func() {
 					f, err := capture.OpenReader("bench", bytes.NewReader(data))
 					if err != nil {
 						t.Fatal(err)
 					}
-					asm := stream.NewAssembler(cfg, stream.DefaultPorts(), reg, decode.NewCounter(&nopSink{}))
-					var seg capture.Segment
-					if err := drain(context.Background(), f, &seg, asm, nil, nil, nil); err != io.EOF {
+					p, err := New(Config{Stream: cfg, Tap: func(decode.Sink) decode.Sink { return &nopSink{} }})
+					if err != nil {
 						t.Fatal(err)
 					}
-					asm.Flush()
+					if err := p.Feed(context.Background(), f, 0); err != nil {
+						t.Fatal(err)
+					}
+					p.Flush()
 				})
 			}
 			if got[1] != got[0] || got[0] > 200 {

@@ -1,0 +1,80 @@
+package pipeline
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/hotsniff/hotsniff/capture"
+)
+
+// LiveOptions drive Run.
+type LiveOptions struct {
+	// TickEvery is how often time-driven work runs: flows expire, the
+	// detector sees time pass without traffic (default 100 ms).
+	TickEvery time.Duration
+	// OnTick is called on the pipeline goroutine after each tick, with the
+	// pipeline's clock (packet time) and the wall clock. It is where the
+	// daemon copies state for HTTP and metrics.
+	OnTick func(clock, now time.Time)
+}
+
+// Run feeds a live source to the pipeline until the source ends (io.EOF,
+// as when it is closed: Run then returns nil) or fails. A source with
+// SetDeadline (the eBPF and AF_PACKET readers) is woken for every tick
+// even when no traffic comes.
+//
+// The stream layer and the detector run on packet time. Caught up (the
+// source had nothing more), time passes for them as on the wall; behind
+// (records still waiting: the reader was descheduled on a busy node), the
+// clock stops at the last record, or every record of the backlog would
+// arrive "late" and not count.
+func (p *Pipeline) Run(src capture.Source, o LiveOptions) error {
+	every := cmp.Or(o.TickEvery, 100*time.Millisecond)
+	var seg capture.Segment
+	dl, _ := src.(interface{ SetDeadline(time.Time) })
+	next := time.Now().Add(every)
+	if dl != nil {
+		dl.SetDeadline(next)
+	}
+	for n := 1; ; n++ {
+		err := src.Next(&seg)
+		switch {
+		case err == nil:
+			p.Add(&seg)
+			if n&1023 != 0 {
+				continue
+			}
+		case errors.Is(err, os.ErrDeadlineExceeded):
+		case errors.Is(err, io.EOF):
+			now := time.Now()
+			p.tick(now, now, o)
+			return nil
+		default:
+			return fmt.Errorf("capture: %w", err)
+		}
+		now := time.Now()
+		if now.Before(next) {
+			continue
+		}
+		clock := now
+		if err == nil && seg.TS < now.UnixNano() {
+			clock = time.Unix(0, seg.TS)
+		}
+		p.tick(clock, now, o)
+		next = now.Add(every)
+		if dl != nil {
+			dl.SetDeadline(next)
+		}
+	}
+}
+
+func (p *Pipeline) tick(clock, now time.Time, o LiveOptions) {
+	p.Tick(clock.UnixNano())
+	if o.OnTick != nil {
+		o.OnTick(clock, now)
+	}
+}
