@@ -138,12 +138,12 @@ func drain(t *testing.T, rd testRings) []capture.Segment {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var seg capture.Segment
-			if _, err := ParseRecord(rec.RawSample, 0, &seg); err != nil {
+			var r Record
+			if _, err := ParseRecord(rec.RawSample, 0, &r); err != nil {
 				t.Fatal(err)
 			}
-			seg.Payload = bytes.Clone(seg.Payload)
-			out = append(out, seg)
+			out = append(out, capture.Segment{TS: r.TS, Src: r.Src, Dst: r.Dst, Seq: r.Seq, Ack: r.Ack, Flags: r.Flags,
+				Payload: bytes.Clone(r.Payload), Missing: r.Missing, Resumed: r.Resumed, SampleLevel: r.SampleLevel})
 		}
 	}
 	slices.SortStableFunc(out, func(a, b capture.Segment) int { return cmp.Compare(a.TS, b.TS) })

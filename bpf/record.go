@@ -7,8 +7,6 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/hotsniff/hotsniff/capture"
 )
 
 // The record header layout must match struct rec_hdr in hotsniff.c; the
@@ -42,10 +40,25 @@ const (
 // ErrShortRecord is returned for a ring record shorter than its header says.
 var ErrShortRecord = errors.New("short ring record")
 
+// Record is one ring record: a TCP segment as the programs copied it. The
+// capture layer above turns it into its Segment; the loader does not know
+// that type, so it stays below the layer it serves.
+type Record struct {
+	TS          int64 // Unix ns
+	Src, Dst    netip.AddrPort
+	Seq, Ack    uint32
+	Flags       uint8
+	Payload     []byte
+	Missing     uint32
+	Resumed     bool
+	SampleLevel uint8
+	Hook        Hook
+}
+
 // ParseRecord fills seg from one ring record. monoOffset converts the
 // record's CLOCK_MONOTONIC timestamp to Unix time (MonotonicOffset).
 // seg.Payload aliases raw. It does not allocate.
-func ParseRecord(raw []byte, monoOffset int64, seg *capture.Segment) (Hook, error) {
+func ParseRecord(raw []byte, monoOffset int64, seg *Record) (Hook, error) {
 	if len(raw) < RecHdrSize {
 		return 0, ErrShortRecord
 	}
@@ -74,7 +87,8 @@ func ParseRecord(raw []byte, monoOffset int64, seg *capture.Segment) (Hook, erro
 	seg.Resumed = sm&sampleResumed != 0
 	end := RecHdrSize + int(n)
 	seg.Payload = raw[RecHdrSize:end:end]
-	return Hook(raw[offHook]), nil
+	seg.Hook = Hook(raw[offHook])
+	return seg.Hook, nil
 }
 
 func monotonicNow() int64 {

@@ -4,15 +4,15 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cilium/ebpf"
+	"github.com/hotsniff/hotsniff/bpf/samplelevel"
 
-	"github.com/hotsniff/hotsniff/capture"
+	"github.com/cilium/ebpf"
 )
 
 // Sampling is the flow sampling state shared by every attachment.
 type Sampling struct {
 	// Level: about 2^(-Level/16) of the connections are copied
-	// (capture.SampleRate; 0: all).
+	// (samplelevel.Rate; 0: all).
 	Level uint8
 	// Raises counts the times the programs raised Level themselves
 	// because a ring was filling.
@@ -28,7 +28,7 @@ type Sampling struct {
 
 // initSampling sets a fresh sampling map to "keep everything".
 func initSampling(m *ebpf.Map) error {
-	s := hotsniffSampling{Keep: capture.KeepAll, ResumeKeep: capture.KeepAll}
+	s := hotsniffSampling{Keep: samplelevel.KeepAll, ResumeKeep: samplelevel.KeepAll}
 	if err := m.Update(uint32(0), &s, ebpf.UpdateExist); err != nil {
 		return fmt.Errorf("initialize sampling map: %w", err)
 	}
@@ -45,7 +45,7 @@ func (c *Capture) Sampling() (Sampling, error) {
 	if err := c.sampled.Lookup(uint32(0), &per); err != nil {
 		return Sampling{}, fmt.Errorf("read sampled-out counters: %w", err)
 	}
-	out := Sampling{Level: uint8(min(s.Level, capture.MaxSampleLevel)), Raises: s.Raises}
+	out := Sampling{Level: uint8(min(s.Level, samplelevel.Max)), Raises: s.Raises}
 	for _, n := range per {
 		out.SampledOut += n.OutSegs
 		out.OutBytes += n.OutBytes
@@ -55,7 +55,7 @@ func (c *Capture) Sampling() (Sampling, error) {
 }
 
 // SetSampleLevel makes the programs copy the connections level keeps
-// (capture.KeepAt). The connections kept at a deeper level are a subset of
+// (samplelevel.KeepAt). The connections kept at a deeper level are a subset of
 // those kept at a shallower one, so raising the level only stops copying
 // some; lowering it resumes some that were skipped: their records carry
 // Segment.Resumed for resumeFor (the stream layer's idle timeout: a
@@ -65,12 +65,12 @@ func (c *Capture) Sampling() (Sampling, error) {
 // The programs may raise the level between a read and this write; the
 // write wins and the next control step sees the rings again.
 func (c *Capture) SetSampleLevel(level uint8, resumeFor time.Duration) error {
-	level = min(level, capture.MaxSampleLevel)
+	level = min(level, samplelevel.Max)
 	var s hotsniffSampling
 	if err := c.sampling.Lookup(uint32(0), &s); err != nil {
 		return fmt.Errorf("read sampling map: %w", err)
 	}
-	keep := capture.KeepAt(level)
+	keep := samplelevel.KeepAt(level)
 	if uint32(level) == s.Level && keep == s.Keep {
 		return nil
 	}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotsniff/hotsniff/bpf/samplelevel"
+
 	"github.com/cilium/ebpf"
 
 	"github.com/hotsniff/hotsniff/capture"
@@ -62,7 +64,7 @@ func TestSamplingKeepsConnectionsWhole(t *testing.T) {
 		}
 		// Binomial(256, 0.31): 79 ± 7.4; 45..113 is beyond 4.5 σ.
 		if kept < 45 || kept > 113 {
-			t.Errorf("%s: %d of %d connections kept at rate %.3f", pname, kept, conns, capture.SampleRate(level))
+			t.Errorf("%s: %d of %d connections kept at rate %.3f", pname, kept, conns, samplelevel.Rate(level))
 		}
 		if got := after.SampledOut - before.SampledOut; got != uint64(2*(conns-kept)) {
 			t.Errorf("%s: %d segments sampled out, want %d", pname, got, 2*(conns-kept))
@@ -151,7 +153,7 @@ func TestRingFillingRaisesLevel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Level == 0 || st.Level%capture.LevelsPerHalving != 0 || st.Raises == 0 {
+	if st.Level == 0 || st.Level%samplelevel.LevelsPerHalving != 0 || st.Raises == 0 {
 		t.Fatalf("sampling %+v after filling the ring past three quarters: want the level raised by halvings", st)
 	}
 }

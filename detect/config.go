@@ -16,63 +16,63 @@ const (
 	DetectorTair    = "tair"
 )
 
-// Config tunes a Detector. The yaml tags let the CLI's --config file hold it;
-// zero values take the defaults listed on each field.
+// Config tunes a Detector. Zero values take the defaults listed on each
+// field (DefaultConfig returns them all).
 type Config struct {
 	// HotQPS is the default threshold: a key is hot when its weighted request
 	// rate at one server reaches HotQPS per second. Required.
-	HotQPS float64 `yaml:"hot_qps"`
+	HotQPS float64
 	// HotBytes, when set, also makes a key hot when the reply bytes
 	// attributed to it at one server reach HotBytes per second (the
 	// default detector only). 0: off.
-	HotBytes float64 `yaml:"hot_bytes"`
+	HotBytes float64
 	// Detector selects the algorithm: "default" (windowed buckets, sound) or
 	// "tair" (Tair's server-side pipeline, kept for comparison).
-	Detector string `yaml:"detector"`
+	Detector string
 	// TTL is the event ttl_ms: how long a client may treat a key as hot
 	// without a refresh, and the lifetime of a hot key seen no more. 60s.
-	TTL time.Duration `yaml:"ttl"`
+	TTL time.Duration
 	// RefreshEvery rate-limits refreshes (type hot again) of a key that stays
 	// hot. TTL/2.
-	RefreshEvery time.Duration `yaml:"refresh_every"`
+	RefreshEvery time.Duration
 	// Window is the span over which rates are measured. 0 picks it so that a
 	// key at HotQPS contributes about 800 requests per window (Poisson noise
 	// ±3.5 %), between 400ms and 20s. It is cut into 8 sliding sub-windows;
 	// a key newly located is judged after half a window at the earliest.
-	Window time.Duration `yaml:"window"`
+	Window time.Duration
 	// ColdRatio is the hysteresis: a hot key turns cold when its rate falls
 	// below ColdRatio × its threshold. 0.7.
-	ColdRatio float64 `yaml:"cold_ratio"`
+	ColdRatio float64
 	// Buckets is the number of hash buckets of the default detector (a power
 	// of two). 4096. Recall is guaranteed while the traffic of one bucket
 	// (total rate / Buckets) stays below 8 × the lowest threshold.
-	Buckets int `yaml:"buckets"`
+	Buckets int
 	// MaxHot caps the hot list; when full, the least recently seen hot key is
 	// evicted (and announced cold). 1024.
-	MaxHot int `yaml:"max_hot"`
+	MaxHot int
 	// InvalidateGap merges identical invalidates of one key closer than this;
 	// the first is always sent, and a merged one is sent after the gap, so
 	// a key gets at most one invalidate per gap and its last write is
 	// always invalidated. 10ms.
-	InvalidateGap time.Duration `yaml:"invalidate_gap"`
+	InvalidateGap time.Duration
 	// LocalTTL is the client shims' local expiry (their LocalTTL, 50ms by
 	// default): the cacheable verdict is judged against it.
-	LocalTTL time.Duration `yaml:"local_ttl"`
+	LocalTTL time.Duration
 	// UncacheableWrites: a hot key whose write rate reaches this many writes
 	// per LocalTTL is published "cacheable":false (shims stop caching it, its
 	// writes stop producing invalidates); it turns cacheable again below
 	// half of it. 1 (docs/detection.md derives it). Negative: never.
-	UncacheableWrites float64 `yaml:"uncacheable_writes"`
+	UncacheableWrites float64
 	// AbsorbedCap bounds the demand client shims can report for one hot
 	// key: at most AbsorbedCap × its threshold per second is credited,
 	// however many reports arrive. 1000.
-	AbsorbedCap float64 `yaml:"absorbed_cap"`
+	AbsorbedCap float64
 	// Rules are per-key-pattern thresholds; the first match wins.
-	Rules []Rule `yaml:"rules"`
+	Rules []Rule
 	// Ignore lists key patterns that are never reported.
-	Ignore []string `yaml:"ignore"`
+	Ignore []string
 	// Tair tunes the "tair" detector.
-	Tair TairConfig `yaml:"tair"`
+	Tair TairConfig
 }
 
 // Rule overrides the threshold for keys matching Pattern.
@@ -83,28 +83,28 @@ type Config struct {
 // is matched without backtracking); a pattern without wildcards matches one
 // key exactly.
 type Rule struct {
-	Pattern string `yaml:"pattern"`
+	Pattern string
 	// HotQPS is the threshold for matching keys; 0 keeps the default. The
 	// window is sized for the default threshold, so a much lower one is
 	// judged on fewer requests (noisier near it): raise window if needed.
 	// The lowest threshold also sets how many buckets are located, so a
 	// very low one costs speed, never accuracy.
-	HotQPS float64 `yaml:"hot_qps"`
+	HotQPS float64
 	// HotBytes is the reply-bytes threshold (per second) for matching keys;
 	// 0 keeps the default (Config.HotBytes).
-	HotBytes float64 `yaml:"hot_bytes"`
+	HotBytes float64
 	// Proto limits the rule to one protocol ("redis", "memcache", "tair");
 	// empty means all.
-	Proto string `yaml:"proto"`
+	Proto string
 }
 
 // TairConfig holds the parameters of Tair's pipeline; zero values take
 // Tair's own constants.
 type TairConfig struct {
-	Buckets   int     `yaml:"buckets"`    // 1024
-	SampleMax int     `yaml:"sample_max"` // 50000
-	SigmaN    float64 `yaml:"sigma_n"`    // 0.8
-	ReapMax   int     `yaml:"reap_max"`   // 32
+	Buckets   int     // 1024
+	SampleMax int     // 50000
+	SigmaN    float64 // 0.8
+	ReapMax   int     // 32
 }
 
 const (
@@ -125,6 +125,31 @@ const (
 // beyond any hot key seen in practice; the bound is for broken or forged
 // reports, not for real demand.
 const defaultAbsorbedCap = 1000
+
+// DefaultConfig returns the tuning defaults (HotQPS, which has none, is
+// left 0). The command line shows these as its defaults.
+func DefaultConfig() Config {
+	return Config{
+		Detector:          DetectorDefault,
+		TTL:               defaultTTL,
+		ColdRatio:         defaultCold,
+		Buckets:           defaultBuckets,
+		MaxHot:            defaultMaxHot,
+		InvalidateGap:     defaultInvGap,
+		LocalTTL:          defaultLocalTTL,
+		UncacheableWrites: defaultUncacheableWrites,
+		AbsorbedCap:       defaultAbsorbedCap,
+		Tair:              TairConfig{Buckets: defaultTairBuckets, SampleMax: defaultTairSampleMax, SigmaN: defaultTairSigmaN, ReapMax: defaultTairReapMax},
+	}
+}
+
+// Tair's own constants.
+const (
+	defaultTairBuckets   = 1024
+	defaultTairSampleMax = 50000
+	defaultTairSigmaN    = 0.8
+	defaultTairReapMax   = 32
+)
 
 // withDefaults validates c and fills in the defaults.
 func (c Config) withDefaults() (Config, error) {
@@ -198,16 +223,16 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	t := &c.Tair
 	if t.Buckets == 0 {
-		t.Buckets = 1024
+		t.Buckets = defaultTairBuckets
 	}
 	if t.SampleMax == 0 {
-		t.SampleMax = 50000
+		t.SampleMax = defaultTairSampleMax
 	}
 	if t.SigmaN == 0 {
-		t.SigmaN = 0.8
+		t.SigmaN = defaultTairSigmaN
 	}
 	if t.ReapMax == 0 {
-		t.ReapMax = 32
+		t.ReapMax = defaultTairReapMax
 	}
 	if t.Buckets < 2 || t.Buckets > 1<<20 || t.SampleMax < 1 || t.ReapMax < 1 || t.ReapMax > 4096 || t.SigmaN < 0 {
 		return c, fmt.Errorf("check tair settings: tair-buckets %d, tair-sample-max %d, tair-reap-max %d, tair-sigma-n %v out of range",

@@ -12,6 +12,8 @@ package pipeline
 import (
 	"fmt"
 
+	"github.com/hotsniff/hotsniff/bpf/samplelevel"
+
 	"github.com/hotsniff/hotsniff/capture"
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/decode/memcache"
@@ -136,7 +138,7 @@ func (p *Pipeline) Add(seg *capture.Segment) {
 	}
 	if seg.SampleLevel != p.level && p.det != nil {
 		p.level = seg.SampleLevel
-		p.det.SetSampleRate(capture.SampleRate(p.level))
+		p.det.SetSampleRate(samplelevel.Rate(p.level))
 	}
 	if seg.TS > p.lastTS {
 		p.lastTS = seg.TS

@@ -40,6 +40,7 @@ type Source struct {
 	// Next fills points into it, and Close may unmap the rings while the
 	// pipeline still reads that Segment.
 	buf []byte
+	rec bpf.Record // the record being turned into a Segment
 
 	monoOffset int64
 	sinceClock uint32
@@ -141,10 +142,13 @@ func (s *Source) Next(seg *capture.Segment) error {
 			s.sinceClock = 0
 			s.monoOffset = bpf.MonotonicOffset()
 		}
-		if _, err := bpf.ParseRecord(raw, s.monoOffset, seg); err != nil {
+		if _, err := bpf.ParseRecord(raw, s.monoOffset, &s.rec); err != nil {
 			s.malformed.Add(1)
 			continue
 		}
+		r := &s.rec
+		*seg = capture.Segment{TS: r.TS, Src: r.Src, Dst: r.Dst, Seq: r.Seq, Ack: r.Ack, Flags: r.Flags,
+			Payload: r.Payload, Missing: r.Missing, Resumed: r.Resumed, SampleLevel: r.SampleLevel}
 		s.segments.Add(1)
 		return nil
 	}

@@ -291,3 +291,10 @@ func (w *Watcher) Close() {
 	close(w.done)
 	<-w.stopped
 }
+
+// DefaultPodPatterns name the host side of pods' interfaces under common
+// CNIs: Calico (cali*), Cilium (lxc*), Flannel, kindnet and the bridge
+// plugin (veth*), AWS VPC CNI (eni*), GKE (gke*), Azure CNI (azv*). With
+// no --iface they are captured beside the physical NICs, and followed as
+// pods come and go.
+var DefaultPodPatterns = []string{"cali*", "lxc*", "veth*", "eni*", "gke*", "azv*"}

@@ -18,13 +18,6 @@ import (
 	"github.com/hotsniff/hotsniff/capture/ifwatch"
 )
 
-// defaultPodPatterns name the host side of pods' interfaces under common
-// CNIs: Calico (cali*), Cilium (lxc*), Flannel, kindnet and the bridge
-// plugin (veth*), AWS VPC CNI (eni*), GKE (gke*), Azure CNI (azv*). With
-// no --iface they are captured beside the physical NICs, and followed as
-// pods come and go.
-var defaultPodPatterns = []string{"cali*", "lxc*", "veth*", "eni*", "gke*", "azv*"}
-
 // isPattern reports whether an --iface value has glob characters.
 func isPattern(s string) bool { return strings.ContainsAny(s, "*?[") }
 
@@ -36,18 +29,18 @@ func (d *daemon) chooseCgroup() bool {
 	switch {
 	case d.mode == bpf.ModeCgroup:
 		d.log.Info("capture mode chosen", "mode", "cgroup", "reason", "--capture cgroup")
-		if len(d.cf.ifaces) > 0 {
-			d.log.Warn("--iface is ignored with --capture cgroup: every socket on the host is captured", "iface", d.cf.ifaces)
+		if len(d.cfg.Capture.Ifaces) > 0 {
+			d.log.Warn("--iface is ignored with --capture cgroup: every socket on the host is captured", "iface", d.cfg.Capture.Ifaces)
 		}
 		return true
 	case d.mode != bpf.ModeAuto:
 		d.log.Info("capture mode chosen", "mode", d.mode, "reason", "--capture "+string(d.mode))
 		return false
-	case len(d.cf.ifaces) > 0:
+	case len(d.cfg.Capture.Ifaces) > 0:
 		d.log.Info("capture mode chosen", "mode", "interfaces (xdp on NICs, tc elsewhere)", "reason", "--iface given")
 		return false
 	}
-	root, err := bpf.CgroupRoot(d.cf.cgroupPath)
+	root, err := bpf.CgroupRoot(d.cfg.Capture.CgroupPath)
 	if err != nil {
 		d.log.Info("capture mode chosen", "mode", "interfaces (xdp on NICs, tc elsewhere)", "reason", err.Error())
 		return false
@@ -63,7 +56,7 @@ func (d *daemon) openCgroup(cfg bpf.Config) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.AttachCgroup(d.cf.cgroupPath); err != nil {
+	if _, err := c.AttachCgroup(d.cfg.Capture.CgroupPath); err != nil {
 		c.Close()
 		return err
 	}
@@ -79,14 +72,14 @@ func (d *daemon) openCgroup(cfg bpf.Config) error {
 // ifaceSpec splits --iface values (or the defaults) into exact names, which
 // must exist now, and patterns, which may match nothing yet.
 func (d *daemon) ifaceSpec() (names, patterns []string, err error) {
-	given := d.cf.ifaces
+	given := d.cfg.Capture.Ifaces
 	if len(given) == 0 {
 		phys, err := defaultIfaces()
 		if err != nil && !isUsage(err) {
 			return nil, nil, err
 		}
-		given = append(phys, defaultPodPatterns...)
-		d.log.Info("no --iface given", "ifaces", phys, "patterns", defaultPodPatterns)
+		given = append(phys, ifwatch.DefaultPodPatterns...)
+		d.log.Info("no --iface given", "ifaces", phys, "patterns", ifwatch.DefaultPodPatterns)
 	}
 	if err := ifwatch.ValidatePatterns(given); err != nil {
 		return nil, nil, usageError{fmt.Errorf("--iface: %w", err)}

@@ -33,7 +33,7 @@ func TestConfigErrors(t *testing.T) {
 		{"bad duration", "refresh-every: 5\n", nil, `refresh-every: "5": want a duration such as 500ms, 30s or 2m`},
 		{"bad tair", "tair: {sample_max: many}\n", nil, `tair-sample-max: "many": want a whole number`},
 		{"unknown key", "treshold: 5\n", nil, `unknown key "treshold"`},
-		{"typo in a rule", "rules:\n  - {pattern: \"a*\", hotqps: 10}\n", nil, "line 2: unknown field hotqps in a rule (want pattern, hot-qps, proto)"},
+		{"typo in a rule", "rules:\n  - {pattern: \"a*\", hotqps: 10}\n", nil, "line 2: unknown field hotqps in a rule (want pattern, hot-qps, hot-bytes, proto)"},
 		{"rule threshold not a number", "rules:\n  - {pattern: \"a*\", hot-qps: fast}\n", nil, "line 2: cannot read the text `fast` into a number"},
 		{"rules not a list", "rules: 5\n", nil, "line 1: cannot read the number `5` into a list of rules"},
 		{"bad rule proto", "rules:\n  - {pattern: \"a*\", hot_qps: 10, proto: mongo}\n", nil, `unknown proto "mongo"`},

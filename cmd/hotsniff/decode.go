@@ -10,13 +10,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hotsniff/hotsniff/config"
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/pipeline"
 )
 
 func newDecodeCmd() *cobra.Command {
 	var (
-		sf    streamFlags
+		cfg   *config.Config
 		count bool
 		bytes bool
 	)
@@ -34,14 +35,14 @@ and READS its occurrences in requests.
 A summary line goes to stderr. "-" reads standard input.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := applyConfig(cmd, sf.configPath); err != nil {
+			if err := loadSettings(cmd, cfg); err != nil {
 				return err
 			}
-			ports, scfg, err := sf.build()
+			ports, err := cfg.Stream.PortMap()
 			if err != nil {
-				return err
+				return usageError{err}
 			}
-			prog := newProgress(cmd.ErrOrStderr(), sf.progress)
+			prog := newProgress(cmd.ErrOrStderr(), cfg.Stream.Progress)
 			var stdout io.Writer = cmd.OutOrStdout()
 			if prog != nil {
 				bw := prog.writer(stdout)
@@ -65,7 +66,7 @@ A summary line goes to stderr. "-" reads standard input.`,
 			default:
 				sink = newJSONSink(out)
 			}
-			pl, err := pipeline.New(pipeline.Config{Ports: ports, Stream: scfg,
+			pl, err := pipeline.New(pipeline.Config{Ports: ports, Stream: cfg.Stream.Config,
 				Tap: func(decode.Sink) decode.Sink { return sink }})
 			if err != nil {
 				return usageError{err}
@@ -87,7 +88,7 @@ A summary line goes to stderr. "-" reads standard input.`,
 			return err
 		},
 	}
-	sf.register(cmd)
+	cfg = registerSettings(cmd.Flags(), streamSettings)
 	cmd.Flags().BoolVar(&count, "count", false, "print per-key read counts instead of one line per key")
 	cmd.Flags().BoolVar(&bytes, "bytes", false, "print per-key reply bytes and reads instead of one line per key")
 	return cmd

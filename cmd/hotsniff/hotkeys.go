@@ -7,18 +7,19 @@ import (
 	"net"
 	"time"
 
+	"github.com/spf13/cobra"
+
+	"github.com/hotsniff/hotsniff/config"
 	"github.com/hotsniff/hotsniff/event"
 	"github.com/hotsniff/hotsniff/publish"
-	"github.com/spf13/cobra"
 )
 
 // hotkeysFlags are shared by add and remove.
 type hotkeysFlags struct {
-	redis        redisFlags
+	cfg          *config.Config // the channel settings
 	proto, ns    string
 	server, node string
 	keyB64       bool
-	output       string
 }
 
 func newHotkeysCmd() *cobra.Command {
@@ -32,13 +33,12 @@ func newHotkeysCmd() *cobra.Command {
 		},
 	}
 	pf := cmd.PersistentFlags()
-	f.redis.register(pf)
+	f.cfg = registerSettings(pf, redisSettings, []string{"output"})
 	pf.StringVar(&f.proto, "proto", "redis", "protocol of the key: redis, memcache or tair")
 	pf.StringVar(&f.ns, "ns", "", `namespace: Redis DB or Tair area (default "0"; always "" for memcache)`)
 	pf.StringVar(&f.server, "server", "", "cache server ip:port the key lives on (default: any)")
 	pf.StringVar(&f.node, "node", "", `node name in the message (default "manual@<hostname>")`)
 	pf.BoolVar(&f.keyB64, "key-b64", false, "KEY is standard base64 (for keys that are not text)")
-	pf.StringVar(&f.output, "output", publish.FormatJSONL, "how to print the published event: jsonl or text")
 
 	var ttl time.Duration
 	add := &cobra.Command{
@@ -95,7 +95,7 @@ func (f *hotkeysFlags) run(cmd *cobra.Command, arg, typ string, ttl time.Duratio
 			return usagef("--server must be ip:port: %v", err)
 		}
 	}
-	w, err := publish.NewWriter(cmd.OutOrStdout(), f.output, "")
+	w, err := publish.NewWriter(cmd.OutOrStdout(), f.cfg.Detect.Output, "")
 	if err != nil {
 		return usageError{err}
 	}
@@ -104,7 +104,10 @@ func (f *hotkeysFlags) run(cmd *cobra.Command, arg, typ string, ttl time.Duratio
 		ctx = context.Background()
 	}
 	quietRedisLogs()
-	rdb, err := f.redis.connect(ctx)
+	if err := loadSettings(cmd, f.cfg); err != nil {
+		return err
+	}
+	rdb, err := connectRedis(ctx, f.cfg.Publish)
 	if err != nil {
 		return err
 	}
@@ -113,7 +116,7 @@ func (f *hotkeysFlags) run(cmd *cobra.Command, arg, typ string, ttl time.Duratio
 		Type: typ, Proto: f.proto, Server: f.server, NS: ns, Key: key,
 		TTLms: ttl.Milliseconds(), TS: time.Now(), Source: event.SourceManual,
 	}
-	res, err := publish.Manual(ctx, rdb, publish.ManualOptions{Channel: f.redis.channel, Node: f.node}, e)
+	res, err := publish.Manual(ctx, rdb, publish.ManualOptions{Channel: f.cfg.Publish.Channel, Node: f.node}, e)
 	if err != nil {
 		return err
 	}
@@ -121,6 +124,6 @@ func (f *hotkeysFlags) run(cmd *cobra.Command, arg, typ string, ttl time.Duratio
 	if err := w.Err(); err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "published %s on %s to %d subscriber(s)\n", typ, f.redis.channel, res.Receivers)
+	fmt.Fprintf(cmd.ErrOrStderr(), "published %s on %s to %d subscriber(s)\n", typ, f.cfg.Publish.Channel, res.Receivers)
 	return nil
 }

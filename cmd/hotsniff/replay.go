@@ -11,66 +11,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hotsniff/hotsniff/config"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/event"
 	"github.com/hotsniff/hotsniff/pipeline"
 	"github.com/hotsniff/hotsniff/publish"
-	"github.com/hotsniff/hotsniff/stream"
 )
-
-// detectFlags are the detection and output flags of replay and run.
-type detectFlags struct {
-	cfg    detect.Config
-	output string
-	node   string
-}
-
-func (d *detectFlags) register(cmd *cobra.Command) {
-	f := cmd.Flags()
-	f.Float64Var(&d.cfg.HotQPS, "hot-qps", 1000, "a key is hot when its weighted request rate at one server reaches this per second")
-	f.Float64Var(&d.cfg.HotBytes, "hot-bytes", 0, "also hot when the reply bytes attributed to a key at one server reach this per second (0: off)")
-	f.StringVar(&d.cfg.Detector, "detector", detect.DetectorDefault, "detection algorithm: default, or tair (Tair's server-side pipeline, for comparison)")
-	registerTuning(f, &d.cfg)
-	f.StringVar(&d.output, "output", "jsonl", "event format on stdout: jsonl or text")
-	f.StringVar(&d.node, "node", "", "node name in events (default: the host name; env HOTSNIFF_NODE)")
-}
-
-// build validates the flags and reads rules and the ignore list from the
-// config file.
-func (d *detectFlags) build(configPath string) (detect.Config, error) {
-	cfg := d.cfg
-	if d.output != publish.FormatJSONL && d.output != publish.FormatText {
-		return cfg, usagef("--output %q: want jsonl or text", d.output)
-	}
-	var err error
-	if cfg.Rules, cfg.Ignore, err = loadRules(configPath); err != nil {
-		return cfg, err
-	}
-	if d.node == "" {
-		d.node = os.Getenv("HOTSNIFF_NODE")
-	}
-	if d.node == "" {
-		d.node, _ = os.Hostname()
-	}
-	if _, err := detect.New(cfg, nil); err != nil {
-		return cfg, usageError{err}
-	}
-	return cfg, nil
-}
-
-// loadConfig applies --config and HOTSNIFF_* to unset flags, then builds
-// the stream and detector settings of replay and run.
-func loadConfig(cmd *cobra.Command, sf *streamFlags, df *detectFlags) (*stream.Ports, stream.Config, detect.Config, error) {
-	if err := applyConfig(cmd, sf.configPath); err != nil {
-		return nil, stream.Config{}, detect.Config{}, err
-	}
-	ports, scfg, err := sf.build()
-	if err != nil {
-		return nil, scfg, detect.Config{}, err
-	}
-	dcfg, err := df.build(sf.configPath)
-	return ports, scfg, dcfg, err
-}
 
 // emitters sends every event to each emitter in order. The publisher goes
 // first: it stamps seq and node, so what is printed is what was published.
@@ -84,10 +30,7 @@ func (e emitters) Emit(ev *event.Event) {
 
 func newReplayCmd() *cobra.Command {
 	var (
-		sf    streamFlags
-		df    detectFlags
-		rf    redisFlags
-		chf   channelFlags
+		cfg   *config.Config
 		speed float64
 	)
 	cmd := &cobra.Command{
@@ -99,14 +42,18 @@ and writes hot-key events (fields: docs/events.md) on stdout. With --redis-url t
 are also published on the channel and kept in the snapshot. No root needed.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ports, scfg, dcfg, err := loadConfig(cmd, &sf, &df)
-			if err != nil {
+			if err := loadSettings(cmd, cfg); err != nil {
 				return err
 			}
+			ports, err := cfg.Stream.PortMap()
+			if err != nil {
+				return usageError{err}
+			}
+			dcfg := cfg.Detect.Config
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
 
-			prog := newProgress(cmd.ErrOrStderr(), sf.progress)
+			prog := newProgress(cmd.ErrOrStderr(), cfg.Stream.Progress)
 			var stdout io.Writer = cmd.OutOrStdout()
 			if prog != nil {
 				bw := prog.writer(stdout)
@@ -115,22 +62,28 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 			}
 			out := bufio.NewWriter(stdout)
 			defer out.Flush()
-			w, err := publish.NewWriter(out, df.output, df.node)
+			w, err := publish.NewWriter(out, cfg.Detect.Output, cfg.Detect.Node)
 			if err != nil {
 				return usageError{err}
 			}
 			var em emitters
 			var pub *publish.Publisher
-			if rf.url != "" || os.Getenv("HOTSNIFF_REDIS_URL") != "" {
+			if cfg.Publish.RedisURL != "" {
 				quietRedisLogs()
-				rdb, err := rf.connect(ctx)
+				rdb, err := connectRedis(ctx, cfg.Publish)
 				if err != nil {
 					return err
 				}
 				defer rdb.Close()
-				opt := publish.Options{Channel: rf.channel, Node: df.node}
-				if err := chf.apply(&opt); err != nil {
+				opt, err := publishOptions(cfg.Publish)
+				if err != nil {
 					return err
+				}
+				opt.Node = cfg.Detect.Node
+				// The budget is in wall time and replay runs on packet
+				// time: it applies only when asked for.
+				if !cmd.Flags().Changed("channel-budget") {
+					opt.Budget = 0
 				}
 				pub, err = publish.New(rdb, opt)
 				if err != nil {
@@ -142,7 +95,7 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 			if speed < 0 {
 				return usagef("--speed %g: must be 0 (as fast as possible) or positive", speed)
 			}
-			pl, err := pipeline.New(pipeline.Config{Ports: ports, Stream: scfg, Detect: &dcfg, Emitter: em})
+			pl, err := pipeline.New(pipeline.Config{Ports: ports, Stream: cfg.Stream.Config, Detect: &dcfg, Emitter: em})
 			if err != nil {
 				return usageError{err}
 			}
@@ -174,10 +127,7 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 			return rerr
 		},
 	}
-	sf.register(cmd)
-	df.register(cmd)
-	rf.register(cmd.Flags())
-	chf.register(cmd.Flags(), 0)
+	cfg = registerSettings(cmd.Flags(), streamSettings, detectSettings, publishSettings)
 	cmd.Flags().Float64Var(&speed, "speed", 0, "replay at this multiple of the recorded pace (1: real time); 0: as fast as possible")
 	return cmd
 }

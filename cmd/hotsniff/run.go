@@ -16,7 +16,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -31,8 +30,8 @@ import (
 	"github.com/hotsniff/hotsniff/bpf"
 	"github.com/hotsniff/hotsniff/capture"
 	"github.com/hotsniff/hotsniff/capture/afpacket"
+	"github.com/hotsniff/hotsniff/config"
 	"github.com/hotsniff/hotsniff/decode"
-	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/event"
 	"github.com/hotsniff/hotsniff/internal/webview"
 	"github.com/hotsniff/hotsniff/metrics"
@@ -41,32 +40,10 @@ import (
 	"github.com/hotsniff/hotsniff/stream"
 )
 
-// captureFlags choose how `run` captures.
-type captureFlags struct {
-	ifaces     []string
-	mode       string
-	cgroupPath string
-	ringSize   int
-	maxCopy    int
-	listen     string
-	webCfg     string
-	health     string
-	check      bool
-	replies    bool
-	replyCopy  int
-	pprof      bool
-	procs      int
-	nice       int
-	maxCPU     float64
-}
-
 func newRunCmd() *cobra.Command {
 	var (
-		sf  streamFlags
-		df  detectFlags
-		rf  redisFlags
-		cf  captureFlags
-		chf channelFlags
+		cfg   *config.Config
+		check bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags]",
@@ -80,49 +57,38 @@ TLS and basic auth from --web-config. SIGTERM or SIGINT stops
 it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ports, scfg, dcfg, err := loadConfig(cmd, &sf, &df)
-			if err != nil {
+			if err := loadSettings(cmd, cfg); err != nil {
 				return err
 			}
-			mode, err := bpf.ParseMode(cf.mode)
+			ports, err := cfg.Stream.PortMap()
+			if err != nil {
+				return usageError{err}
+			}
+			mode, err := bpf.ParseMode(cfg.Capture.Mode)
 			if err != nil {
 				return usageError{err}
 			}
 			var target *publish.Target
-			if url := rf.resolvedURL(); url != "" {
+			if url := cfg.Publish.RedisURL; url != "" {
 				if target, err = publish.ParseURL(url); err != nil {
 					return usageError{err}
 				}
 			}
-			if err := validateMaxCPU(cf.maxCPU); err != nil {
+			if err := checkWebConfig(cfg.HTTP.WebConfig); err != nil {
 				return err
 			}
-			if err := chf.apply(&publish.Options{}); err != nil {
-				return err
-			}
-			if err := checkWebConfig(cf.webCfg); err != nil {
-				return err
-			}
-			if cf.replyCopy < 0 {
-				return usagef("--reply-copy %d: must be 0 (no reply payload) or a number of bytes", cf.replyCopy)
-			}
-			if cf.nice < -20 || cf.nice > 19 {
-				return usagef("--nice %d: must be between -20 and 19", cf.nice)
-			}
-			if cf.check {
-				fmt.Fprintf(cmd.OutOrStdout(), "config ok: ports %v, capture %s, hot-qps %g, detector %s, %d rules, %d ignore patterns\n",
-					ports.List(), mode, dcfg.HotQPS, dcfg.Detector, len(dcfg.Rules), len(dcfg.Ignore))
-				fmt.Fprintln(cmd.OutOrStdout(), tuningSummary(dcfg))
+			if check {
+				fmt.Fprint(cmd.OutOrStdout(), configSummary(cfg, ports, mode))
 				return nil
 			}
-			if cf.procs > 0 {
-				runtime.GOMAXPROCS(cf.procs)
+			if cfg.Capture.Procs > 0 {
+				runtime.GOMAXPROCS(cfg.Capture.Procs)
 			}
 			cur, err := currentNice()
 			if err != nil {
 				return err
 			}
-			if n, ok := niceToSet(cf.nice, cmd.Flags().Changed("nice"), cur); ok {
+			if n, ok := niceToSet(cfg.Capture.Nice, cmd.Flags().Changed("nice"), cur); ok {
 				if err := setNice(n); err != nil {
 					return usageError{fmt.Errorf("%w (running at nice %d: a lower --nice needs CAP_SYS_NICE)", err, cur)}
 				}
@@ -130,7 +96,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			base := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			d := &daemon{
 				log: base.With("component", "run"), base: base,
-				sf: sf, df: df, rf: rf, cf: cf, chf: chf, mode: mode, ports: ports, scfg: scfg, dcfg: dcfg, target: target,
+				cfg: cfg, mode: mode, ports: ports, target: target,
 				stdout: cmd.OutOrStdout(),
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -138,55 +104,20 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			return d.run(ctx)
 		},
 	}
-	sf.register(cmd)
-	df.register(cmd)
-	rf.register(cmd.Flags())
-	chf.register(cmd.Flags(), 1000)
 	f := cmd.Flags()
-	f.StringArrayVar(&cf.ifaces, "iface", nil, "interface name or pattern to capture on (repeatable; patterns such as 'cali*' are followed as interfaces appear and go; default: the physical interfaces that are up plus pods' interfaces: "+strings.Join(defaultPodPatterns, " ")+")")
-	f.StringVar(&cf.mode, "capture", "auto", "capture mode: auto (cgroup when cgroup v2 is mounted and no --iface is given, else XDP on physical NICs and TC on veth and loopback; AF_PACKET when eBPF is unavailable), cgroup, xdp, tc, afpacket")
-	f.StringVar(&cf.cgroupPath, "cgroup-path", "", "cgroup v2 hierarchy the cgroup mode attaches to (default: /sys/fs/cgroup, else /sys/fs/cgroup/unified; in a container, the host's hierarchy mounted in)")
-	f.IntVar(&cf.ringSize, "ring-size", 0, "eBPF ring buffer size per CPU (or AF_PACKET ring per interface) in bytes; 0: 2 MiB per online CPU for eBPF (at most 64 MiB in all, at least 512 KiB each; small rings stay in the CPU cache; offline CPUs get one page), 32 MiB for AF_PACKET")
-	f.IntVar(&cf.maxCopy, "max-copy", 256<<10, "most payload bytes copied from one packet by eBPF (GRO/GSO super-packets); the rest is counted as truncated")
-	f.StringVar(&cf.listen, "listen", ":9464", "address for / (web view), /metrics, /hotkeys, /healthz, /readyz (empty: none)")
-	f.StringVar(&cf.health, "health-listen", "", "also serve /healthz and /readyz alone, in plain HTTP without the web configuration, on this address (e.g. 127.0.0.1:9465, for the kubelet's probes when --web-config asks for credentials)")
-	f.StringVar(&cf.webCfg, "web-config", "", "web configuration file (Prometheus exporter format: tls_server_config, basic_auth_users) for TLS, client certificates and basic auth on every --listen endpoint; re-read on each request")
-	f.BoolVar(&cf.check, "config-check", false, "load and validate the configuration, print a summary and exit")
-	f.BoolVar(&cf.pprof, "pprof", false, "also serve Go profiling at /debug/pprof/ on --listen")
-	// One pipeline goroutine does the work; the publisher and HTTP are
-	// light. More Ps only add threads that the runtime wakes to look for
-	// work on every ring wakeup: in profiles of `run` on 2 vCPUs that was a
-	// third of the daemon's CPU, and on a 64-core node it is worse.
-	f.IntVar(&cf.procs, "gomaxprocs", 1, "threads running Go code at once (GOMAXPROCS); 0 keeps Go's default (the GOMAXPROCS variable, else the CPU count or limit)")
-	f.IntVar(&cf.nice, "nice", 10, "CPU priority of the daemon's threads, -20 (highest) to 19: by default it yields to the cache server when the CPU is saturated (a daemon started at a higher nice value keeps it)")
-	f.Float64Var(&cf.maxCPU, "max-cpu", 0, "CPU budget as a share of one core (0.05: 5 %), the eBPF programs' run time included: above it the programs copy only part of the connections (in steps of 4 %) and counts are scaled back, thresholds staying in true requests per second; 0: no budget")
-	f.BoolVar(&cf.replies, "capture-replies", false, "eBPF: copy server replies whole (exact reply bytes whatever the traffic; replies are most of the bytes)")
-	f.IntVar(&cf.replyCopy, "reply-copy", bpf.DefaultReplyCopy, "eBPF without --capture-replies: copy at most this many bytes of each reply segment, enough to read reply headers and attribute reply bytes to keys (0: copy no reply payload; no reply bytes)")
+	cfg = registerSettings(f, streamSettings, detectSettings, publishSettings, captureSettings, httpSettings)
+	f.BoolVar(&check, "config-check", false, "load and validate the configuration, print every setting and exit")
 	return cmd
-}
-
-// resolvedURL is --redis-url or HOTSNIFF_REDIS_URL.
-func (f *redisFlags) resolvedURL() string {
-	if f.url != "" {
-		return f.url
-	}
-	return os.Getenv("HOTSNIFF_REDIS_URL")
 }
 
 // daemon is one `hotsniff run`.
 type daemon struct {
 	log     *slog.Logger
 	base    *slog.Logger // for other packages, which add their own component
-	sf      streamFlags
-	df      detectFlags
-	rf      redisFlags
-	cf      captureFlags
-	chf     channelFlags
+	cfg     *config.Config
 	mode    bpf.Mode
 	ports   *stream.Ports
-	scfg    stream.Config
 	skipErr bool // a reply skip update failed (logged once)
-	dcfg    detect.Config
 	target  *publish.Target
 	stdout  io.Writer
 
@@ -211,24 +142,25 @@ func (d *daemon) run(ctx context.Context) error {
 	var pub *publish.Publisher
 	if d.target != nil {
 		quietRedisLogs()
-		rdb, err := publish.Connect(d.target, d.rf.tlsOptions())
+		rdb, err := publish.Connect(d.target, tlsOptions(d.cfg.Publish))
 		if err != nil {
 			return err
 		}
 		defer rdb.Close()
 		// Redis may be down now: the publisher queues (bounded) and
 		// reconnects with backoff; capture starts regardless.
-		opt := publish.Options{Channel: d.rf.channel, Node: d.df.node, Logger: d.base}
-		if err := d.chf.apply(&opt); err != nil {
+		opt, err := publishOptions(d.cfg.Publish)
+		if err != nil {
 			return err
 		}
+		opt.Node, opt.Logger = d.cfg.Detect.Node, d.base
 		pub, err = publish.New(rdb, opt)
 		if err != nil {
 			return err
 		}
 		em = append(em, pub)
 	} else {
-		w, err := publish.NewWriter(d.stdout, d.df.output, d.df.node)
+		w, err := publish.NewWriter(d.stdout, d.cfg.Detect.Output, d.cfg.Detect.Node)
 		if err != nil {
 			return usageError{err}
 		}
@@ -246,16 +178,16 @@ func (d *daemon) run(ctx context.Context) error {
 		// The programs copy reply heads; large values are skipped in the
 		// kernel once the reply parser has read their header.
 		c := d.bpfCap
-		d.scfg.SkipNotify = 2 * int(c.ReplyCopy())
-		d.scfg.OnSkip = func(f *decode.Flow, start, end uint32) {
+		d.cfg.Stream.Config.SkipNotify = 2 * int(c.ReplyCopy())
+		d.cfg.Stream.Config.OnSkip = func(f *decode.Flow, start, end uint32) {
 			if err := c.SetReplySkip(f.Server, f.Client, start, end); err != nil && !d.skipErr {
 				d.skipErr = true
 				d.log.Warn("reply skips: kernel map update failed; replies are still decoded, at full copy cost", "err", err)
 			}
 		}
 	}
-	pl, err := pipeline.New(pipeline.Config{Ports: d.ports, Stream: d.scfg, Detect: &d.dcfg, Emitter: em,
-		RequestsOnly: d.bpfCap != nil && !heads && !d.cf.replies})
+	pl, err := pipeline.New(pipeline.Config{Ports: d.ports, Stream: d.cfg.Stream.Config, Detect: &d.cfg.Detect.Config, Emitter: em,
+		RequestsOnly: d.bpfCap != nil && !heads && !d.cfg.Capture.Replies})
 	if err != nil {
 		d.src.Close()
 		return usageError{err}
@@ -268,7 +200,7 @@ func (d *daemon) run(ctx context.Context) error {
 	defer d.samp.close()
 
 	var srv *http.Server
-	if d.cf.listen != "" {
+	if d.cfg.HTTP.Listen != "" {
 		srv, err = d.serve()
 		if err != nil {
 			d.src.Close()
@@ -283,7 +215,7 @@ func (d *daemon) run(ctx context.Context) error {
 		done <- pl.Run(d.src, pipeline.LiveOptions{TickEvery: tickEvery, OnTick: func(_, now time.Time) { d.tick(now, pub) }})
 	}()
 	d.running.Store(true)
-	d.log.Info("capturing", "mode", d.modeName, "ports", d.ports.List(), "listen", d.cf.listen, "publish", d.target != nil)
+	d.log.Info("capturing", "mode", d.modeName, "ports", d.ports.List(), "listen", d.cfg.HTTP.Listen, "publish", d.target != nil)
 
 	var perr error
 	select {
@@ -321,8 +253,8 @@ var errLostOnClose = errors.New("Redis did not take them before the shutdown dea
 // capturemode.go), or opens AF_PACKET.
 func (d *daemon) openCapture() error {
 	ports := d.ports.List()
-	cfg := bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Replies: d.cf.replies,
-		ReplyHeads: !d.cf.replies && d.cf.replyCopy > 0, ReplyCopy: uint32(max(d.cf.replyCopy, 0)), Logger: d.base}
+	cfg := bpf.Config{Ports: ports, RingSize: d.cfg.Capture.RingSize, MaxCopy: uint32(d.cfg.Capture.MaxCopy), Replies: d.cfg.Capture.Replies,
+		ReplyHeads: !d.cfg.Capture.Replies && d.cfg.Capture.ReplyCopy > 0, ReplyCopy: uint32(max(d.cfg.Capture.ReplyCopy, 0)), Logger: d.base}
 	if d.mode != bpf.ModeAFPacket {
 		// Kernels before 5.11 charge BPF maps to the locked memory limit;
 		// later ones ignore it. Without CAP_SYS_RESOURCE this fails and
@@ -363,7 +295,7 @@ func (d *daemon) openCapture() error {
 	if len(patterns) > 0 {
 		d.log.Warn("afpacket captures the interfaces matching --iface patterns at start only; interfaces created later need an eBPF mode", "ifaces", ifaces)
 	}
-	src, err := afpacket.Open(afpacket.Config{Ifaces: ifaces, Ports: ports, Blocks: max(1, cmp.Or(d.cf.ringSize, afpacketRingSize)/(1<<20)), Logger: d.base})
+	src, err := afpacket.Open(afpacket.Config{Ifaces: ifaces, Ports: ports, Blocks: max(1, cmp.Or(d.cfg.Capture.RingSize, afpacketRingSize)/(1<<20)), Logger: d.base})
 	if err != nil {
 		if d.mode == bpf.ModeAuto && errors.Is(err, os.ErrPermission) {
 			return privilegeError("start capture (eBPF, then AF_PACKET)", "auto", err)
@@ -523,7 +455,7 @@ func (d *daemon) serve() (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/hotkeys", d.hotkeys)
-	if d.cf.pprof {
+	if d.cfg.HTTP.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
@@ -532,17 +464,17 @@ func (d *daemon) serve() (*http.Server, error) {
 	mux.Handle(webview.IndexPath, webview.Handler())
 	mux.Handle(webview.AssetsPath, webview.Handler())
 	mux.HandleFunc("/readyz", d.readyz)
-	l, err := net.Listen("tcp", d.cf.listen)
+	l, err := net.Listen("tcp", d.cfg.HTTP.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", d.cf.listen, err)
+		return nil, fmt.Errorf("listen %s: %w", d.cfg.HTTP.Listen, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go serveWeb(l, srv, d.cf.webCfg, d.base.With("component", "http"))
-	if d.cf.health != "" {
-		hl, err := net.Listen("tcp", d.cf.health)
+	go serveWeb(l, srv, d.cfg.HTTP.WebConfig, d.base.With("component", "http"))
+	if d.cfg.HTTP.Health != "" {
+		hl, err := net.Listen("tcp", d.cfg.HTTP.Health)
 		if err != nil {
 			srv.Close()
-			return nil, fmt.Errorf("listen %s (--health-listen): %w", d.cf.health, err)
+			return nil, fmt.Errorf("listen %s (--health-listen): %w", d.cfg.HTTP.Health, err)
 		}
 		hmux := http.NewServeMux()
 		hmux.HandleFunc("/healthz", d.healthz)
@@ -582,10 +514,10 @@ type hotkeysDoc struct {
 
 func (d *daemon) hotkeys(w http.ResponseWriter, _ *http.Request) {
 	d.hotMu.Lock()
-	doc := hotkeysDoc{V: event.Version, Node: d.df.node, TS: time.Now().UTC().Format(event.TSFormat), HotQPS: d.dcfg.HotQPS, Keys: make([]*event.Event, len(d.hot))}
+	doc := hotkeysDoc{V: event.Version, Node: d.cfg.Detect.Node, TS: time.Now().UTC().Format(event.TSFormat), HotQPS: d.cfg.Detect.HotQPS, Keys: make([]*event.Event, len(d.hot))}
 	for i := range d.hot {
 		e := d.hot[i]
-		e.Node = d.df.node
+		e.Node = d.cfg.Detect.Node
 		doc.Keys[i] = &e
 	}
 	d.hotMu.Unlock()
@@ -593,8 +525,4 @@ func (d *daemon) hotkeys(w http.ResponseWriter, _ *http.Request) {
 	bw := bufio.NewWriter(w)
 	json.NewEncoder(bw).Encode(&doc)
 	bw.Flush()
-}
-
-func (f *redisFlags) tlsOptions() publish.TLSOptions {
-	return publish.TLSOptions{CAFile: f.caFile, CertFile: f.certFile, KeyFile: f.keyFile, InsecureSkipVerify: f.insecureSkipVerify}
 }

@@ -6,14 +6,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotsniff/hotsniff/config"
 	"github.com/hotsniff/hotsniff/event"
 )
 
 // TestHotkeysEndpoint checks the /hotkeys document that `top` and scripts
 // read: the hot set as contract events, with node and threshold.
 func TestHotkeysEndpoint(t *testing.T) {
-	d := &daemon{df: detectFlags{node: "n1"}}
-	d.dcfg.HotQPS = 1500
+	cfg := config.Default()
+	cfg.Detect.Node, cfg.Detect.HotQPS = "n1", 1500
+	d := &daemon{cfg: &cfg}
 	d.hot = []event.Event{
 		{V: 1, Type: "hot", Proto: "redis", Server: "10.0.0.5:6379", NS: "0", Key: []byte("item:42"), QPS: 1843.5, TTLms: 60000, TS: time.Unix(1, 0), Source: "detected"},
 		{V: 1, Type: "hot", Proto: "memcache", Server: "10.0.0.6:11211", Key: []byte{0xff, 0x00}, QPS: 2000, TTLms: 60000, TS: time.Unix(2, 0), Source: "detected"},

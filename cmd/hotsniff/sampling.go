@@ -6,11 +6,12 @@ import (
 	"math"
 	"time"
 
+	"github.com/hotsniff/hotsniff/bpf/samplelevel"
+
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/hotsniff/hotsniff/bpf"
-	"github.com/hotsniff/hotsniff/capture"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/internal/budget"
 	"github.com/hotsniff/hotsniff/metrics"
@@ -40,26 +41,18 @@ type sampler struct {
 	luck              float64 // measured ÷ nominal, smoothed; 0: unknown
 }
 
-// validateMaxCPU checks --max-cpu: a share of one core, 0 for none.
-func validateMaxCPU(v float64) error {
-	if math.IsNaN(v) || v < 0 || v > 1024 {
-		return usagef("--max-cpu %g: want a share of one core such as 0.05 (5 %%), or 0 for no budget", v)
-	}
-	return nil
-}
-
 // startSampler sets up flow sampling for an eBPF capture (nil otherwise).
 func (d *daemon) startSampler() *sampler {
 	if d.bpfCap == nil {
-		if d.cf.maxCPU > 0 {
+		if d.cfg.Capture.MaxCPU > 0 {
 			d.log.Warn("--max-cpu needs an eBPF capture (sampling happens in the kernel programs); AF_PACKET runs unbounded")
 		}
 		return nil
 	}
-	s := &sampler{c: d.bpfCap, budget: d.cf.maxCPU, resume: d.scfg.IdleTimeout}
+	s := &sampler{c: d.bpfCap, budget: d.cfg.Capture.MaxCPU, resume: d.cfg.Stream.IdleTimeout}
 	target := math.Inf(1)
-	if d.cf.maxCPU > 0 {
-		target = d.cf.maxCPU
+	if d.cfg.Capture.MaxCPU > 0 {
+		target = d.cfg.Capture.MaxCPU
 		// The programs' own cost counts against the budget; the kernel
 		// accounts it only while run-time statistics are on (a clock read
 		// before and after each run, tens of nanoseconds).
@@ -70,7 +63,7 @@ func (d *daemon) startSampler() *sampler {
 			s.stats = st
 		}
 	}
-	s.ctl = budget.New(target, capture.MaxSampleLevel, capture.LevelsPerHalving)
+	s.ctl = budget.New(target, samplelevel.Max, samplelevel.LevelsPerHalving)
 	return s
 }
 
@@ -121,15 +114,15 @@ func (s *sampler) step(d *daemon, det *detect.Detector, now time.Time) {
 			return
 		}
 		s.setLevel(level)
-		d.log.Debug("flow sampling", "rate", fmt.Sprintf("%.4g", capture.SampleRate(level)), "cpu_share", fmt.Sprintf("%.3f", s.ctl.Share()), "budget", s.budget)
+		d.log.Debug("flow sampling", "rate", fmt.Sprintf("%.4g", samplelevel.Rate(level)), "cpu_share", fmt.Sprintf("%.3f", s.ctl.Share()), "budget", s.budget)
 	}
-	rate := capture.SampleRate(level)
+	rate := samplelevel.Rate(level)
 	if res := det.ResolvableRate(); rate < res && !s.warned {
 		s.warned = true
 		d.log.Warn("flow sampling is deeper than keys near the threshold can be told apart at: keys are reported only well above it until the rate recovers; a longer --window or a larger --max-cpu avoids it",
 			"rate", fmt.Sprintf("%.4g", rate), "resolvable_rate", fmt.Sprintf("%.4g", res), "cpu_share", fmt.Sprintf("%.3f", s.ctl.Share()), "budget", s.budget)
 	}
-	if s.budget > 0 && level == capture.MaxSampleLevel && s.ctl.Share() > s.budget && !s.floor {
+	if s.budget > 0 && level == samplelevel.Max && s.ctl.Share() > s.budget && !s.floor {
 		s.floor = true
 		d.log.Warn("CPU budget not held at the deepest sampling: what is left is the cost of looking at every packet; raise --max-cpu",
 			"cpu_share", fmt.Sprintf("%.3f", s.ctl.Share()), "budget", s.budget)
@@ -167,7 +160,7 @@ func (s *sampler) measure(det *detect.Detector, st bpf.Sampling) {
 	if st.Level == 0 || dk+do < 64<<10 || dk == 0 {
 		return
 	}
-	rate := capture.SampleRate(st.Level)
+	rate := samplelevel.Rate(st.Level)
 	luck := float64(dk) / float64(dk+do) / rate
 	if s.luck == 0 {
 		s.luck = luck
@@ -179,7 +172,7 @@ func (s *sampler) measure(det *detect.Detector, st bpf.Sampling) {
 
 // setLevel notes the level in effect from now on.
 func (s *sampler) setLevel(level uint8) {
-	if d := int(level) - int(s.level); d > capture.LevelsPerHalving/2 || d < -capture.LevelsPerHalving/2 {
+	if d := int(level) - int(s.level); d > samplelevel.LevelsPerHalving/2 || d < -samplelevel.LevelsPerHalving/2 {
 		s.luck = 0
 	}
 	s.level = level

@@ -10,50 +10,30 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hotsniff/hotsniff/client"
-	"github.com/hotsniff/hotsniff/event"
-	"github.com/hotsniff/hotsniff/publish"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
+
+	"github.com/hotsniff/hotsniff/client"
+	"github.com/hotsniff/hotsniff/config"
+	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/publish"
 )
 
-// redisFlags are the flags of every command that talks to the channel.
-type redisFlags struct {
-	url, channel              string
-	caFile, certFile, keyFile string
-	insecureSkipVerify        bool
-}
-
-func (f *redisFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.url, "redis-url", "", "Redis to use: redis://[user:pass@]host:port/db, rediss:// for TLS, ?cluster=true (or addr=host:port...) for Redis Cluster (env HOTSNIFF_REDIS_URL)")
-	fs.StringVar(&f.channel, "channel", publish.DefaultChannel, "pub/sub channel; the snapshot is at <channel>:snapshot")
-	fs.StringVar(&f.caFile, "redis-ca-file", "", "PEM CA bundle to verify a rediss:// server")
-	fs.StringVar(&f.certFile, "redis-cert-file", "", "PEM client certificate for rediss://")
-	fs.StringVar(&f.keyFile, "redis-key-file", "", "PEM client key for rediss://")
-	fs.BoolVar(&f.insecureSkipVerify, "redis-insecure-skip-verify", false, "do not verify the rediss:// server certificate (testing only)")
-}
-
-// connect parses the URL (a bad one is a usage error) and checks that Redis
-// answers, so an unreachable server is one clear line, not a retry loop.
-func (f *redisFlags) connect(ctx context.Context) (redis.UniversalClient, error) {
-	raw := f.url
-	if raw == "" {
-		raw = os.Getenv("HOTSNIFF_REDIS_URL")
-	}
-	if raw == "" {
+// connectRedis parses the URL (a bad one is a usage error) and checks
+// that Redis answers, so an unreachable server is one clear line, not a
+// retry loop.
+func connectRedis(ctx context.Context, p config.Publish) (redis.UniversalClient, error) {
+	if p.RedisURL == "" {
 		return nil, usagef("--redis-url is required (or set HOTSNIFF_REDIS_URL)")
 	}
-	if f.channel == "" {
+	if p.Channel == "" {
 		return nil, usagef("--channel must not be empty")
 	}
-	t, err := publish.ParseURL(raw)
+	t, err := publish.ParseURL(p.RedisURL)
 	if err != nil {
 		return nil, usageError{err}
 	}
-	to := publish.TLSOptions{
-		CAFile: f.caFile, CertFile: f.certFile, KeyFile: f.keyFile, InsecureSkipVerify: f.insecureSkipVerify,
-	}
+	to := tlsOptions(p)
 	if !to.IsZero() && !t.TLS() {
 		return nil, usagef("--redis-ca-file, --redis-cert-file, --redis-key-file and --redis-insecure-skip-verify need a rediss:// URL")
 	}
@@ -81,10 +61,7 @@ type nopLogger struct{}
 func (nopLogger) Printf(context.Context, string, ...any) {}
 
 func newSubscribeCmd() *cobra.Command {
-	var (
-		rf     redisFlags
-		output string
-	)
+	var cfg *config.Config
 	cmd := &cobra.Command{
 		Use:   "subscribe",
 		Short: "Print the hot-key snapshot, then every message on the channel",
@@ -94,21 +71,24 @@ On a seq gap or a reconnect the snapshot is read and printed again.
 Stops cleanly on SIGINT or SIGTERM.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			w, err := publish.NewWriter(cmd.OutOrStdout(), output, "")
+			if err := loadSettings(cmd, cfg); err != nil {
+				return err
+			}
+			w, err := publish.NewWriter(cmd.OutOrStdout(), cfg.Detect.Output, "")
 			if err != nil {
 				return usageError{err}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			quietRedisLogs()
-			rdb, err := rf.connect(ctx)
+			rdb, err := connectRedis(ctx, cfg.Publish)
 			if err != nil {
 				return err
 			}
 			defer rdb.Close()
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			sub := client.New(rdb, client.Options{
-				Channel: rf.channel,
+				Channel: cfg.Publish.Channel,
 				Logger:  log,
 				Handler: client.HandlerFuncs{
 					OnSnapshot: func(s *event.Snapshot) {
@@ -130,7 +110,6 @@ Stops cleanly on SIGINT or SIGTERM.`,
 			return nil
 		},
 	}
-	rf.register(cmd.Flags())
-	cmd.Flags().StringVar(&output, "output", publish.FormatJSONL, "output format: jsonl or text")
+	cfg = registerSettings(cmd.Flags(), redisSettings, []string{"output"})
 	return cmd
 }

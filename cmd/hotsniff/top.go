@@ -14,27 +14,22 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/hotsniff/hotsniff/detect"
+	"github.com/hotsniff/hotsniff/config"
 	"github.com/hotsniff/hotsniff/internal/topview"
 )
 
 // topFlags are the flags of `hotsniff top`.
 type topFlags struct {
-	stream   streamFlags
+	cfg      *config.Config // the shared settings: stream, detector, channel
 	addr     string
 	interval time.Duration
 	replay   bool
 	speed    float64
-	hotQPS   float64
-	hotBytes float64
-	detector string
 	once     bool
 	sort     string
 	reverse  bool
 	filter   string
 	coldFor  time.Duration
-	redis    redisFlags
-	tuning   detect.Config
 	top      int
 }
 
@@ -87,28 +82,24 @@ table and exits (a replay is run to its end first).`,
 			return runTop(cmd, f, args)
 		},
 	}
-	f.stream.register(cmd)
 	fs := cmd.Flags()
+	// With --replay the detector settings are replay's, defaults included.
+	f.cfg = registerSettings(fs, without(streamSettings, "progress"), without(detectSettings, "output", "node"), redisSettings)
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:9464", "daemon to poll: host:port (or http[s]:// URL) of 'hotsniff run --listen'")
 	fs.DurationVar(&f.interval, "interval", time.Second, "time between two samples (wall time; packet time with --replay)")
 	fs.BoolVar(&f.replay, "replay", false, "replay the capture files given as arguments instead of polling a daemon")
 	fs.Float64Var(&f.speed, "speed", 1, "with --replay: 1 = the recorded pace, 10 = ten times faster; 0 = as fast as 10 frames a second")
 	fs.IntVar(&f.top, "top", 0, "list the N hottest keys: with --replay whether or not they are hot (keys below the threshold show state -); from a daemon, the N hottest hot keys. 0: every hot key")
-	fs.Float64Var(&f.hotQPS, "hot-qps", 0, "with --replay: a key is hot when its weighted read rate at one server reaches this (required)")
-	fs.StringVar(&f.detector, "detector", detect.DetectorDefault, "with --replay: detection algorithm, default or tair")
 	fs.BoolVar(&f.once, "once", false, "print one plain-text table and exit (also when stdout is not a terminal)")
-	fs.Float64Var(&f.hotBytes, "hot-bytes", 0, "with --replay: also hot when the reply bytes attributed to a key at one server reach this per second (0: off)")
 	fs.StringVar(&f.sort, "sort", "rate", "initial sort column: rate, key, proto, server, state or bytes (reply bytes per second)")
 	fs.BoolVar(&f.reverse, "reverse", false, "reverse the initial sort order")
 	fs.StringVar(&f.filter, "filter", "", "initial filter: substring of key, proto or server")
 	fs.DurationVar(&f.coldFor, "cold-for", 30*time.Second, "how long a key that left the hot set stays listed as cold")
-	f.redis.register(fs)
-	registerTuning(fs, &f.tuning)
 	return cmd
 }
 
 func runTop(cmd *cobra.Command, f *topFlags, args []string) error {
-	if err := applyConfig(cmd, f.stream.configPath); err != nil {
+	if err := loadSettings(cmd, f.cfg); err != nil {
 		return err
 	}
 	if f.interval <= 0 {
@@ -152,13 +143,13 @@ func runTop(cmd *cobra.Command, f *topFlags, args []string) error {
 	switch {
 	case fleet:
 		quietRedisLogs()
-		rdb, err := f.redis.connect(ctx)
+		rdb, err := connectRedis(ctx, f.cfg.Publish)
 		if err != nil {
 			return err
 		}
 		defer rdb.Close()
-		label = "channel " + f.redis.channel
-		cs, err := topview.NewChannelSource(rdb, f.redis.channel, label, f.interval, nil)
+		label = "channel " + f.cfg.Publish.Channel
+		cs, err := topview.NewChannelSource(rdb, f.cfg.Publish.Channel, label, f.interval, nil)
 		if err != nil {
 			return usageError{err}
 		}
@@ -202,30 +193,17 @@ func runTop(cmd *cobra.Command, f *topFlags, args []string) error {
 // newTopReplay builds the replay source from the flags: the same pipeline
 // and detector configuration as `hotsniff replay`.
 func newTopReplay(f *topFlags, paths []string) (*topview.ReplaySource, error) {
-	ports, scfg, err := f.stream.build()
+	ports, err := f.cfg.Stream.PortMap()
 	if err != nil {
-		return nil, err
+		return nil, usageError{err}
 	}
-	// Tuning comes from the flags (which applyConfig filled from the file
-	// and the environment), rules and ignore lists from the file.
-	dcfg := f.tuning
-	if dcfg.Rules, dcfg.Ignore, err = loadRules(f.stream.configPath); err != nil {
-		return nil, err
-	}
-	dcfg.HotQPS = f.hotQPS
-	if f.hotBytes > 0 {
-		dcfg.HotBytes = f.hotBytes
-	}
-	if !(dcfg.HotQPS > 0) {
-		return nil, usagef("--replay needs --hot-qps N (a positive rate), or hot-qps in --config")
-	}
-	dcfg.Detector = f.detector
+	dcfg := f.cfg.Detect.Config
 	delay := 100 * time.Millisecond
 	if f.speed > 0 {
 		delay = time.Duration(float64(f.interval) / f.speed)
 	}
 	rs, err := topview.NewReplaySource(topview.ReplayConfig{
-		Paths: paths, Ports: ports, Stream: scfg,
+		Paths: paths, Ports: ports, Stream: f.cfg.Stream.Config,
 		Detect: dcfg, Interval: f.interval, FrameDelay: delay, TopN: f.top,
 	})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotsniff/hotsniff/config"
 	"github.com/hotsniff/hotsniff/event"
 	"github.com/hotsniff/hotsniff/internal/topview"
 )
@@ -118,7 +119,6 @@ func TestTopUsageErrors(t *testing.T) {
 		{"some.pcap"},
 		{"--replay"},
 		{"--replay", "--addr", "x:1", "a.pcap"},
-		{"--replay", "a.pcap"}, // no --hot-qps
 		{"--replay", "--hot-qps", "1000", "--detector", "magic", "a.pcap"},
 		{"--replay", "--hot-qps", "1000", "--port", "redis=notaport", "a.pcap"},
 		{"--addr", "ftp://x:1"},
@@ -165,7 +165,7 @@ func TestTopReadmeExample(t *testing.T) {
 	if err := cmd.ParseFlags(args); err != nil {
 		t.Fatal(err)
 	}
-	if err := applyConfig(cmd, f.stream.configPath); err != nil {
+	if err := loadSettings(cmd, f.cfg); err != nil {
 		t.Fatal(err)
 	}
 	rs, err := newTopReplay(f, cmd.Flags().Args())
@@ -211,9 +211,9 @@ func TestTopReadmeExample(t *testing.T) {
 // the rates are estimates and from which share of connections, marks each
 // with ~, and still escapes what came from the wire.
 func TestTopOnceHTTPSampled(t *testing.T) {
-	d := &daemon{}
-	d.df.node = "cache-node-3"
-	d.dcfg.HotQPS = 1000
+	cfg := config.Default()
+	cfg.Detect.Node, cfg.Detect.HotQPS = "cache-node-3", 1000
+	d := &daemon{cfg: &cfg}
 	for _, k := range []struct {
 		key string
 		qps float64

@@ -3,7 +3,7 @@
 // run time the kernel accounts to its eBPF programs) and picks the flow
 // sampling level that keeps that cost at the budget.
 //
-// Levels are sixteenths of an octave of the sampling rate (capture.KeepAt):
+// Levels are sixteenths of an octave of the sampling rate (samplelevel.KeepAt):
 // fine enough to hold the budget to a few per cent. Most of the cost is
 // proportional to the share of connections copied, so the controller works
 // on the logarithm of the rate: each step moves the level by a part (Gain)

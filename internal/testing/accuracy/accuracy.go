@@ -6,7 +6,6 @@ package accuracy
 
 import (
 	"fmt"
-	"github.com/hotsniff/hotsniff/capture"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -14,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hotsniff/hotsniff/bpf/samplelevel"
 
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/detect"
@@ -30,7 +31,7 @@ type Params struct {
 	Trials   int           // onsets measured by the step and multi workloads
 	// Flow sampling (--max-cpu): reads are spread uniformly over Conns
 	// connections, and only the connections the capture keeps at
-	// SampleLevel (capture.KeepAt, chosen by a hash of the connection as
+	// SampleLevel (samplelevel.KeepAt, chosen by a hash of the connection as
 	// the eBPF programs do) reach the detector. As in the daemon, the
 	// detector is told the fraction of requests really seen (the kept
 	// connections' share: the daemon measures it from request bytes) and
@@ -237,7 +238,7 @@ func RunOne(p Params, name, det string) (Result, error) {
 	}
 	kept := keptConns(p)
 	if kept != nil {
-		rate := capture.SampleRate(p.SampleLevel)
+		rate := samplelevel.Rate(p.SampleLevel)
 		n := 0
 		for _, k := range kept {
 			if k {
@@ -357,7 +358,7 @@ func keptConns(p Params) []bool {
 	}
 	conns := max(p.Conns, 1)
 	kept := make([]bool, conns)
-	keep := uint64(capture.KeepAt(p.SampleLevel))
+	keep := uint64(samplelevel.KeepAt(p.SampleLevel))
 	for i := range kept {
 		h := uint64(i)*0x9E3779B97F4A7C15 ^ p.Seed*0xC2B2AE3D27D4EB4F
 		h ^= h >> 31
@@ -473,7 +474,7 @@ var SamplingWorkloads = []string{"band-0.8x-1.2x", "zipf-0.99", "step-2x", "mult
 
 // SamplingCase is one row of the sampling table.
 type SamplingCase struct {
-	Level  uint8 // capture.SampleRate
+	Level  uint8 // samplelevel.Rate
 	Conns  int
 	Window time.Duration // 0: the default
 }
@@ -515,7 +516,7 @@ func SamplingTable(p Params, rs []Result, at []SamplingCase) string {
 			win = c.Window.String()
 		}
 		fmt.Fprintf(&b, "| 1/%.4g | %s | %d | %s | %.3f (%d/%d) | %d / %d | %d / %d | %s | %s |\n",
-			1/capture.SampleRate(c.Level), win, c.Conns, r.Workload, r.Recall(), r.Found, r.MustFind, r.FalsePos, r.Quiet,
+			1/samplelevel.Rate(c.Level), win, c.Conns, r.Workload, r.Recall(), r.Found, r.MustFind, r.FalsePos, r.Quiet,
 			r.NearFP, r.Near, ms(r.P50, r.Onsets), ms(r.P99, r.Onsets))
 	}
 	return b.String()

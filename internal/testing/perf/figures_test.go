@@ -21,6 +21,7 @@ import (
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/decode/redis"
 	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
+	"github.com/hotsniff/hotsniff/pipeline"
 	"github.com/hotsniff/hotsniff/stream"
 )
 
@@ -343,7 +344,11 @@ func drainDecode(src *ebpfsrc.Source, c *bpf.Capture, port uint16) *drainer {
 	cfg.Replies = true
 	cfg.SkipNotify = 2 * int(c.ReplyCopy())
 	cfg.OnSkip = func(f *decode.Flow, start, end uint32) { _ = c.SetReplySkip(f.Server, f.Client, start, end) }
-	asm := stream.NewAssembler(cfg, ports, &reg, decode.NewCounter(nil))
+	pl, err := pipeline.New(pipeline.Config{Ports: ports, Stream: cfg, Registry: &reg})
+	if err != nil {
+		panic(err) // a fixed configuration
+	}
+	pl.SkipReplyHeads()
 	go func() {
 		var seg capture.Segment
 		for {
@@ -354,7 +359,7 @@ func drainDecode(src *ebpfsrc.Source, c *bpf.Capture, port uint16) *drainer {
 				d.done <- err
 				return
 			}
-			asm.Add(&seg)
+			pl.Add(&seg)
 			d.n.Add(1)
 		}
 	}()

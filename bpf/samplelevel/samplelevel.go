@@ -1,4 +1,6 @@
-package capture
+// Package samplelevel is the arithmetic of flow sampling levels, shared by
+// the eBPF programs' loader and the capture layer above it.
+package samplelevel
 
 import "math"
 
@@ -12,8 +14,8 @@ import "math"
 const (
 	// LevelsPerHalving is the number of levels that halve the rate.
 	LevelsPerHalving = 16
-	// MaxSampleLevel is the deepest level: about one connection in 244.
-	MaxSampleLevel = 127
+	// Max is the deepest level: about one connection in 244.
+	Max = 127
 	// KeepAll is KeepAt(0): every 16-bit hash is below it.
 	KeepAll = 1 << 16
 )
@@ -24,11 +26,11 @@ func KeepAt(level uint8) uint32 {
 	if level == 0 {
 		return KeepAll
 	}
-	level = min(level, MaxSampleLevel)
+	level = min(level, Max)
 	return uint32(math.Round(KeepAll * math.Exp2(-float64(level)/LevelsPerHalving)))
 }
 
-// SampleRate is the fraction of connections level keeps (1 at level 0).
-func SampleRate(level uint8) float64 {
+// Rate is the fraction of connections level keeps (1 at level 0).
+func Rate(level uint8) float64 {
 	return float64(KeepAt(level)) / KeepAll
 }

@@ -1,0 +1,116 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// TestPrecedence: defaults < file < environment < flags, the file read
+// once, lists from the file and repeatable flags.
+func TestPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.yaml")
+	os.WriteFile(file, []byte("hot-qps: 2000\ncold_ratio: 0.5\nbuckets: 8192\nport: [redis=7000, memcache=7001]\nrules: [{pattern: 'a*', hot-qps: 10}]\nignore: ['x*']\n"), 0o600)
+	c := Default()
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	Register(fs, &c, Section(SecStream)...)
+	Register(fs, &c, Section(SecDetect)...)
+	if err := fs.Parse([]string{"--config", file, "--buckets", "64"}); err != nil {
+		t.Fatal(err)
+	}
+	warn, err := Load(fs, &c, []string{"HOTSNIFF_COLD_RATIO=0.9", "PATH=/bin", "HOTSNIFF_HOT_QSP=5"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Detect.HotQPS != 2000 || c.Detect.ColdRatio != 0.9 || c.Detect.Buckets != 64 || c.Detect.TTL != 60*time.Second {
+		t.Errorf("hot-qps %v (file 2000), cold-ratio %v (env 0.9), buckets %v (flag 64), ttl %v (default 60s)",
+			c.Detect.HotQPS, c.Detect.ColdRatio, c.Detect.Buckets, c.Detect.TTL)
+	}
+	if strings.Join(c.Stream.Ports, ",") != "redis=7000,memcache=7001" {
+		t.Errorf("ports %v", c.Stream.Ports)
+	}
+	if len(c.Detect.Rules) != 1 || c.Detect.Rules[0].HotQPS != 10 || len(c.Detect.Ignore) != 1 {
+		t.Errorf("rules %+v ignore %v", c.Detect.Rules, c.Detect.Ignore)
+	}
+	if len(warn) != 1 || !strings.Contains(warn[0], "HOTSNIFF_HOT_QSP") || !strings.Contains(warn[0], "did you mean HOTSNIFF_HOT_QPS") {
+		t.Errorf("warnings %q: want one naming HOTSNIFF_HOT_QSP and suggesting HOTSNIFF_HOT_QPS", warn)
+	}
+	if !fs.Changed("cold-ratio") || !fs.Changed("hot-qps") || fs.Changed("ttl") {
+		t.Errorf("settings given in the environment or the file must count as set, defaults not")
+	}
+}
+
+// TestOneDefault: every setting of the table has a default in Default()
+// that its flag shows, and a help text; names are unique.
+func TestOneDefault(t *testing.T) {
+	seen := map[string]bool{}
+	c := Default()
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	for _, s := range settings {
+		if seen[s.name] {
+			t.Errorf("setting %s listed twice", s.name)
+		}
+		seen[s.name] = true
+		if s.usage == "" {
+			t.Errorf("setting %s has no help", s.name)
+		}
+		Register(fs, &c, s.name)
+	}
+	for name, want := range map[string]string{"hot-qps": "1000", "ttl": "1m0s", "invalidate-gap": "10ms", "channel-budget": "1000", "nice": "10", "listen": ":9464"} {
+		if got := fs.Lookup(name).DefValue; got != want {
+			t.Errorf("--%s default %q, want %q", name, got, want)
+		}
+	}
+}
+
+// TestErrors: each is one line that says what to do.
+func TestErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--redis-url", "127.0.0.1:20380"}, "want a URL such as redis://127.0.0.1:20380"},
+		{[]string{"--config", "/no/such/file.yaml"}, "check the path given to --config"},
+		{[]string{"--nice", "40"}, "must be between -20 and 19"},
+		{[]string{"--hot-qps", "-1"}, "hot-qps"},
+	} {
+		c := Default()
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		Register(fs, &c, Section(SecPublish)...)
+		Register(fs, &c, Section(SecCapture)...)
+		Register(fs, &c, Section(SecDetect)...)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(fs, &c, nil, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v: %v; want one line containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestBadPortInFileNamesIt: a value the file gets wrong names the file.
+func TestBadPortInFileNamesIt(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(file, []byte("max-flows: lots\n"), 0o600)
+	c := Default()
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	Register(fs, &c, Section(SecStream)...)
+	fs.Parse([]string{"--config", file})
+	if _, err := Load(fs, &c, nil, nil); err == nil || !strings.Contains(err.Error(), file) {
+		t.Errorf("error %v does not name %s", err, file)
+	}
+	os.WriteFile(file, []byte("port: [redis=notaport]\n"), 0o600)
+	c = Default()
+	fs = pflag.NewFlagSet("t", pflag.ContinueOnError)
+	Register(fs, &c, Section(SecStream)...)
+	fs.Parse([]string{"--config", file})
+	if _, err := Load(fs, &c, nil, nil); err == nil || !strings.Contains(err.Error(), "notaport") || !strings.Contains(err.Error(), file) {
+		t.Errorf("error %v does not name the bad port", err)
+	}
+}
