@@ -415,6 +415,9 @@ func (c *Capture) ReplyCopy() uint32 { return c.cfg.ReplyCopy }
 // ReplyHeads reports whether the programs copy only reply heads.
 func (c *Capture) ReplyHeads() bool { return c.cfg.ReplyHeads && !c.cfg.Replies }
 
+// CopiesReplies reports whether the programs copy replies whole.
+func (c *Capture) CopiesReplies() bool { return c.cfg.Replies }
+
 // SetReplySkip tells the programs that user space does not need the reply
 // bytes of the connection server→client with sequence numbers in [start,
 // end) (serial arithmetic): the rest of a value whose header it has read.
@@ -466,7 +469,7 @@ func (c *Capture) Attach(iface string, mode Mode) (*Attachment, error) {
 	loopback := attrs.EncapType == "loopback"
 	if mode == ModeAuto {
 		mode = ModeTC
-		if isPhysical(iface) {
+		if Physical(iface) {
 			mode = ModeXDP
 		}
 	}
@@ -533,9 +536,9 @@ func (a *Attachment) Program(h Hook) *ebpf.Program {
 	return a.objs.HotsniffTcEgress
 }
 
-// isPhysical reports whether iface is backed by a device (a NIC), as opposed
-// to veth, bridge, loopback or tunnel devices.
-func isPhysical(iface string) bool {
+// Physical reports whether iface is backed by a device (a NIC), as opposed
+// to veth, bridge, loopback or tunnel devices: XDP goes there in auto mode.
+func Physical(iface string) bool {
 	_, err := os.Stat(filepath.Join("/sys/class/net", iface, "device"))
 	return err == nil
 }

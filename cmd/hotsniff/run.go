@@ -14,22 +14,19 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/cilium/ebpf/rlimit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/hotsniff/hotsniff/bpf"
-	"github.com/hotsniff/hotsniff/capture"
-	"github.com/hotsniff/hotsniff/capture/afpacket"
+	"github.com/hotsniff/hotsniff/capture/live"
 	"github.com/hotsniff/hotsniff/config"
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/event"
@@ -121,10 +118,7 @@ type daemon struct {
 	target  *publish.Target
 	stdout  io.Writer
 
-	src         capture.Source
-	bpfCap      *bpf.Capture
-	afp         *afpacket.Source
-	modeName    string
+	cap         *live.Capture
 	pl          *pipeline.Pipeline
 	lastMetrics time.Time
 	lat         []time.Duration
@@ -173,11 +167,13 @@ func (d *daemon) run(ctx context.Context) error {
 		return err
 	}
 	d.col = metrics.New()
-	heads := d.bpfCap != nil && d.bpfCap.ReplyHeads()
+	// The capabilities of the capture, looked up once.
+	skips := d.cap.ReplySkips()
+	heads := skips != nil
 	if heads {
 		// The programs copy reply heads; large values are skipped in the
 		// kernel once the reply parser has read their header.
-		c := d.bpfCap
+		c := skips
 		d.cfg.Stream.Config.SkipNotify = 2 * int(c.ReplyCopy())
 		d.cfg.Stream.Config.OnSkip = func(f *decode.Flow, start, end uint32) {
 			if err := c.SetReplySkip(f.Server, f.Client, start, end); err != nil && !d.skipErr {
@@ -187,9 +183,9 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 	}
 	pl, err := pipeline.New(pipeline.Config{Ports: d.ports, Stream: d.cfg.Stream.Config, Detect: &d.cfg.Detect.Config, Emitter: em,
-		RequestsOnly: d.bpfCap != nil && !heads && !d.cfg.Capture.Replies})
+		RequestsOnly: d.cap.RequestsOnly()})
 	if err != nil {
-		d.src.Close()
+		d.cap.Close()
 		return usageError{err}
 	}
 	if heads {
@@ -203,7 +199,7 @@ func (d *daemon) run(ctx context.Context) error {
 	if d.cfg.HTTP.Listen != "" {
 		srv, err = d.serve()
 		if err != nil {
-			d.src.Close()
+			d.cap.Close()
 			return err
 		}
 	}
@@ -212,19 +208,19 @@ func (d *daemon) run(ctx context.Context) error {
 	done := make(chan error, 1)
 	d.beat.Store(time.Now().UnixNano()) // /healthz is ok before the first tick
 	go func() {
-		done <- pl.Run(d.src, pipeline.LiveOptions{TickEvery: tickEvery, OnTick: func(_, now time.Time) { d.tick(now, pub) }})
+		done <- pl.Run(d.cap, pipeline.LiveOptions{TickEvery: tickEvery, OnTick: func(_, now time.Time) { d.tick(now, pub) }})
 	}()
 	d.running.Store(true)
-	d.log.Info("capturing", "mode", d.modeName, "ports", d.ports.List(), "listen", d.cfg.HTTP.Listen, "publish", d.target != nil)
+	d.log.Info("capturing", "mode", d.cap.Mode(), "ports", d.ports.List(), "listen", d.cfg.HTTP.Listen, "publish", d.target != nil)
 
 	var perr error
 	select {
 	case <-ctx.Done():
 		d.log.Info("stopping")
-		d.src.Close() // unblocks Next with io.EOF and detaches the programs
+		d.cap.Close() // unblocks Next with io.EOF and detaches the programs
 		perr = <-done
 	case perr = <-done:
-		d.src.Close()
+		d.cap.Close()
 	}
 	d.running.Store(false)
 	pl.Flush() // merged invalidates still waiting for their interval
@@ -248,92 +244,6 @@ func (d *daemon) run(ctx context.Context) error {
 }
 
 var errLostOnClose = errors.New("Redis did not take them before the shutdown deadline")
-
-// openCapture attaches eBPF at the cgroup root or on the interfaces (see
-// capturemode.go), or opens AF_PACKET.
-func (d *daemon) openCapture() error {
-	ports := d.ports.List()
-	cfg := bpf.Config{Ports: ports, RingSize: d.cfg.Capture.RingSize, MaxCopy: uint32(d.cfg.Capture.MaxCopy), Replies: d.cfg.Capture.Replies,
-		ReplyHeads: !d.cfg.Capture.Replies && d.cfg.Capture.ReplyCopy > 0, ReplyCopy: uint32(max(d.cfg.Capture.ReplyCopy, 0)), Logger: d.base}
-	if d.mode != bpf.ModeAFPacket {
-		// Kernels before 5.11 charge BPF maps to the locked memory limit;
-		// later ones ignore it. Without CAP_SYS_RESOURCE this fails and
-		// the permission error below says what to do.
-		_ = rlimit.RemoveMemlock()
-	}
-	if d.chooseCgroup() {
-		err := d.openCgroup(cfg)
-		if err == nil {
-			return nil
-		}
-		if d.mode == bpf.ModeCgroup {
-			return privilegeError("start cgroup capture", "ebpf", err)
-		}
-		d.log.Warn("cgroup capture unavailable, capturing on interfaces", "err", err)
-	}
-	names, patterns, err := d.ifaceSpec()
-	if err != nil {
-		return err
-	}
-	if d.mode != bpf.ModeAFPacket {
-		err := d.openInterfaces(cfg, names, patterns)
-		if err == nil {
-			return nil
-		}
-		if d.mode != bpf.ModeAuto {
-			return privilegeError(fmt.Sprintf("start %s capture", d.mode), "ebpf", err)
-		}
-		d.log.Warn("eBPF unavailable, falling back to AF_PACKET", "err", privilegeError("start eBPF capture", "ebpf", err))
-	}
-	ifaces, err := expand(names, patterns)
-	if err != nil {
-		return err
-	}
-	if len(ifaces) == 0 {
-		return usagef("no interface matches --iface %v", patterns)
-	}
-	if len(patterns) > 0 {
-		d.log.Warn("afpacket captures the interfaces matching --iface patterns at start only; interfaces created later need an eBPF mode", "ifaces", ifaces)
-	}
-	src, err := afpacket.Open(afpacket.Config{Ifaces: ifaces, Ports: ports, Blocks: max(1, cmp.Or(d.cfg.Capture.RingSize, afpacketRingSize)/(1<<20)), Logger: d.base})
-	if err != nil {
-		if d.mode == bpf.ModeAuto && errors.Is(err, os.ErrPermission) {
-			return privilegeError("start capture (eBPF, then AF_PACKET)", "auto", err)
-		}
-		return privilegeError("start afpacket capture", "afpacket", err)
-	}
-	d.src, d.afp, d.modeName = src, src, "afpacket"
-	return nil
-}
-
-// defaultIfaces picks the interfaces a cache node's traffic arrives on: the
-// physical ones that are up, or else every non-loopback one that is up.
-func defaultIfaces() ([]string, error) {
-	all, err := net.Interfaces()
-	if err != nil {
-		return nil, fmt.Errorf("list interfaces: %w", err)
-	}
-	var phys, up []string
-	for _, i := range all {
-		if i.Flags&net.FlagUp == 0 || i.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		up = append(up, i.Name)
-		if _, err := os.Stat(filepath.Join("/sys/class/net", i.Name, "device")); err == nil {
-			phys = append(phys, i.Name)
-		}
-	}
-	if len(phys) > 0 {
-		return phys, nil
-	}
-	if len(up) == 0 {
-		return nil, usagef("no interface to capture on: pass --iface")
-	}
-	return up, nil
-}
-
-// afpacketRingSize is the default AF_PACKET ring per interface.
-const afpacketRingSize = 32 << 20
 
 // tickEvery is how often the pipeline expires flows, lets the detector see
 // time pass without traffic, and refreshes what HTTP and metrics read.
@@ -419,33 +329,31 @@ func copyMap[K comparable](src map[K]uint64, dst map[K]uint64) map[K]uint64 {
 
 // captureStats reads the kernel-side counters of the capture.
 func (d *daemon) captureStats() []metrics.CaptureStat {
-	var out []metrics.CaptureStat
-	switch {
-	case d.bpfCap != nil:
-		cs, err := d.bpfCap.Counters()
-		if err != nil {
-			d.log.Warn("read eBPF counters", "err", err)
-		}
-		for _, c := range cs {
-			out = append(out, metrics.CaptureStat{
-				Iface: c.Iface, Mode: string(c.Mode), Packets: c.Packets,
-				Dropped:        map[string]uint64{"ringbuf_full": c.RingbufFull, "kernel": c.LoadErrors},
-				TruncatedBytes: c.Truncated,
-			})
-		}
-	case d.afp != nil:
-		cs, err := d.afp.Counters()
-		if err != nil {
-			d.log.Warn("read AF_PACKET counters", "err", err)
-		}
-		for _, c := range cs {
-			out = append(out, metrics.CaptureStat{
-				Iface: c.Iface, Mode: "afpacket", Packets: c.Packets,
-				Dropped: map[string]uint64{"kernel": c.KernelDrops},
-			})
-		}
+	cs, err := d.cap.Counters()
+	if err != nil {
+		d.log.Warn("read capture counters", "err", err)
+	}
+	out := make([]metrics.CaptureStat, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, metrics.CaptureStat{Iface: c.Iface, Mode: c.Mode, Packets: c.Packets, Dropped: c.Dropped, TruncatedBytes: c.TruncatedBytes})
 	}
 	return out
+}
+
+// openCapture opens the live capture the settings ask for.
+func (d *daemon) openCapture() error {
+	c := d.cfg.Capture
+	cp, err := live.Open(live.Config{Mode: d.mode, Ifaces: c.Ifaces, CgroupPath: c.CgroupPath, Ports: d.ports.List(),
+		RingSize: c.RingSize, MaxCopy: c.MaxCopy, Replies: c.Replies, ReplyCopy: c.ReplyCopy, Logger: d.base})
+	var u *live.UsageError
+	if errors.As(err, &u) {
+		return usageError{err}
+	}
+	if err != nil {
+		return err
+	}
+	d.cap = cp
+	return nil
 }
 
 // serve starts the HTTP endpoints: metrics, the hot set, health.
@@ -500,7 +408,7 @@ func (d *daemon) readyz(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "capture not running", http.StatusServiceUnavailable)
 		return
 	}
-	fmt.Fprintf(w, "ready: capturing with %s\n", d.modeName)
+	fmt.Fprintf(w, "ready: capturing with %s\n", d.cap.Mode())
 }
 
 // hotkeysDoc is the /hotkeys document: the current hot set as events.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hotsniff/hotsniff/bpf/samplelevel"
+	"github.com/hotsniff/hotsniff/capture/live"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -23,7 +24,7 @@ import (
 // one halving per dwell. It also measures the fraction of requests the
 // capture really copies, for the detector's scaling.
 type sampler struct {
-	c      *bpf.Capture
+	c      live.Sampler
 	ctl    *budget.Controller
 	budget float64
 	stats  io.Closer // BPF run-time accounting, on while the daemon runs
@@ -43,13 +44,14 @@ type sampler struct {
 
 // startSampler sets up flow sampling for an eBPF capture (nil otherwise).
 func (d *daemon) startSampler() *sampler {
-	if d.bpfCap == nil {
+	ctl := d.cap.Sampler()
+	if ctl == nil {
 		if d.cfg.Capture.MaxCPU > 0 {
 			d.log.Warn("--max-cpu needs an eBPF capture (sampling happens in the kernel programs); AF_PACKET runs unbounded")
 		}
 		return nil
 	}
-	s := &sampler{c: d.bpfCap, budget: d.cfg.Capture.MaxCPU, resume: d.cfg.Stream.IdleTimeout}
+	s := &sampler{c: ctl, budget: d.cfg.Capture.MaxCPU, resume: d.cfg.Stream.IdleTimeout}
 	target := math.Inf(1)
 	if d.cfg.Capture.MaxCPU > 0 {
 		target = d.cfg.Capture.MaxCPU

@@ -1,12 +1,10 @@
-package main
+package live
 
 import (
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -25,22 +23,22 @@ func isPattern(s string) bool { return strings.ContainsAny(s, "*?[") }
 // asked (--capture cgroup), or in auto mode with no --iface given where a
 // cgroup v2 hierarchy is mounted. It logs one line saying what was chosen
 // and why.
-func (d *daemon) chooseCgroup() bool {
+func (d *opener) chooseCgroup() bool {
 	switch {
 	case d.mode == bpf.ModeCgroup:
 		d.log.Info("capture mode chosen", "mode", "cgroup", "reason", "--capture cgroup")
-		if len(d.cfg.Capture.Ifaces) > 0 {
-			d.log.Warn("--iface is ignored with --capture cgroup: every socket on the host is captured", "iface", d.cfg.Capture.Ifaces)
+		if len(d.cfg.Ifaces) > 0 {
+			d.log.Warn("--iface is ignored with --capture cgroup: every socket on the host is captured", "iface", d.cfg.Ifaces)
 		}
 		return true
 	case d.mode != bpf.ModeAuto:
 		d.log.Info("capture mode chosen", "mode", d.mode, "reason", "--capture "+string(d.mode))
 		return false
-	case len(d.cfg.Capture.Ifaces) > 0:
+	case len(d.cfg.Ifaces) > 0:
 		d.log.Info("capture mode chosen", "mode", "interfaces (xdp on NICs, tc elsewhere)", "reason", "--iface given")
 		return false
 	}
-	root, err := bpf.CgroupRoot(d.cfg.Capture.CgroupPath)
+	root, err := bpf.CgroupRoot(d.cfg.CgroupPath)
 	if err != nil {
 		d.log.Info("capture mode chosen", "mode", "interfaces (xdp on NICs, tc elsewhere)", "reason", err.Error())
 		return false
@@ -51,12 +49,12 @@ func (d *daemon) chooseCgroup() bool {
 }
 
 // openCgroup attaches the cgroup_skb programs.
-func (d *daemon) openCgroup(cfg bpf.Config) error {
+func (d *opener) openCgroup(cfg bpf.Config) error {
 	c, err := bpf.Open(cfg)
 	if err != nil {
 		return err
 	}
-	if _, err := c.AttachCgroup(d.cfg.Capture.CgroupPath); err != nil {
+	if _, err := c.AttachCgroup(d.cfg.CgroupPath); err != nil {
 		c.Close()
 		return err
 	}
@@ -65,14 +63,14 @@ func (d *daemon) openCgroup(cfg bpf.Config) error {
 		c.Close()
 		return err
 	}
-	d.src, d.bpfCap, d.modeName = src, c, string(bpf.ModeCgroup)
+	d.out = &Capture{Source: src, mode: string(bpf.ModeCgroup), bpf: c}
 	return nil
 }
 
 // ifaceSpec splits --iface values (or the defaults) into exact names, which
 // must exist now, and patterns, which may match nothing yet.
-func (d *daemon) ifaceSpec() (names, patterns []string, err error) {
-	given := d.cfg.Capture.Ifaces
+func (d *opener) ifaceSpec() (names, patterns []string, err error) {
+	given := d.cfg.Ifaces
 	if len(given) == 0 {
 		phys, err := defaultIfaces()
 		if err != nil && !isUsage(err) {
@@ -82,7 +80,7 @@ func (d *daemon) ifaceSpec() (names, patterns []string, err error) {
 		d.log.Info("no --iface given", "ifaces", phys, "patterns", ifwatch.DefaultPodPatterns)
 	}
 	if err := ifwatch.ValidatePatterns(given); err != nil {
-		return nil, nil, usageError{fmt.Errorf("--iface: %w", err)}
+		return nil, nil, &UsageError{fmt.Errorf("--iface: %w", err)}
 	}
 	for _, name := range given {
 		if isPattern(name) {
@@ -90,7 +88,7 @@ func (d *daemon) ifaceSpec() (names, patterns []string, err error) {
 			continue
 		}
 		if _, err := net.InterfaceByName(name); err != nil {
-			return nil, nil, usagef("--iface %s: %v", name, err)
+			return nil, nil, &UsageError{fmt.Errorf("--iface %s: no such network interface on this node (ip link lists them; a pattern such as 'veth*' may match none yet)", name)}
 		}
 		names = append(names, name)
 	}
@@ -98,7 +96,7 @@ func (d *daemon) ifaceSpec() (names, patterns []string, err error) {
 }
 
 func isUsage(err error) bool {
-	var u usageError
+	var u *UsageError
 	return errors.As(err, &u)
 }
 
@@ -182,16 +180,14 @@ func (a *ifaceAttacher) Down(name string, index int) {
 	a.log.Info("capture detached", "iface", name)
 }
 
-// physical reports whether iface is backed by a device (a NIC).
-func physical(iface string) bool {
-	_, err := os.Stat(filepath.Join("/sys/class/net", iface, "device"))
-	return err == nil
-}
+// physical reports whether iface is backed by a device (a NIC): the one
+// test of it (the loader asks the same of an interface it attaches XDP to).
+func physical(iface string) bool { return bpf.Physical(iface) }
 
 // openInterfaces attaches to the named interfaces and to every interface
 // matching the patterns, now and as they appear, until the source closes.
 // An interface named exactly that fails to attach fails the start.
-func (d *daemon) openInterfaces(cfg bpf.Config, names, patterns []string) error {
+func (d *opener) openInterfaces(cfg bpf.Config, names, patterns []string) error {
 	c, err := bpf.Open(cfg)
 	if err != nil {
 		return err
@@ -237,7 +233,7 @@ func (d *daemon) openInterfaces(cfg bpf.Config, names, patterns []string) error 
 		c.Close()
 		return err
 	}
-	d.src, d.bpfCap, d.modeName = &watchedSource{Source: src, w: w, shared: h.shared}, c, string(d.mode)
+	d.out = &Capture{Source: &watchedSource{Source: src, w: w, shared: h.shared}, mode: string(d.mode), bpf: c}
 	return nil
 }
 
