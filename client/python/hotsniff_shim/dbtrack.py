@@ -1,0 +1,133 @@
+"""Which DB each connection of a client's pool is on.
+
+redis-py does not track it: ``r.select(1)`` on a pooled client moves one
+pooled connection to DB 1 and gives it back to the pool; a single-connection
+client moves its one connection; a pipeline's ``SELECT`` moves the
+connection the pipeline used; and a reconnect silently goes back to the
+pool's DB. So the shim watches what every connection of the pool sends: the
+commands a connection packs (``SELECT n``, ``RESET``) and its (re)connects.
+Every command goes through the connection's ``pack_command``, whatever
+path sent it (a typed command, ``execute_command``, a pipeline, a
+transaction, ``Redis.client()``), so no SELECT is missed.
+
+The cache serves a read locally only while no connection of the pool is on
+another DB than the one the cache is for (for a pool, the connection a read
+would take cannot be known in advance), and a refresh read goes through a
+connection checked to be on that DB.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Optional
+
+_ATTR = "_hotsniff_db"
+_UNKNOWN = -1
+
+
+def _db_arg(args: tuple) -> Optional[int]:
+    """The DB a SELECT/RESET moves the connection to; _UNKNOWN when the
+    argument cannot be read; None when the command does not move it."""
+    if not args:
+        return None
+    name = args[0]
+    if isinstance(name, (bytes, bytearray)):
+        name = bytes(name).decode("latin-1")
+    if not isinstance(name, str) or len(name) not in (5, 6):
+        return None
+    u = name.upper()
+    if u == "RESET":
+        return 0
+    if u != "SELECT":
+        return None
+    if len(args) != 2:
+        return _UNKNOWN
+    a = args[1]
+    if isinstance(a, (bytes, bytearray)):
+        a = bytes(a).decode("latin-1")
+    try:
+        n = int(a)
+    except (TypeError, ValueError):
+        return _UNKNOWN
+    return n if n >= 0 else _UNKNOWN
+
+
+class DBTracker:
+    """Tracks the connections of one pool (sync or asyncio)."""
+
+    def __init__(self, pool: Any, db: int, is_async: bool = False) -> None:
+        self.pool = pool
+        self.db = db
+        self.is_async = is_async
+        self.lock = threading.Lock()
+        self.foreign: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._orig_make = pool.make_connection
+        pool.make_connection = self._make_connection
+        for c in list(getattr(pool, "_available_connections", ())) + list(getattr(pool, "_in_use_connections", ())):
+            self.watch(c)
+
+    def ok(self) -> bool:
+        """No connection of the pool is on another DB."""
+        return not self.foreign
+
+    def conn_ok(self, conn: Any) -> bool:
+        return getattr(conn, _ATTR, self.db) == self.db and conn not in self.foreign
+
+    def close(self) -> None:
+        if self.pool.__dict__.get("make_connection") == self._make_connection:
+            del self.pool.__dict__["make_connection"]
+
+    def _make_connection(self) -> Any:
+        c = self._orig_make()
+        self.watch(c)
+        return c
+
+    def _set(self, conn: Any, db: int) -> None:
+        setattr(conn, _ATTR, db)
+        with self.lock:
+            if db == self.db:
+                self.foreign.discard(conn)
+            else:
+                self.foreign.add(conn)
+
+    def watch(self, conn: Any) -> None:
+        """Wrap conn's pack_command and connect (instance attributes:
+        the class is untouched)."""
+        if conn is None or _ATTR in conn.__dict__:
+            return
+        # A connection is on its own configured DB until it says otherwise
+        # (a connection created from other kwargs says so here).
+        setattr(conn, _ATTR, int(getattr(conn, "db", 0) or 0))
+        if getattr(conn, _ATTR) != self.db:
+            self._set(conn, getattr(conn, _ATTR))
+        tracker = self
+        ref = weakref.ref(conn)
+        orig_pack = conn.pack_command
+
+        def pack_command(*args: Any) -> Any:
+            db = _db_arg(args)
+            if db is not None:
+                c = ref()
+                if c is not None:
+                    tracker._set(c, db)
+            return orig_pack(*args)
+
+        conn.pack_command = pack_command
+        # A (re)connect starts a new session on DB 0, and redis-py's
+        # on_connect then SELECTs the connection's configured DB (seen by
+        # pack_command above): what a reconnect after a SELECT leads to.
+        orig_connect = conn.connect
+        if self.is_async:
+            async def connect(*a: Any, **kw: Any) -> Any:
+                c = ref()
+                if c is not None and not c.is_connected:
+                    tracker._set(c, 0)
+                return await orig_connect(*a, **kw)
+        else:
+            def connect(*a: Any, **kw: Any) -> Any:
+                c = ref()
+                if c is not None and getattr(c, "_sock", None) is None:
+                    tracker._set(c, 0)
+                return orig_connect(*a, **kw)
+        conn.connect = connect
