@@ -19,7 +19,6 @@ connection checked to be on that DB.
 from __future__ import annotations
 
 import threading
-import weakref
 from typing import Any, Optional
 
 _ATTR = "_hotsniff_db"
@@ -61,7 +60,9 @@ class DBTracker:
         self.db = db
         self.is_async = is_async
         self.lock = threading.Lock()
-        self.foreign: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        # Strong references (asyncio connections cannot be weakly
+        # referenced); connections the pool no longer has are pruned.
+        self.foreign: set = set()
         self._orig_make = pool.make_connection
         pool.make_connection = self._make_connection
         for c in list(getattr(pool, "_available_connections", ())) + list(getattr(pool, "_in_use_connections", ())):
@@ -69,7 +70,22 @@ class DBTracker:
 
     def ok(self) -> bool:
         """No connection of the pool is on another DB."""
+        if not self.foreign:
+            return True
+        self._prune()
         return not self.foreign
+
+    def _prune(self) -> None:
+        pool = self.pool
+        try:
+            live = set(map(id, getattr(pool, "_available_connections", ()) or ()))
+            live.update(map(id, getattr(pool, "_in_use_connections", ()) or ()))
+        except RuntimeError:  # changed while copied: try next time
+            return
+        with self.lock:
+            for c in list(self.foreign):
+                if id(c) not in live:
+                    self.foreign.discard(c)
 
     def conn_ok(self, conn: Any) -> bool:
         return getattr(conn, _ATTR, self.db) == self.db and conn not in self.foreign
@@ -102,15 +118,12 @@ class DBTracker:
         if getattr(conn, _ATTR) != self.db:
             self._set(conn, getattr(conn, _ATTR))
         tracker = self
-        ref = weakref.ref(conn)
         orig_pack = conn.pack_command
 
         def pack_command(*args: Any) -> Any:
             db = _db_arg(args)
             if db is not None:
-                c = ref()
-                if c is not None:
-                    tracker._set(c, db)
+                tracker._set(conn, db)
             return orig_pack(*args)
 
         conn.pack_command = pack_command
@@ -120,14 +133,12 @@ class DBTracker:
         orig_connect = conn.connect
         if self.is_async:
             async def connect(*a: Any, **kw: Any) -> Any:
-                c = ref()
-                if c is not None and not c.is_connected:
-                    tracker._set(c, 0)
+                if not conn.is_connected:
+                    tracker._set(conn, 0)
                 return await orig_connect(*a, **kw)
         else:
             def connect(*a: Any, **kw: Any) -> Any:
-                c = ref()
-                if c is not None and getattr(c, "_sock", None) is None:
-                    tracker._set(c, 0)
+                if getattr(conn, "_sock", None) is None:
+                    tracker._set(conn, 0)
                 return orig_connect(*a, **kw)
         conn.connect = connect
