@@ -94,6 +94,9 @@ class SyncAdapter:
     def key(self, k: Any) -> bytes:
         return k if isinstance(k, bytes) else self.encoder.encode(k)
 
+    def housekeep(self, now: float) -> None:
+        pass
+
     # -- namespaces ----------------------------------------------------------------
     def here(self) -> bool:
         """The connection a read would go through is on the cache's DB."""
