@@ -13,19 +13,40 @@ import pytest
 import redis
 
 
-def free_port():
+def _bindable(p):
     s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+    try:
+        s.bind(("127.0.0.1", p))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def free_port(cluster=False):
+    """A free port; for a cluster node one whose bus port (port + 10000) is
+    free and valid too."""
+    for _ in range(200):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        p = s.getsockname()[1]
+        s.close()
+        if not cluster or (p + 10000 <= 65535 and _bindable(p + 10000)):
+            return p
+        if cluster:
+            # Ephemeral ports are often above 55535: try a low range too.
+            for q in range(20000 + p % 20000, 40000):
+                if _bindable(q) and _bindable(q + 10000):
+                    return q
+    raise RuntimeError("no free port")
 
 
 class Server:
     def __init__(self, *extra, port=None):
         if shutil.which("redis-server") is None:
             pytest.skip("redis-server not installed")
-        self.port = port or free_port()
+        self.port = port or free_port(cluster="--cluster-enabled" in extra)
         self.dir = tempfile.mkdtemp(prefix="hotsniff-py-")
         self.extra = extra
         self.proc = None
@@ -37,13 +58,14 @@ class Server:
              "--appendonly", "no", "--dir", self.dir, *self.extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         c = redis.Redis(port=self.port)
-        for _ in range(500):
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and self.proc.poll() is None:
             try:
                 c.ping()
                 return
             except (redis.ConnectionError, redis.ResponseError):
                 time.sleep(0.01)
-        raise RuntimeError("redis-server on port %d did not start" % self.port)
+        raise RuntimeError("redis-server on port %d did not start (exit %s)" % (self.port, self.proc.poll()))
 
     def stop(self):
         if self.proc is not None:
