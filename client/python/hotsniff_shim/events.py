@@ -215,14 +215,8 @@ def decode_message(payload: Any, secret: Optional[bytes] = None) -> List[Event]:
             raise DecodeError(f"decode batch: {len(evs)} events, at most {MAX_BATCH_EVENTS}")
         if "v" in o:
             _version(o["v"])
-        node = o.get("node")
-        out = []
-        for x in evs:
-            e = Event.from_obj(x)
-            if not e.node and isinstance(node, str):
-                e.node = node
-            out.append(e)
-        return out
+        # Each event is complete, with its own node and seq.
+        return [Event.from_obj(x) for x in evs]
     return [Event.from_obj(o)]
 
 
