@@ -100,10 +100,10 @@ class SyncAdapter:
     # -- namespaces ----------------------------------------------------------------
     def here(self) -> bool:
         """The connection a read would go through is on the cache's DB."""
-        single = getattr(self.client, "connection", None)
+        single = self.client.connection
         if single is not None:
             return self.tracker.conn_ok(single)
-        return self.tracker.ok()
+        return not self.tracker.foreign or self.tracker.ok()
 
     def pipe_here(self) -> bool:
         """Pipelines take a connection from the pool."""
@@ -119,26 +119,35 @@ class SyncAdapter:
         # the reply, so such a read is not served.
         if options and (len(options) > 1 or "keys" not in options):
             return self.write(args, options)
-        u = read_kind(args)
-        if u is None:
+        name = args[0]
+        if type(name) is not str:
             return self.write(args, options)
-        if not self.here():
-            c.m["namespace_passes"] += 1
-            return self.orig_execute(*args, **options)
-        if u == "GET":
-            return self.get(args, options)
-        if u == "MGET":
-            return self.mget(args, options)
-        if u == "HGET":
-            v = self.hash_for(args[1], options)
-            return self.orig_execute(*args, **options) if v is None else v.hidx.get(self.key(args[2]))
-        if u == "HMGET":
-            v = self.hash_for(args[1], options)
-            if v is None:
-                return self.orig_execute(*args, **options)
-            return [v.hidx.get(self.key(f)) for f in args[2:]]
-        v = self.hash_for(args[1], options)
-        return self.orig_execute(*args, **options) if v is None else dict(v.data)
+        u = name.upper()
+        n = len(args)
+        if u == "GET" and n == 2:
+            if self.here():
+                return self.get(args, options)
+        elif u == "HGET" and n == 3:
+            if self.here():
+                v = self.hash_for(args[1], options)
+                return self.orig_execute(*args, **options) if v is None else v.hidx.get(self.key(args[2]))
+        elif u == "MGET" and n >= 2:
+            if self.here():
+                return self.mget(args, options)
+        elif u == "HMGET" and n >= 3:
+            if self.here():
+                v = self.hash_for(args[1], options)
+                if v is None:
+                    return self.orig_execute(*args, **options)
+                return [v.hidx.get(self.key(f)) for f in args[2:]]
+        elif u == "HGETALL" and n == 2:
+            if self.here():
+                v = self.hash_for(args[1], options)
+                return self.orig_execute(*args, **options) if v is None else dict(v.data)
+        else:
+            return self.write(args, options)
+        c.m["namespace_passes"] += 1
+        return self.orig_execute(*args, **options)
 
     def write(self, args: Tuple, options: Dict) -> Any:
         keys, all_ = written_keys(args)
