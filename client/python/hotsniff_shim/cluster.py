@@ -153,29 +153,32 @@ class ClusterAdapter(SyncAdapter):
 
     # -- pipelines: sent whole, writes drop their keys ---------------------------------------
     def pipeline(self, transaction: Any = None, shard_hint: Any = None):
+        """The cluster's pipeline, with every queued write noted (and its
+        keys dropped) as it is queued and again after execute(). Wrapping
+        the pipeline object's own execute_command and execute keeps this
+        independent of how each redis-py version stores the queue."""
         p = self.orig_pipeline(transaction, shard_hint)
-        base = type(p)
-        cls = self.pipe_classes.get(base)
-        if cls is None:
-            cls = type("Shim" + base.__name__, (base,), {"execute": _cluster_pipe_execute})
-            self.pipe_classes[base] = cls
-        p.__class__ = cls
-        p._hotsniff_shim = self
+        a = self
+        written: List[Tuple[List, bool]] = []
+        queue = p.execute_command
+        run = p.execute
+
+        def execute_command(*args: Any, **kwargs: Any) -> Any:
+            keys, all_ = written_keys(args)
+            if keys or all_:
+                a.invalidate_written(keys, all_)
+                written.append((keys, all_))
+            return queue(*args, **kwargs)
+
+        def execute(raise_on_error: bool = True) -> Any:
+            w = list(written)
+            written.clear()
+            try:
+                return run(raise_on_error)
+            finally:
+                for keys, all_ in w:
+                    a.invalidate_written(keys, all_)
+
+        p.execute_command = execute_command
+        p.execute = execute
         return p
-
-
-def _cluster_pipe_execute(self, raise_on_error: bool = True):
-    a: ClusterAdapter = self._hotsniff_shim
-    keys: List = []
-    all_ = False
-    for c in self.command_stack:
-        k, al = written_keys(c.args)
-        keys.extend(k)
-        all_ = all_ or al
-    if not keys and not all_:
-        return super(type(self), self).execute(raise_on_error)
-    a.invalidate_written(keys, all_)
-    try:
-        return super(type(self), self).execute(raise_on_error)
-    finally:
-        a.invalidate_written(keys, all_)

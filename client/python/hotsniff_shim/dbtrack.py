@@ -127,18 +127,47 @@ class DBTracker:
             return orig_pack(*args)
 
         conn.pack_command = pack_command
+        # redis-py 5 and later send single commands through the
+        # connection's command packer, not pack_command.
+        packer = getattr(conn, "_command_packer", None)
+        if packer is not None and not isinstance(packer, _Packer):
+            conn._command_packer = _Packer(packer, lambda db: tracker._set(conn, db))
         # A (re)connect starts a new session on DB 0, and redis-py's
         # on_connect then SELECTs the connection's configured DB (seen by
         # pack_command above): what a reconnect after a SELECT leads to.
-        orig_connect = conn.connect
+        # redis-py 5.2 and later also connect through connect_check_health.
+        for name in ("connect", "connect_check_health"):
+            orig = getattr(conn, name, None)
+            if orig is not None:
+                setattr(conn, name, self._reset_on_connect(conn, orig))
+
+    def _reset_on_connect(self, conn: Any, orig: Any) -> Any:
+        tracker = self
         if self.is_async:
             async def connect(*a: Any, **kw: Any) -> Any:
                 if not conn.is_connected:
                     tracker._set(conn, 0)
-                return await orig_connect(*a, **kw)
+                return await orig(*a, **kw)
         else:
             def connect(*a: Any, **kw: Any) -> Any:
                 if getattr(conn, "_sock", None) is None:
                     tracker._set(conn, 0)
-                return orig_connect(*a, **kw)
-        conn.connect = connect
+                return orig(*a, **kw)
+        return connect
+
+
+class _Packer:
+    """A connection's command packer that notes SELECT/RESET."""
+
+    def __init__(self, inner: Any, note: Any) -> None:
+        self._inner = inner
+        self._note = note
+
+    def pack(self, *args: Any) -> Any:
+        db = _db_arg(args)
+        if db is not None:
+            self._note(db)
+        return self._inner.pack(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)

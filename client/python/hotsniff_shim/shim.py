@@ -177,6 +177,12 @@ class Shim:
         while not self._stop.wait(0.25):
             now = time.monotonic()
             try:
+                # The subscriber reports a lost connection at once when the
+                # client library raises; a stalled one is seen here.
+                if self.sub.synced.is_set():
+                    alive = self.sub.alive()
+                    if alive == self.cache.held:
+                        self.cache.on_channel(alive)
                 self.cache.housekeep(now)
                 self.adapter.housekeep(now)
                 if self.mode != "cluster" and now - last_resolve > 30.0:

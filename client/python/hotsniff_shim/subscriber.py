@@ -109,6 +109,10 @@ class Handler:
         pass
 
 
+#: The subscription is read with this timeout, so a stalled connection is
+#: seen within STALL_AFTER.
+POLL = 0.25
+STALL_AFTER = 1.0
 #: A seq jump the snapshot has not confirmed after this long is undone.
 CONFIRM_AFTER = 5.0
 #: Flapping: this many verdict changes of one key within FLAP_WINDOW hold it.
@@ -191,6 +195,7 @@ class Subscriber:
         self.reload_backoff = retry_delay
         self.last_expire = 0.0
         self.up = False  # the channel is followed (subscribed and snapshot read)
+        self.last_progress = 0.0  # the last time the subscription answered
         self.synced = threading.Event()
         self.stopping = threading.Event()
         self.thread: Optional[threading.Thread] = None
@@ -207,6 +212,13 @@ class Subscriber:
     def hot_set(self) -> List[Event]:
         with self.lock:
             return self.set.live(time.monotonic())
+
+    def alive(self) -> bool:
+        """The channel is followed and its connection answered within
+        STALL_AFTER: a client library that retries a lost connection inside
+        one call (redis-py 6 and later do) reports the loss only after its
+        retries, so a stalled loop counts as down too."""
+        return self.up and time.monotonic() - self.last_progress < STALL_AFTER
 
     def count_bad(self, reason: str, n: int = 1) -> None:
         self.bad[reason] = self.bad.get(reason, 0) + n
@@ -239,12 +251,13 @@ class Subscriber:
 
     def _run(self) -> None:
         backoff, failing, subscribed = 0.1, False, False
+        last_ping = time.monotonic()
         while not self.stopping.is_set():
             try:
                 if self._ps is None:
                     self._ps = self.rdb.pubsub()
                     self._ps.subscribe(self.channel)
-                timeout = self.ping_interval
+                timeout = POLL
                 if self.retry_at:
                     d = self.retry_at - time.monotonic()
                     if d <= 0:
@@ -252,9 +265,18 @@ class Subscriber:
                         continue
                     timeout = min(timeout, d)
                 msg = self._ps.get_message(timeout=timeout)
+                now = time.monotonic()
+                stalled = self.up and now - self.last_progress > STALL_AFTER + timeout
+                self.last_progress = now
+                if stalled:
+                    # The library retried a lost connection inside the call:
+                    # messages may have been missed.
+                    self.log.info("hot-key subscription stalled; reloading snapshot")
+                    self._reload()
                 if msg is None:
                     self._expire()
-                    if self._ps.subscribed:
+                    if self._ps.subscribed and now - last_ping >= self.ping_interval:
+                        last_ping = now
                         self._ps.ping()
                     continue
                 backoff = 0.1
@@ -355,9 +377,9 @@ class Subscriber:
         return False
 
     def _expire(self) -> None:
-        if not self.up:
-            return  # nothing lapses while the channel is down
         now = time.monotonic()
+        if not self.up or now - self.last_expire < 1.0:
+            return  # nothing lapses while the channel is down
         with self.lock:
             self.set.expire(now)
             self.last_expire = now
@@ -427,6 +449,7 @@ class Subscriber:
         with self.lock:
             self.set = hs
             self.last_expire = now
+        self.last_progress = time.monotonic()
         if self.pending:
             self.retry_at = time.monotonic() + self.retry_delay
         self._set_up(True)

@@ -206,7 +206,7 @@ def test_channel_outage_serves_on():
                                      local_ttl=0.05, retry_delay=0.1)
         try:
             assert shim.wait_synced(5)
-            pub.send("k", ttl_ms=1000)
+            pub.send("k", ttl_ms=2500)
             wait(lambda: shim.is_hot("k"), what="hot")
             r.get("k")
             r.get("k")
@@ -215,7 +215,7 @@ def test_channel_outage_serves_on():
             t0 = time.monotonic()
             n = 0
             before = calls(plain, "get")
-            while time.monotonic() - t0 < 2.0:  # twice the entry's ttl
+            while time.monotonic() - t0 < 3.5:  # past the entry's ttl
                 assert r.get("k") in (b"v1", b"v2")
                 n += 1
                 if n == 100:
