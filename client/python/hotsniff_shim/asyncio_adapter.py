@@ -24,7 +24,7 @@ import redis
 from redis.exceptions import ResponseError
 
 from .cache import ACT_FETCH, ACT_HIT, ACT_PASS, KIND_HASH, KIND_STRING, Cache, Ticket, Value, _size
-from .dbtrack import DBTracker
+from .dbtrack import DBTracker, get_connection_args
 from .sync import _NET_ERRORS, NotHere, read_kind
 from .writes import written_keys
 
@@ -123,7 +123,7 @@ class AsyncAdapter:
         if single is not None:
             conn, rel = single, False
         else:
-            conn, rel = await pool.get_connection(cmds[0][0]), True
+            conn, rel = await pool.get_connection(*get_connection_args(pool, cmds[0][0])), True
         lock = None if rel else getattr(cl, "_single_conn_lock", None)
         if lock is not None:
             await lock.acquire()

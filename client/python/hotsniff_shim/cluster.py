@@ -23,6 +23,7 @@ from redis.exceptions import (AskError, ClusterDownError, MovedError, RedisClust
                               TryAgainError)
 
 from .cache import Cache
+from .dbtrack import get_connection_args
 from .events import Event
 from .sync import NotHere, SyncAdapter
 from .writes import written_keys
@@ -142,7 +143,7 @@ class ClusterAdapter(SyncAdapter):
         if node is None:
             raise NotHere()
         r = self.client.get_redis_connection(node)
-        return r, r.connection_pool.get_connection(command), True
+        return r, r.connection_pool.get_connection(*get_connection_args(r.connection_pool, command)), True
 
     def direct(self, key: bytes, cmds: List[Tuple], options: Dict) -> List[Any]:
         res = super().direct(key, cmds, options)

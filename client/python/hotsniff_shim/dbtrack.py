@@ -18,8 +18,9 @@ connection checked to be on that DB.
 
 from __future__ import annotations
 
+import inspect
 import threading
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 _ATTR = "_hotsniff_db"
 _UNKNOWN = -1
@@ -50,6 +51,25 @@ def _db_arg(args: tuple) -> Optional[int]:
     except (TypeError, ValueError):
         return _UNKNOWN
     return n if n >= 0 else _UNKNOWN
+
+
+_NAME_ARG: Dict[type, bool] = {}
+
+
+def get_connection_args(pool: Any, command: str) -> tuple:
+    """The arguments of pool.get_connection: redis-py before 5.3 requires
+    a command name, later versions deprecate it."""
+    t = type(pool)
+    need = _NAME_ARG.get(t)
+    if need is None:
+        try:
+            ps = list(inspect.signature(pool.get_connection).parameters.values())
+            need = bool(ps) and ps[0].kind in (ps[0].POSITIONAL_ONLY, ps[0].POSITIONAL_OR_KEYWORD) \
+                and ps[0].default is ps[0].empty
+        except (TypeError, ValueError):
+            need = True
+        _NAME_ARG[t] = need
+    return (command,) if need else ()
 
 
 class DBTracker:

@@ -22,7 +22,7 @@ from redis.exceptions import ResponseError
 
 from .cache import (ACT_FETCH, ACT_HIT, ACT_PASS, KIND_HASH, KIND_STRING, Cache, Ticket, Value,
                     _size)
-from .dbtrack import DBTracker
+from .dbtrack import DBTracker, get_connection_args
 from .writes import written_keys
 
 #: Commands that change the connection (DB, transaction, auth): a pipeline
@@ -178,7 +178,7 @@ class SyncAdapter:
                 raise NotHere()
             return self.client, single, False
         pool = self.client.connection_pool
-        conn = pool.get_connection(command)
+        conn = pool.get_connection(*get_connection_args(pool, command))
         if not self.tracker.conn_ok(conn):
             pool.release(conn)
             raise NotHere()

@@ -70,7 +70,7 @@ def test_asyncio_reads(port, with_channel_client):
             assert calls(plain, "get") - before <= 2
         finally:
             shim.close()
-            await ar.close()
+            await (ar.aclose() if hasattr(ar, "aclose") else ar.close())
     run(main())
 
 
@@ -104,7 +104,7 @@ def test_asyncio_single_connection_select(port):
             assert wrong == 0
         finally:
             shim.close()
-            await ar.close()
+            await (ar.aclose() if hasattr(ar, "aclose") else ar.close())
     run(main())
 
 
@@ -132,5 +132,5 @@ def test_asyncio_pipeline_write_invalidates(port):
             assert await ar.get(k) == b"new"
         finally:
             shim.close()
-            await ar.close()
+            await (ar.aclose() if hasattr(ar, "aclose") else ar.close())
     run(main())
