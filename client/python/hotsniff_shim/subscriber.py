@@ -34,16 +34,28 @@ def entry_id(e: Event) -> Tuple:
     return (node, e.proto, e.server, e.ns, e.prefix, e.key)
 
 
+#: Entries the hot set holds at most (a forged flood of hot keys cannot
+#: grow it further: new entries are refused and counted).
+MAX_HOT_ENTRIES = 200_000
+
+
 class HotSet:
     """The live entries, by entry id and by (proto, ns, key). Not locked."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_entries: int = MAX_HOT_ENTRIES) -> None:
         self.m: Dict[Tuple, Tuple[Event, float]] = {}
         self.lookup: Dict[Tuple, set] = {}
+        self.max_entries = max_entries
+        self.refused = 0
 
     def put(self, e: Event, now: float) -> None:
         i = entry_id(e)
         if i not in self.m:
+            if len(self.m) >= self.max_entries:
+                self.expire(now)
+                if len(self.m) >= self.max_entries:
+                    self.refused += 1
+                    return
             self.lookup.setdefault((e.proto, e.ns, e.key), set()).add(i)
         # Expiry counts from arrival (local clock), never from e.ts.
         self.m[i] = (e, now + e.ttl_ms / 1000.0 if e.ttl_ms > 0 else 0.0)
@@ -200,7 +212,7 @@ class Subscriber:
         self.stopping = threading.Event()
         self.thread: Optional[threading.Thread] = None
         self.stats = dict(messages=0, stale=0, invalid=0, gaps=0, restarts=0,
-                          reloads=0, reload_errors=0, reconnects=0, log_dropped=0)
+                          reloads=0, reload_errors=0, reconnects=0, log_dropped=0, hot_set_full=0)
         self.bad = {r: 0 for r in BAD_REASONS}
         self._ps = None
 
@@ -343,7 +355,9 @@ class Subscriber:
             self.count_bad("flapping")
         self._remember(e)
         with self.lock:
+            n = self.set.refused
             self.set.apply(e, now)
+            self.stats["hot_set_full"] += self.set.refused - n
             if self.up and now - self.last_expire > 1.0:
                 self.set.expire(now)
                 self.last_expire = now
@@ -442,6 +456,7 @@ class Subscriber:
         hs = HotSet()
         for e in snap.keys:
             hs.put(e, now)
+        self.stats["hot_set_full"] += hs.refused
         for e in self.logbuf:
             q = sec.get(e.node)
             if q is not None and e.seq > q:

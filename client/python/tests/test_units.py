@@ -165,3 +165,14 @@ def test_flapping_holds_false():
     assert applied[5] == (False, True)
     ev.cacheable = False
     assert f.filter(ev, 100.0) and ev.cacheable is False, "applied again after 10 s with no change"
+
+
+def test_hot_set_bounded():
+    hs = HotSet(max_entries=3)
+    for i in range(5):
+        hs.apply(decode_message('{"seq":%d,"type":"hot","proto":"redis","ns":"0","key":"k%d","ttl_ms":1000,"node":"a"}'
+                                % (i + 1, i))[0], 0.0)
+    assert len(hs.m) == 3 and hs.refused == 2
+    # Lapsed entries make room.
+    hs.apply(decode_message('{"seq":9,"type":"hot","proto":"redis","ns":"0","key":"new","ttl_ms":1000,"node":"a"}')[0], 2.0)
+    assert hs.hot_until("redis", "0", b"new", 2.0)[1]
