@@ -131,11 +131,11 @@ def test_forged_seq_jump_undone(live):
 
 def test_flapping_held(live):
     plain, pub, r, shim, k = live
-    for i in range(8):
+    for i in range(9):  # false, true, ..., false: eight changes, the last a false
         pub.send(k, cacheable=(i % 2 == 1))
         time.sleep(0.02)
     time.sleep(0.1)
-    # Verdict changes 1..4 applied, the next false held: the key stays cacheable.
+    # Verdict changes 1..4 applied, the later falses held: the key stays cacheable.
     assert shim.stats()["bad_messages"]["flapping"] >= 1
     assert shim.is_hot(k)
     r.get(k)
