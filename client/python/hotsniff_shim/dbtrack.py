@@ -23,6 +23,7 @@ import threading
 from typing import Any, Dict, Optional
 
 _ATTR = "_hotsniff_db"
+_TRACKER = "_hotsniff_tracker"
 _UNKNOWN = -1
 
 
@@ -128,22 +129,34 @@ class DBTracker:
                 self.foreign.add(conn)
 
     def watch(self, conn: Any) -> None:
-        """Wrap conn's pack_command and connect (instance attributes:
-        the class is untouched)."""
-        if conn is None or _ATTR in conn.__dict__:
+        """Wrap conn's command packing and connect (instance attributes:
+        the class is untouched). The wrappers note into whichever tracker
+        the connection names now, so a shim installed again after close()
+        takes over connections wrapped before."""
+        if conn is None:
             return
+        if hasattr(conn, _TRACKER):
+            setattr(conn, _TRACKER, self)
+            db = getattr(conn, _ATTR, self.db)
+            if db != self.db:
+                self._set(conn, db)
+            return
+        setattr(conn, _TRACKER, self)
         # A connection is on its own configured DB until it says otherwise
         # (a connection created from other kwargs says so here).
         setattr(conn, _ATTR, int(getattr(conn, "db", 0) or 0))
         if getattr(conn, _ATTR) != self.db:
             self._set(conn, getattr(conn, _ATTR))
-        tracker = self
+
+        def note(db: int) -> None:
+            getattr(conn, _TRACKER)._set(conn, db)
+
         orig_pack = conn.pack_command
 
         def pack_command(*args: Any) -> Any:
             db = _db_arg(args)
             if db is not None:
-                tracker._set(conn, db)
+                note(db)
             return orig_pack(*args)
 
         conn.pack_command = pack_command
@@ -151,29 +164,29 @@ class DBTracker:
         # connection's command packer, not pack_command.
         packer = getattr(conn, "_command_packer", None)
         if packer is not None and not isinstance(packer, _Packer):
-            conn._command_packer = _Packer(packer, lambda db: tracker._set(conn, db))
+            conn._command_packer = _Packer(packer, note)
         # A (re)connect starts a new session on DB 0, and redis-py's
         # on_connect then SELECTs the connection's configured DB (seen by
-        # pack_command above): what a reconnect after a SELECT leads to.
+        # the packer above): what a reconnect after a SELECT leads to.
         # redis-py 5.2 and later also connect through connect_check_health.
         for name in ("connect", "connect_check_health"):
             orig = getattr(conn, name, None)
             if orig is not None:
-                setattr(conn, name, self._reset_on_connect(conn, orig))
+                setattr(conn, name, _reset_on_connect(conn, orig, note, self.is_async))
 
-    def _reset_on_connect(self, conn: Any, orig: Any) -> Any:
-        tracker = self
-        if self.is_async:
-            async def connect(*a: Any, **kw: Any) -> Any:
-                if not conn.is_connected:
-                    tracker._set(conn, 0)
-                return await orig(*a, **kw)
-        else:
-            def connect(*a: Any, **kw: Any) -> Any:
-                if getattr(conn, "_sock", None) is None:
-                    tracker._set(conn, 0)
-                return orig(*a, **kw)
-        return connect
+
+def _reset_on_connect(conn: Any, orig: Any, note: Any, is_async: bool) -> Any:
+    if is_async:
+        async def connect(*a: Any, **kw: Any) -> Any:
+            if not conn.is_connected:
+                note(0)
+            return await orig(*a, **kw)
+    else:
+        def connect(*a: Any, **kw: Any) -> Any:
+            if getattr(conn, "_sock", None) is None:
+                note(0)
+            return orig(*a, **kw)
+    return connect
 
 
 class _Packer:

@@ -129,6 +129,10 @@ class Shim:
 
     # -- install -------------------------------------------------------------------
     def _install(self) -> None:
+        other = getattr(self.client, "_hotsniff_shim_installed", None)
+        if other is not None and not other._closed:
+            raise ValueError("hotsniff_shim.install: this client already has a shim installed; close() it first")
+        self.client._hotsniff_shim_installed = self
         self.adapter.install()
         self.sub.start()
         self._house.start()
@@ -144,6 +148,8 @@ class Shim:
         self.cache.closed = True
         self.cache.active = False
         self.adapter.uninstall()
+        if getattr(self.client, "_hotsniff_shim_installed", None) is self:
+            self.client._hotsniff_shim_installed = None
         self._stop.set()
         self.sub.close()
         if self._house.is_alive():

@@ -215,3 +215,28 @@ def test_report_reads_on_the_entry_db(port):
         assert int(cport) == own, "the report went through another connection than the client's own"
         prev = seen[i - 1]
         assert prev[3] == "GET " + k and prev[:3] == (0, addr, cport), (prev, seen[i])
+
+
+def test_installed_again_after_close(port):
+    """A second shim on the same client (after close) follows the
+    connections the first one wrapped; two at once are refused."""
+    k = unique("k")
+    r = redis.Redis(port=port, single_connection_client=True)
+    pub, shim = start(port, r, k)
+    try:
+        import pytest
+        with pytest.raises(ValueError):
+            hotsniff_shim.install(r, channel=pub.channel, channel_client=redis.Redis(port=port))
+    finally:
+        shim.close()
+    shim = hotsniff_shim.install(r, channel=pub.channel, channel_client=redis.Redis(port=port))
+    try:
+        assert shim.wait_synced(5)
+        pub.send(k)
+        warm(r, shim, k, b"db0")
+        r.select(1)
+        assert read_for(r, k, b"db1", 0.2) == 0
+        r.select(0)
+        assert read_for(r, k, b"db0", 0.2) == 0
+    finally:
+        shim.close()
