@@ -456,10 +456,13 @@ class SyncAdapter:
             for _, t in plan:
                 self.cache.fetch_failed(t)
             raise
+        # A pooled connection that moved to another DB while this pipeline
+        # took its connection: nothing it read is stored.
+        here = self.pipe_here()
         for (_, t), r in zip(plan, res):
             if t is None:
                 continue
-            if isinstance(r, Exception):
+            if isinstance(r, Exception) or not here:
                 self.cache.fetch_failed(t)
             else:
                 self.cache.store_value(t, r)

@@ -176,3 +176,40 @@ def test_hot_set_bounded():
     # Lapsed entries make room.
     hs.apply(decode_message('{"seq":9,"type":"hot","proto":"redis","ns":"0","key":"new","ttl_ms":1000,"node":"a"}')[0], 2.0)
     assert hs.hot_until("redis", "0", b"new", 2.0)[1]
+
+
+def test_decode_mutations_only_decode_errors():
+    """Random mutations of real messages, snapshots and envelopes: every
+    outcome is events or one DecodeError, never another exception."""
+    import random
+    from hotsniff_shim.events import sign
+    rnd = random.Random(26)
+    seeds = [
+        b'{"v":1,"seq":3,"type":"hot","proto":"redis","server":"1.2.3.4:6379","ns":"0","key":"k","qps":1.5,'
+        b'"ttl_ms":60000,"ts":"x","source":"detected","node":"n","cacheable":false,"sample":0.25}',
+        b'{"v":2,"node":"n","events":[{"seq":1,"type":"hot","key_b64":"/w=="},{"seq":2,"type":"cold","key":"a"}]}',
+        sign(b"s", b'{"v":1,"seq":1,"type":"hot","key":"k"}'),
+    ]
+    tokens = [b"1e400", b"-1", b"NaN", b"Infinity", b"9" * 400, b"null", b"[]", b"{}", b'"x"', b"true", b"\xff", b"0.5"]
+    n = 0
+    for _ in range(4000):
+        b = bytearray(rnd.choice(seeds))
+        for _ in range(rnd.randint(1, 4)):
+            op = rnd.random()
+            i = rnd.randrange(len(b))
+            if op < 0.4:
+                b[i] = rnd.randrange(256)
+            elif op < 0.7:
+                b[i:i] = rnd.choice(tokens)
+            else:
+                del b[i:i + rnd.randint(1, 8)]
+        for fn in (lambda x: decode_message(x), lambda x: decode_message(x, b"s"), lambda x: decode_snapshot(x)):
+            try:
+                fn(bytes(b))
+                n += 1
+            except DecodeError:
+                pass
+    assert n > 0
+    deep = b"[" * 200000 + b"]" * 200000
+    with pytest.raises(DecodeError):
+        decode_message(deep)
