@@ -1,14 +1,25 @@
 """The conformance adapter: drives this shim for client/conformance.
 
-Run as ``python3 -m hotsniff_shim.conformance_adapter CONFIG_JSON``. It
-installs the shim on a redis-py client, prints {"ready":true} once the first
-snapshot is loaded, then answers one JSON request per stdin line with one
-JSON line on stdout. The protocol is described in client/conformance/README.md.
+Not part of the shim's API: it ships in the package only so that the Go
+suite can run it as ``python3 -m hotsniff_shim.conformance_adapter
+CONFIG_JSON``. It installs the shim on a redis-py client, prints
+{"ready":true} once the first snapshot is loaded, then answers one JSON
+request per stdin line with one JSON line on stdout. The protocol is
+described in client/conformance/README.md.
+
+The configuration's ``"mode"`` picks the client: ``"sync"`` (default: a
+pooled redis.Redis), ``"single"`` (redis.Redis with
+single_connection_client=True), ``"asyncio"`` (redis.asyncio.Redis, driven
+on an event loop thread) or ``"cluster"`` (redis.cluster.RedisCluster, with
+``cache`` one node of the cluster). ``"channel_secret"`` (a string) is
+passed as ``channel_secret``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import inspect
 import json
 import logging
 import sys
@@ -28,21 +39,99 @@ def _s(v):
     return v
 
 
-def main() -> int:
-    cfg = json.loads(sys.argv[1])
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO)
+class Syncify:
+    """A redis.asyncio client (or pipeline) called like a sync one: every
+    awaitable result is run on the adapter's event loop thread."""
+
+    def __init__(self, obj, loop):
+        self._obj = obj
+        self._loop = loop
+
+    def _run(self, res):
+        if inspect.isawaitable(res):
+            async def aw():
+                return await res
+            res = asyncio.run_coroutine_threadsafe(aw(), self._loop).result()
+        return res
+
+    def __getattr__(self, name):
+        a = getattr(self._obj, name)
+        if not callable(a):
+            return a
+
+        def f(*args, **kw):
+            res = self._run(a(*args, **kw))
+            if res is self._obj or type(res).__name__.endswith("Pipeline"):
+                return Syncify(res, self._loop)
+            return res
+        return f
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.reset()
+
+
+class Locked:
+    """A single-connection redis-py 4 client is not thread-safe: the
+    adapter's concurrent ops (burst, load) take turns, as an application
+    sharing one connection must."""
+
+    def __init__(self, obj):
+        self._obj = obj
+        self._lock = threading.RLock()
+
+    def __getattr__(self, name):
+        a = getattr(self._obj, name)
+        if not callable(a) or name == "pipeline":
+            return a
+
+        def f(*args, **kw):
+            with self._lock:
+                return a(*args, **kw)
+        return f
+
+
+def clients(cfg):
+    """(client to install on, the object ops call, a plain client)."""
+    mode = cfg.get("mode") or "sync"
     host, port = cfg["cache"].rsplit(":", 1)
     kw = {}
     if cfg.get("username"):
         kw["username"] = cfg["username"]
     if cfg.get("password"):
         kw["password"] = cfg["password"]
-    r = redis.Redis(host=host, port=int(port), db=int(cfg.get("db", 0)), **kw)
-    plain = redis.Redis(host=host, port=int(port), db=int(cfg.get("db", 0)), **kw)
+    if mode == "cluster":
+        from redis.cluster import RedisCluster
+        r = RedisCluster(host=host, port=int(port), **kw)
+        return r, r, RedisCluster(host=host, port=int(port), **kw)
+    db = int(cfg.get("db", 0))
+    plain = redis.Redis(host=host, port=int(port), db=db, **kw)
+    if mode == "single":
+        r = redis.Redis(host=host, port=int(port), db=db, single_connection_client=True, **kw)
+        return r, Locked(r), plain
+    if mode == "asyncio":
+        import redis.asyncio as aioredis
+        loop = asyncio.new_event_loop()
+        threading.Thread(target=loop.run_forever, name="adapter-loop", daemon=True).start()
+        r = aioredis.Redis(host=host, port=int(port), db=db, **kw)
+        return r, Syncify(r, loop), plain
+    if mode != "sync":
+        raise SystemExit("conformance adapter: unknown mode %r (sync, single, asyncio, cluster)" % mode)
+    return redis.Redis(host=host, port=int(port), db=db, **kw), None, plain
+
+
+def main() -> int:
+    cfg = json.loads(sys.argv[1])
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO)
+    target, facade, plain = clients(cfg)
+    r = facade if facade is not None else target
     chost, cport = cfg["channel_addr"].rsplit(":", 1)
     ch = redis.Redis(host=chost, port=int(cport))
     shim = install(
-        r, channel_client=ch, channel=cfg.get("channel", "hotsniff:hotkeys"),
+        target, channel_client=ch, channel=cfg.get("channel", "hotsniff:hotkeys"),
+        channel_secret=cfg.get("channel_secret") or None,
         servers=cfg.get("servers") or (), any_server=bool(cfg.get("any_server")),
         local_ttl=cfg.get("local_ttl_ms", 50) / 1000.0,
         stale_grace=cfg.get("stale_grace_ms", 100) / 1000.0,
@@ -131,7 +220,8 @@ def main() -> int:
                 st = shim.stats()
                 out = {"entries": st["entries"], "hot_keys": st["hot_keys"], "hot_mode": st["hot_mode"],
                        "hits": st["hits"] + st["stale_hits"], "reloads": st["channel_reloads"],
-                       "messages": st["channel_messages"]}
+                       "messages": st["channel_messages"], "bad_messages": st["bad_messages"],
+                       "channel_up": st["channel_up"], "mode": st["mode"]}
             elif op == "watch":
                 out = watch(r, key(req), req["want"], req["ms"])
             elif op == "load":
@@ -144,8 +234,8 @@ def main() -> int:
                 return 0
             else:
                 out = {"error": "unknown op " + op}
-        except redis.RedisError as err:
-            out = {"error": str(err)}
+        except Exception as err:  # noqa: BLE001 - any failure is the op's reply
+            out = {"error": "%s: %s" % (type(err).__name__, err)}
         print(json.dumps(out), flush=True)
     shim.close()
     return 0

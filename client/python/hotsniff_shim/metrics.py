@@ -38,3 +38,15 @@ def collect(shim) -> Iterator:
     yield c("seq_gaps", "Sequence gaps seen on the channel.", st["channel_gaps"])
     yield c("channel_reconnects", "Channel subscription reconnects.", st["channel_reconnects"])
     yield c("channel_messages", "Messages received on the channel.", st["channel_messages"])
+    bad = CounterMetricFamily("hotsniff_client_bad_messages", "Channel messages and snapshot entries rejected, by reason.", labels=["reason"])
+    for r, v in st["bad_messages"].items():
+        bad.add_metric([r], v)
+    yield bad
+    yield GaugeMetricFamily("hotsniff_client_channel_up", "1 while the hot-key channel is followed.", value=1 if st["channel_up"] else 0)
+    yield GaugeMetricFamily("hotsniff_client_served_without_channel", "Cached keys served on while the channel is down.", value=st["keys_without_channel"])
+    yield GaugeMetricFamily("hotsniff_client_bytes", "Bytes held by the local cache (keys, values, overhead).", value=st["bytes"])
+    yield c("uncacheable", "Keys found too big to cache (hashes over max_hash_fields by HLEN).", st["uncacheable"])
+    yield c("too_large_values", "Values over max_value_bytes, not cached.", st["too_large_values"])
+    yield c("absorbed_hits", "Local reads carried by absorbed-demand reports.", st["absorbed_hits"])
+    yield GaugeMetricFamily("hotsniff_client_absorbed_reporting", "1 while absorbed-demand reports are sent.", value=1 if st["absorbed_reporting"] else 0)
+    yield c("namespace_passes", "Hot reads passed to Redis because a connection was on another DB.", st["namespace_passes"])

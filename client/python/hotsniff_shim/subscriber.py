@@ -1,18 +1,23 @@
 """Follows the hot-key channel: subscribe, load the snapshot, apply messages
 checking each publisher's seq, reload the snapshot on a gap, a restart or a
-reconnect. The procedure is docs/channel-protocol.md §5."""
+reconnect. The procedure is docs/channel-protocol.md §5; the checks every
+message passes and what a hostile publisher can do are its sections 2 and
+9-11: bad messages are counted by reason and skipped, a seq jump the
+snapshot never confirms is undone after 5 s, a key whose cacheable verdict
+flaps is held cacheable, and nothing lapses while the channel is down."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from collections import deque
+from typing import Callable, Deque, Dict, List, Optional, Tuple, Union
 
 import redis
 
-from .events import (SOURCE_MANUAL, TYPE_COLD, TYPE_HOT, DecodeError, Event,
-                     decode_message, decode_snapshot, Snapshot)
+from .events import (BAD_REASONS, SOURCE_MANUAL, TYPE_COLD, TYPE_HOT, DecodeError,
+                     Event, Snapshot, decode_message, decode_snapshot)
 
 DEFAULT_CHANNEL = "hotsniff:hotkeys"
 log = logging.getLogger("hotsniff_shim")
@@ -29,16 +34,28 @@ def entry_id(e: Event) -> Tuple:
     return (node, e.proto, e.server, e.ns, e.prefix, e.key)
 
 
+#: Entries the hot set holds at most (a forged flood of hot keys cannot
+#: grow it further: new entries are refused and counted).
+MAX_HOT_ENTRIES = 200_000
+
+
 class HotSet:
     """The live entries, by entry id and by (proto, ns, key). Not locked."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_entries: int = MAX_HOT_ENTRIES) -> None:
         self.m: Dict[Tuple, Tuple[Event, float]] = {}
         self.lookup: Dict[Tuple, set] = {}
+        self.max_entries = max_entries
+        self.refused = 0
 
     def put(self, e: Event, now: float) -> None:
         i = entry_id(e)
         if i not in self.m:
+            if len(self.m) >= self.max_entries:
+                self.expire(now)
+                if len(self.m) >= self.max_entries:
+                    self.refused += 1
+                    return
             self.lookup.setdefault((e.proto, e.ns, e.key), set()).add(i)
         # Expiry counts from arrival (local clock), never from e.ts.
         self.m[i] = (e, now + e.ttl_ms / 1000.0 if e.ttl_ms > 0 else 0.0)
@@ -100,41 +117,103 @@ class Handler:
     def on_event(self, e: Event) -> None:  # pragma: no cover - interface
         pass
 
+    def on_channel(self, up: bool) -> None:  # pragma: no cover - interface
+        pass
+
+
+#: The subscription is read with this timeout, so a stalled connection is
+#: seen within STALL_AFTER.
+POLL = 0.25
+STALL_AFTER = 1.0
+#: A seq jump the snapshot has not confirmed after this long is undone.
+CONFIRM_AFTER = 5.0
+#: Flapping: this many verdict changes of one key within FLAP_WINDOW hold it.
+FLAP_CHANGES = 4
+FLAP_WINDOW = 10.0
+#: Keys whose verdict history is kept (a forged flood of keys cannot grow it).
+FLAP_KEYS = 65536
+
+
+class Flapping:
+    """Per key, the recent changes of its cacheable verdict. A key whose
+    verdict changed FLAP_CHANGES or more times in the last FLAP_WINDOW
+    seconds is held cacheable: a further cacheable:false is not applied
+    until FLAP_WINDOW passes with no change."""
+
+    def __init__(self) -> None:
+        self.keys: Dict[Tuple, Tuple[bool, Deque[float]]] = {}
+
+    def filter(self, e: Event, now: float) -> bool:
+        """False when e's cacheable:false must be held back (e is then
+        rewritten cacheable)."""
+        k = (e.node, e.proto, e.server, e.ns, e.key)
+        st = self.keys.get(k)
+        if st is None:
+            if len(self.keys) >= FLAP_KEYS:
+                self.keys.clear()
+            self.keys[k] = (e.cacheable, deque(maxlen=FLAP_CHANGES))
+            return True
+        verdict, changes = st
+        while changes and now - changes[0] > FLAP_WINDOW:
+            changes.popleft()
+        if e.cacheable == verdict:
+            return True
+        held = not e.cacheable and len(changes) >= FLAP_CHANGES
+        changes.append(now)
+        if held:
+            e.cacheable = True
+            return False
+        self.keys[k] = (e.cacheable, changes)
+        return True
+
 
 class Subscriber:
-    """Follows one channel on a background thread (start/close)."""
+    """Follows one channel on a background thread (start/close).
+
+    ``secret`` (bytes or str): messages and the snapshot must come in the
+    signed envelope with this HMAC key; without it an envelope is unwrapped
+    unverified."""
 
     def __init__(self, rdb: "redis.Redis", channel: str = DEFAULT_CHANNEL,
                  handler: Optional[Handler] = None, log_size: int = 10000,
                  retry_delay: float = 0.25, max_retries: int = 20,
                  restart_window: int = 1 << 20, ping_interval: float = 15.0,
+                 secret: Union[bytes, str, None] = None,
+                 confirm_after: float = CONFIRM_AFTER,
                  logger: Optional[logging.Logger] = None) -> None:
         self.rdb = rdb
         self.channel = channel
         self.handler = handler or Handler()
         self.log_size = max(log_size, 1)
         self.retry_delay = retry_delay
-        self.max_retries = max_retries
+        self.max_retries = max_retries  # kept for callers; the bound is confirm_after
         self.restart_window = restart_window
         self.ping_interval = ping_interval
+        self.secret = secret.encode() if isinstance(secret, str) else secret
+        self.confirm_after = confirm_after
         self.log = logger or log
         self.lock = threading.Lock()
         self.set = HotSet()
+        self.flap = Flapping()
         # Owned by the subscriber thread.
         self.last: Dict[str, int] = {}
         self.pending: Dict[str, int] = {}
+        self.pending_since: Dict[str, float] = {}
         self.logbuf: List[Event] = []
         self.log_floor: Dict[str, int] = {}
-        self.retries = 0
         self.last_reload = 0.0
         self.retry_at = 0.0
         self.reload_failing = False
+        self.reload_backoff = retry_delay
         self.last_expire = 0.0
+        self.up = False  # the channel is followed (subscribed and snapshot read)
+        self.last_progress = 0.0  # the last time the subscription answered
         self.synced = threading.Event()
         self.stopping = threading.Event()
         self.thread: Optional[threading.Thread] = None
         self.stats = dict(messages=0, stale=0, invalid=0, gaps=0, restarts=0,
-                          reloads=0, reload_errors=0, reconnects=0, log_dropped=0)
+                          reloads=0, reload_errors=0, reconnects=0, log_dropped=0, hot_set_full=0)
+        self.bad = {r: 0 for r in BAD_REASONS}
         self._ps = None
 
     # -- queries, from any thread --------------------------------------------------
@@ -145,6 +224,17 @@ class Subscriber:
     def hot_set(self) -> List[Event]:
         with self.lock:
             return self.set.live(time.monotonic())
+
+    def alive(self) -> bool:
+        """The channel is followed and its connection answered within
+        STALL_AFTER: a client library that retries a lost connection inside
+        one call (redis-py 6 and later do) reports the loss only after its
+        retries, so a stalled loop counts as down too."""
+        return self.up and time.monotonic() - self.last_progress < STALL_AFTER
+
+    def count_bad(self, reason: str, n: int = 1) -> None:
+        self.bad[reason] = self.bad.get(reason, 0) + n
+        self.stats["invalid"] += n
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> None:
@@ -162,14 +252,24 @@ class Subscriber:
         if self.thread is not None and self.thread is not threading.current_thread():
             self.thread.join(timeout=5)
 
+    def _set_up(self, up: bool) -> None:
+        if up == self.up:
+            return
+        self.up = up
+        try:
+            self.handler.on_channel(up)
+        except Exception as err:  # noqa: BLE001 - a handler bug must not stop the channel
+            self.log.error("hot-key channel handler: %s", err)
+
     def _run(self) -> None:
         backoff, failing, subscribed = 0.1, False, False
+        last_ping = time.monotonic()
         while not self.stopping.is_set():
             try:
                 if self._ps is None:
                     self._ps = self.rdb.pubsub()
                     self._ps.subscribe(self.channel)
-                timeout = self.ping_interval
+                timeout = POLL
                 if self.retry_at:
                     d = self.retry_at - time.monotonic()
                     if d <= 0:
@@ -177,9 +277,18 @@ class Subscriber:
                         continue
                     timeout = min(timeout, d)
                 msg = self._ps.get_message(timeout=timeout)
+                now = time.monotonic()
+                stalled = self.up and now - self.last_progress > STALL_AFTER + timeout
+                self.last_progress = now
+                if stalled:
+                    # The library retried a lost connection inside the call:
+                    # messages may have been missed.
+                    self.log.info("hot-key subscription stalled; reloading snapshot")
+                    self._reload()
                 if msg is None:
                     self._expire()
-                    if self._ps.subscribed:
+                    if self._ps.subscribed and now - last_ping >= self.ping_interval:
+                        last_ping = now
                         self._ps.ping()
                     continue
                 backoff = 0.1
@@ -200,6 +309,7 @@ class Subscriber:
                 if not failing:
                     self.log.warning("hot-key subscription lost; reconnecting: %s", err)
                 failing, subscribed = True, False
+                self._set_up(False)
                 try:
                     if self._ps is not None:
                         self._ps.close()
@@ -212,10 +322,10 @@ class Subscriber:
     def _on_message(self, payload) -> None:
         self.stats["messages"] += 1
         try:
-            events = decode_message(payload)
+            events = decode_message(payload if payload is not None else b"", self.secret)
         except DecodeError as err:
-            self.stats["invalid"] += 1
-            self.log.debug("undecodable hot-key message: %s", err)
+            self.count_bad(err.reason)
+            self.log.debug("bad hot-key message (%s): %s", err.reason, err)
             return
         for e in events:
             self._apply_one(e)
@@ -241,10 +351,14 @@ class Subscriber:
             reload = self._want(e.node, e.seq - 1)
         else:
             self.last[e.node] = e.seq
+        if e.type == TYPE_HOT and not self.flap.filter(e, now):
+            self.count_bad("flapping")
         self._remember(e)
         with self.lock:
+            n = self.set.refused
             self.set.apply(e, now)
-            if now - self.last_expire > 1.0:
+            self.stats["hot_set_full"] += self.set.refused - n
+            if self.up and now - self.last_expire > 1.0:
                 self.set.expire(now)
                 self.last_expire = now
         self.handler.on_event(e)
@@ -267,9 +381,10 @@ class Subscriber:
         self.log_floor.pop(node, None)
 
     def _want(self, node: str, seq: int) -> bool:
-        if seq > self.pending.get(node, 0):
+        if seq > self.pending.get(node, -1):
+            if node not in self.pending:
+                self.pending_since[node] = time.monotonic()
             self.pending[node] = seq
-            self.retries = 0
         if time.monotonic() - self.last_reload >= self.retry_delay:
             return True
         self.retry_at = self.last_reload + self.retry_delay
@@ -277,6 +392,8 @@ class Subscriber:
 
     def _expire(self) -> None:
         now = time.monotonic()
+        if not self.up or now - self.last_expire < 1.0:
+            return  # nothing lapses while the channel is down
         with self.lock:
             self.set.expire(now)
             self.last_expire = now
@@ -286,48 +403,70 @@ class Subscriber:
         self.last_reload = time.monotonic()
         self.retry_at = 0.0
         try:
-            snap = decode_snapshot(self.rdb.get(snapshot_key(self.channel)))
-        except (redis.RedisError, DecodeError, OSError) as err:
+            raw = self.rdb.get(snapshot_key(self.channel))
+        except (redis.RedisError, OSError) as err:
             self.stats["reload_errors"] += 1
             if not self.reload_failing:
                 self.log.warning("reload hot-key snapshot; retrying: %s", err)
             self.reload_failing = True
+            self._set_up(False)
             self.retry_at = time.monotonic() + self.retry_delay
             return
+        try:
+            snap = decode_snapshot(raw, self.secret)
+        except DecodeError as err:
+            # The state from before is kept; retried with backoff.
+            self.stats["reload_errors"] += 1
+            self.count_bad(err.reason)
+            self.log.warning("bad hot-key snapshot (%s); keeping the current hot set: %s", err.reason, err)
+            self.retry_at = time.monotonic() + self.reload_backoff
+            self.reload_backoff = min(2 * self.reload_backoff, 5.0)
+            return
+        self.reload_backoff = self.retry_delay
+        for reason, n in snap.bad.items():
+            self.count_bad(reason, n)
         self.reload_failing = False
         now = time.monotonic()
-        hs = HotSet()
-        for e in snap.keys:
-            hs.put(e, now)
         sec = snap.nodes
-        for e in self.logbuf:
-            q = sec.get(e.node)
-            if q is not None and e.seq > q:
-                hs.apply(e, now)
         for n, q in sec.items():
             if n not in self.last or q > self.last[n]:
                 self.last[n] = q
             f = self.log_floor.get(n, 0)
-            if f > q:
+            if f > q and n not in self.pending:
                 # Messages between the section and the log are gone.
-                self.pending[n] = max(self.pending.get(n, 0), f)
+                self.pending[n] = f
+                self.pending_since[n] = now
         for n in list(self.pending):
             q = sec.get(n)
             if q is None or q >= self.pending[n]:
                 del self.pending[n]
+                self.pending_since.pop(n, None)
+            elif now - self.pending_since.get(n, now) >= self.confirm_after:
+                # A jump the snapshot never confirmed: forged, or a section
+                # that stopped moving. The node's numbering goes back to
+                # the snapshot's, so its real messages apply again.
+                self.log.warning("hot-key publisher %r: seq %d never confirmed by the snapshot (at %d); "
+                                 "following the snapshot", n, self.pending[n], q)
+                self.last[n] = q
+                self.logbuf = [x for x in self.logbuf if x.node != n or x.seq <= q]
+                self.log_floor.pop(n, None)
+                del self.pending[n]
+                self.pending_since.pop(n, None)
+                self.count_bad("unconfirmed_seq")
+        hs = HotSet()
+        for e in snap.keys:
+            hs.put(e, now)
+        self.stats["hot_set_full"] += hs.refused
+        for e in self.logbuf:
+            q = sec.get(e.node)
+            if q is not None and e.seq > q:
+                hs.apply(e, now)
         with self.lock:
             self.set = hs
             self.last_expire = now
-        if not self.pending:
-            self.retries = 0
-        else:
-            self.retries += 1
-            if self.retries > self.max_retries:
-                self.log.warning("hot-key snapshot never caught up with the channel; carrying on")
-                self.pending.clear()
-                self.log_floor.clear()
-                self.retries = 0
-            else:
-                self.retry_at = time.monotonic() + self.retry_delay
+        self.last_progress = time.monotonic()
+        if self.pending:
+            self.retry_at = time.monotonic() + self.retry_delay
+        self._set_up(True)
         self.handler.on_snapshot(snap)
         self.synced.set()

@@ -174,7 +174,7 @@ def test_pipeline_hot_read_served(served):
     assert st["hits"] == hits + 2
     assert p.command_stack == []
     # The served reads count toward the absorbed report the next refresh carries.
-    assert shim._entries[b"hk"].hits >= 2
+    assert shim.cache.entries[b"hk"].hits >= 2
 
 
 def test_pipeline_with_write_sent_whole(served):

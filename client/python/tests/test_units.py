@@ -87,3 +87,129 @@ def test_metrics_collect():
     text = prom.generate_latest(reg).decode()
     assert "hotsniff_client_hits_total 0.0" in text
     assert 'hotsniff_client_invalidations_total{reason="write"} 0.0' in text
+
+
+@pytest.mark.parametrize("msg,reason", [
+    ('{"seq":1,"ttl_ms":' + "9" * 400 + "}", "out_of_range"),
+    ('{"seq":1,"ttl_ms":1e400}', "out_of_range"),
+    ('{"seq":1,"ttl_ms":Infinity}', "out_of_range"),
+    ('{"seq":1,"ttl_ms":86400001}', "out_of_range"),
+    ('{"seq":1,"ttl_ms":1.5}', "out_of_range"),
+    ('{"v":1e400,"seq":1}', "out_of_range"),
+    ('{"v":3,"seq":1}', "out_of_range"),
+    ('{"seq":9007199254740992}', "out_of_range"),
+    ('{"seq":1,"qps":NaN}', "out_of_range"),
+    ('{"seq":1,"qps":-1}', "out_of_range"),
+    ('{"seq":1,"value_bytes":1e400}', "out_of_range"),
+    ('{"seq":1,"sample":0}', "out_of_range"),
+    ('{"seq":1,"sample":1.5}', "out_of_range"),
+    ('{"seq":1,"key":"' + "k" * ((1 << 20) + 1) + '"}', "too_large"),
+    ('{"v":2,"events":[{"seq":1},{"seq":2,"ttl_ms":1e400}]}', "out_of_range"),
+    ("x" * ((1 << 20) + 1), "too_large"),
+    ("{", "undecodable"),
+])
+def test_decode_reasons(msg, reason):
+    with pytest.raises(DecodeError) as ei:
+        decode_message(msg)
+    assert ei.value.reason == reason
+
+
+def test_in_range_accepted():
+    e = decode_message('{"v":1,"seq":9007199254740991,"ttl_ms":86400000,"qps":1e300,"sample":1,'
+                       '"value_bytes":0,"key":"k"}')[0]
+    assert e.seq == 2 ** 53 - 1 and e.ttl_ms == 86400000
+
+
+def test_signed_envelope():
+    from hotsniff_shim.events import sign, unwrap
+    body = b'{"v":1,"seq":1,"type":"hot","key":"k"}'
+    env = sign(b"s", body)
+    assert env[81:-1] == body and len(env) == len(body) + 82
+    assert unwrap(env, b"s") == body
+    assert unwrap(env, None) == body  # no secret: unwrapped unverified
+    assert unwrap(body, None) == body
+    for bad in (body, sign(b"other", body), env[:-1] + b" ", env.replace(b'"sig":"', b'"sig":"0', 1)[:len(env)]):
+        with pytest.raises(DecodeError) as ei:
+            decode_message(bad, b"s")
+        assert ei.value.reason in ("bad_signature",)
+    # Upper-case hex is not the form: rejected with a secret.
+    up = env[:8] + env[8:72].upper() + env[72:]
+    with pytest.raises(DecodeError):
+        decode_message(up, b"s")
+    assert [e.key for e in decode_message(env, b"s")] == [b"k"]
+
+
+def test_snapshot_bad_entries_counted():
+    s = decode_snapshot('{"seq":2,"nodes":[{"node":"a","seq":2},{"node":"b","seq":1e400}],'
+                        '"keys":[{"type":"hot","key":"a","ttl_ms":1e400},{"type":"hot","key":"b"},5]}')
+    assert [e.key for e in s.keys] == [b"b"]
+    assert s.nodes == {"a": 2}
+    assert s.bad == {"out_of_range": 2, "undecodable": 1}
+    with pytest.raises(DecodeError) as ei:
+        decode_snapshot(b"x" * ((64 << 20) + 1))
+    assert ei.value.reason == "too_large"
+
+
+def test_flapping_holds_false():
+    from hotsniff_shim.subscriber import Flapping
+    f = Flapping()
+    ev = decode_message('{"seq":1,"type":"hot","key":"k","node":"n"}')[0]
+    verdicts = [True, False, True, False, True, False, True]
+    applied = []
+    for i, v in enumerate(verdicts):
+        ev.cacheable = v
+        ok = f.filter(ev, float(i) * 0.1)
+        applied.append((ok, ev.cacheable))
+    # Four changes pass, the fifth (a false) is held; a true always passes.
+    assert applied[:5] == [(True, True), (True, False), (True, True), (True, False), (True, True)]
+    assert applied[5] == (False, True)
+    ev.cacheable = False
+    assert f.filter(ev, 100.0) and ev.cacheable is False, "applied again after 10 s with no change"
+
+
+def test_hot_set_bounded():
+    hs = HotSet(max_entries=3)
+    for i in range(5):
+        hs.apply(decode_message('{"seq":%d,"type":"hot","proto":"redis","ns":"0","key":"k%d","ttl_ms":1000,"node":"a"}'
+                                % (i + 1, i))[0], 0.0)
+    assert len(hs.m) == 3 and hs.refused == 2
+    # Lapsed entries make room.
+    hs.apply(decode_message('{"seq":9,"type":"hot","proto":"redis","ns":"0","key":"new","ttl_ms":1000,"node":"a"}')[0], 2.0)
+    assert hs.hot_until("redis", "0", b"new", 2.0)[1]
+
+
+def test_decode_mutations_only_decode_errors():
+    """Random mutations of real messages, snapshots and envelopes: every
+    outcome is events or one DecodeError, never another exception."""
+    import random
+    from hotsniff_shim.events import sign
+    rnd = random.Random(26)
+    seeds = [
+        b'{"v":1,"seq":3,"type":"hot","proto":"redis","server":"1.2.3.4:6379","ns":"0","key":"k","qps":1.5,'
+        b'"ttl_ms":60000,"ts":"x","source":"detected","node":"n","cacheable":false,"sample":0.25}',
+        b'{"v":2,"node":"n","events":[{"seq":1,"type":"hot","key_b64":"/w=="},{"seq":2,"type":"cold","key":"a"}]}',
+        sign(b"s", b'{"v":1,"seq":1,"type":"hot","key":"k"}'),
+    ]
+    tokens = [b"1e400", b"-1", b"NaN", b"Infinity", b"9" * 400, b"null", b"[]", b"{}", b'"x"', b"true", b"\xff", b"0.5"]
+    n = 0
+    for _ in range(4000):
+        b = bytearray(rnd.choice(seeds))
+        for _ in range(rnd.randint(1, 4)):
+            op = rnd.random()
+            i = rnd.randrange(len(b))
+            if op < 0.4:
+                b[i] = rnd.randrange(256)
+            elif op < 0.7:
+                b[i:i] = rnd.choice(tokens)
+            else:
+                del b[i:i + rnd.randint(1, 8)]
+        for fn in (lambda x: decode_message(x), lambda x: decode_message(x, b"s"), lambda x: decode_snapshot(x)):
+            try:
+                fn(bytes(b))
+                n += 1
+            except DecodeError:
+                pass
+    assert n > 0
+    deep = b"[" * 200000 + b"]" * 200000
+    with pytest.raises(DecodeError):
+        decode_message(deep)

@@ -1,0 +1,319 @@
+"""The adapter for ``redis.asyncio.Redis`` (pooled or
+``single_connection_client=True``): wraps the client object's
+``execute_command`` (a coroutine function, as redis-py's own) and
+``pipeline``.
+
+The same cache and the same rules as the sync client (sync.py): a hot read
+is answered from memory while the connection it would go through is on the
+cache's DB; exactly one caller refreshes an expired value, the others keep
+the current one; the refresh read and its absorbed report are one write on
+a connection checked to be on that DB. Values are what the awaited command
+returns, never a coroutine. Pipelines (``pipeline()``, transactions) are
+sent whole; their writes drop their keys. The channel is followed by the
+same subscriber thread as for the sync client, on a sync ``redis.Redis``
+(``channel_client``, or one built from this client's host, port, DB and
+credentials).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+import redis
+from redis.exceptions import ResponseError
+
+from .cache import ACT_FETCH, ACT_HIT, ACT_PASS, KIND_HASH, KIND_STRING, Cache, Ticket, Value, _size
+from .dbtrack import DBTracker, get_connection_args
+from .sync import _NET_ERRORS, NotHere, read_kind
+from .writes import written_keys
+
+
+class AsyncAdapter:
+    def __init__(self, shim: Any, client: Any, cache: Cache, report_absorbed: bool) -> None:
+        self.shim = shim
+        self.client = client
+        self.cache = cache
+        self.log = cache.log
+        self.report_absorbed = report_absorbed
+        self.encoder = client.connection_pool.get_encoder()
+        self.orig_execute = client.execute_command
+        self.orig_pipeline = client.pipeline
+        self.pipe_classes: Dict[type, type] = {}
+        self.tracker: Optional[DBTracker] = None
+
+    def install(self) -> None:
+        pool = self.client.connection_pool
+        self.tracker = DBTracker(pool, int(pool.connection_kwargs.get("db", 0) or 0), is_async=True)
+        self.tracker.watch(getattr(self.client, "connection", None))
+        self.client.execute_command = self.execute_command
+        self.client.pipeline = self.pipeline
+
+    def uninstall(self) -> None:
+        for name, ours in (("execute_command", self.execute_command), ("pipeline", self.pipeline)):
+            if self.client.__dict__.get(name) == ours:
+                del self.client.__dict__[name]
+        if self.tracker is not None:
+            self.tracker.close()
+
+    def key(self, k: Any) -> bytes:
+        return k if isinstance(k, bytes) else self.encoder.encode(k)
+
+    def housekeep(self, now: float) -> None:
+        pass
+
+    # -- namespaces ----------------------------------------------------------------
+    def here(self) -> bool:
+        if getattr(self.client, "single_connection_client", False):
+            single = self.client.connection
+            # Not yet connected: it will come from the pool, on its DB.
+            return self.tracker.ok() if single is None else self.tracker.conn_ok(single)
+        return self.tracker.ok()
+
+    # -- the client's command path -------------------------------------------------------
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        c = self.cache
+        if not c.active or not args:
+            return await self.orig_execute(*args, **options)
+        if options and (len(options) > 1 or "keys" not in options):
+            return await self.write(args, options)
+        u = read_kind(args)
+        if u is None:
+            return await self.write(args, options)
+        if not self.here():
+            c.m["namespace_passes"] += 1
+            return await self.orig_execute(*args, **options)
+        if u == "GET":
+            return await self.get(args, options)
+        if u == "MGET":
+            return await self.mget(args, options)
+        v = await self.hash_for(args[1], options)
+        if v is None:
+            return await self.orig_execute(*args, **options)
+        if u == "HGET":
+            return v.hidx.get(self.key(args[2]))
+        if u == "HMGET":
+            return [v.hidx.get(self.key(f)) for f in args[2:]]
+        return dict(v.data)
+
+    async def write(self, args: Tuple, options: Dict) -> Any:
+        keys, all_ = written_keys(args)
+        if not keys and not all_:
+            return await self.orig_execute(*args, **options)
+        self.invalidate_written(keys, all_)
+        try:
+            return await self.orig_execute(*args, **options)
+        finally:
+            self.invalidate_written(keys, all_)
+
+    def invalidate_written(self, keys: List, all_: bool) -> None:
+        if all_:
+            self.cache.invalidate_all("flush")
+            return
+        for k in keys:
+            self.cache.invalidate(self.key(k), "write")
+
+    # -- refresh reads ---------------------------------------------------------------
+    async def direct(self, cmds: List[Tuple], options: Dict) -> List[Any]:
+        cl = self.client
+        if getattr(cl, "single_connection_client", False):
+            await cl.initialize()
+        single = getattr(cl, "connection", None)
+        pool = cl.connection_pool
+        if single is not None:
+            conn, rel = single, False
+        else:
+            conn, rel = await pool.get_connection(*get_connection_args(pool, cmds[0][0])), True
+        lock = None if rel else getattr(cl, "_single_conn_lock", None)
+        if lock is not None:
+            await lock.acquire()
+        try:
+            if not self.tracker.conn_ok(conn):
+                raise NotHere()
+            try:
+                await conn.send_packed_command(conn.pack_commands(cmds))
+                out: List[Any] = []
+                for i, cmd in enumerate(cmds):
+                    try:
+                        out.append(await cl.parse_response(conn, cmd[0], **(options if i == 0 else {})))
+                    except ResponseError as err:
+                        out.append(err)
+                return out
+            except BaseException:
+                await conn.disconnect()
+                raise
+        finally:
+            if lock is not None:
+                lock.release()
+            if rel:
+                await pool.release(conn)
+
+    async def read(self, t: Ticket, args: Tuple, options: Dict, report: bool = True) -> Any:
+        now = time.monotonic()
+        rep = self.cache.report_msg(t, now) if (report and self.report_absorbed) else None
+        cmds = [args] if rep is None else [args, ("ECHO", rep[0])]
+        try:
+            res = await self.direct(cmds, options)
+        except NotHere:
+            raise
+        except _NET_ERRORS:
+            raise NotHere()
+        if rep is not None:
+            if isinstance(res[1], Exception):
+                if self.report_absorbed:
+                    self.report_absorbed = False
+                    self.log.warning("absorbed-demand report refused by the server; not reporting again: %s", res[1])
+            else:
+                self.cache.reported(t, rep[1], now)
+        if isinstance(res[0], Exception):
+            raise res[0]
+        return res[0]
+
+    async def fetch(self, t: Ticket, args: Tuple, options: Dict, report: bool = True) -> Tuple[bool, Any]:
+        try:
+            return True, await self.read(t, args, options, report)
+        except NotHere:
+            self.cache.fetch_failed(t)
+            return False, await self.orig_execute(*args, **options)
+        except BaseException:
+            self.cache.fetch_failed(t)
+            raise
+
+    # -- served reads --------------------------------------------------------------------
+    async def get(self, args: Tuple, options: Dict) -> Any:
+        c = self.cache
+        act, v, t = c.acquire(self.key(args[1]), KIND_STRING, time.monotonic())
+        if act == ACT_HIT:
+            return v.data
+        if act == ACT_PASS:
+            return await self.orig_execute(*args, **options)
+        ok, r = await self.fetch(t, args, options)
+        if ok:
+            c.store_value(t, r)
+        return r
+
+    async def mget(self, args: Tuple, options: Dict) -> Any:
+        c = self.cache
+        now = time.monotonic()
+        keys = [self.key(a) for a in args[1:]]
+        plan = [c.acquire(k, KIND_STRING, now) for k in keys]
+        fetch = [i for i, p in enumerate(plan) if p[0] == ACT_FETCH]
+        idx = [i for i, p in enumerate(plan) if p[0] != ACT_HIT]
+        out: List[Any] = [None] * len(keys)
+        for i, p in enumerate(plan):
+            if p[0] == ACT_HIT:
+                out[i] = p[1].data
+        if not idx:
+            return out
+        sent = [args[i + 1] for i in idx]
+        opts = options if len(idx) == len(keys) else ({"keys": sent} if options else {})
+        margs = (args[0], *sent)
+        try:
+            if fetch:
+                try:
+                    ok = True
+                    rv = await self.read(plan[fetch[0]][2], margs, opts,
+                                         report=len(margs) == 2 and len(fetch) == 1)
+                except NotHere:
+                    ok, rv = False, await self.orig_execute(*margs, **opts)
+            else:
+                ok, rv = True, await self.orig_execute(*margs, **opts)
+            if len(rv) != len(idx):
+                raise redis.RedisError("mget: reply length does not match the keys sent")
+        except BaseException:
+            for i in fetch:
+                c.fetch_failed(plan[i][2])
+            raise
+        for j, i in enumerate(idx):
+            out[i] = rv[j]
+            if plan[i][0] == ACT_FETCH:
+                t = plan[i][2]
+                if not ok or rv[j] is None:
+                    c.release(t)
+                else:
+                    c.store_value(t, rv[j])
+        return out
+
+    async def hash_for(self, key_arg: Any, options: Dict) -> Optional[Value]:
+        c = self.cache
+        act, v, t = c.acquire(self.key(key_arg), KIND_HASH, time.monotonic())
+        if act == ACT_HIT:
+            return v
+        if act == ACT_PASS:
+            return None
+        if not t.e.sized:
+            try:
+                res = await self.direct([("HLEN", key_arg)], {})
+                if isinstance(res[0], Exception):
+                    raise res[0]
+                n = res[0]
+            except (NotHere, redis.RedisError) + _NET_ERRORS:
+                c.fetch_failed(t)
+                return None
+            t.e.sized = True
+            if n > c.max_hash_fields:
+                c.too_big_verdict(t, "uncacheable")
+                return None
+        try:
+            m = await self.read(t, ("HGETALL", key_arg), {"keys": [key_arg]} if options else {})
+        except (NotHere, redis.RedisError):
+            c.fetch_failed(t)
+            return None
+        except BaseException:
+            c.release(t)
+            raise
+        if not isinstance(m, dict):
+            c.fetch_failed(t)
+            return None
+        if len(m) > c.max_hash_fields:
+            c.too_big_verdict(t, "uncacheable")
+            return None
+        n = _size(m)
+        if n > c.max_value_bytes:
+            c.too_big_verdict(t, "too_large_values")
+            return None
+        val = Value(m, {self.key(f): x for f, x in m.items()}, size=n)
+        c.store(t, val)
+        return val
+
+    # -- pipelines: sent whole, writes drop their keys ---------------------------------------
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None):
+        p = self.orig_pipeline(transaction, shard_hint)
+        base = type(p)
+        cls = self.pipe_classes.get(base)
+        if cls is None:
+            cls = type("Shim" + base.__name__, (base,), {
+                "execute": _apipe_execute, "immediate_execute_command": _apipe_immediate})
+            self.pipe_classes[base] = cls
+        p.__class__ = cls
+        p._hotsniff_shim = self
+        return p
+
+
+async def _apipe_execute(self, raise_on_error: bool = True):
+    a: AsyncAdapter = self._hotsniff_shim
+    keys: List = []
+    all_ = False
+    for args, _ in self.command_stack:
+        k, al = written_keys(args)
+        keys.extend(k)
+        all_ = all_ or al
+    if not keys and not all_:
+        return await super(type(self), self).execute(raise_on_error)
+    a.invalidate_written(keys, all_)
+    try:
+        return await super(type(self), self).execute(raise_on_error)
+    finally:
+        a.invalidate_written(keys, all_)
+
+
+async def _apipe_immediate(self, *args, **options):
+    a: AsyncAdapter = self._hotsniff_shim
+    keys, all_ = written_keys(args)
+    if not keys and not all_:
+        return await super(type(self), self).immediate_execute_command(*args, **options)
+    a.invalidate_written(keys, all_)
+    try:
+        return await super(type(self), self).immediate_execute_command(*args, **options)
+    finally:
+        a.invalidate_written(keys, all_)

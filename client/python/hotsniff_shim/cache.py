@@ -1,0 +1,456 @@
+"""The local cache, apart from any Redis library: which keys are hot for
+this client, their cached values, admission, single-caller refresh,
+invalidation, bounds (entries, bytes, a value-size limit) and the verdict
+on hashes too big to cache. The adapters (sync.py, asyncio_adapter.py,
+cluster.py) do the I/O and ask this object what to do with each read.
+
+It behaves as the Go shim does (docs/client-shim.md): only keys the channel
+marks hot for this client's servers and DB are cached, each on its second
+read; a value is served for ``local_ttl`` from when the read that fetched it
+was sent, then exactly one caller refreshes it while the others keep the
+current value (never past ``local_ttl + stale_grace``); invalidate, cold,
+a key's absence from a reloaded snapshot and any write through the client
+drop it. While the channel is down nothing lapses (the values are still
+refreshed every ``local_ttl``, so the staleness bound holds).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .events import TYPE_COLD, TYPE_HOT, TYPE_INVALIDATE, Event
+from .subscriber import Handler, Subscriber
+
+KIND_STRING = 1
+KIND_HASH = 2
+
+ACT_PASS, ACT_HIT, ACT_FETCH = 0, 1, 2
+
+INVAL_REASONS = ("write", "event", "tracking", "cold", "snapshot", "flush")
+EVICT_REASONS = ("capacity", "bytes", "not_hot", "idle", "mode_end")
+
+#: Entries whose value expired this long ago leave the cache.
+IDLE_AFTER = 10.0
+#: A key found too big to cache (a hash over max_hash_fields, a value over
+#: max_value_bytes) is passed through this long without being sized or
+#: fetched again, across cold/hot and re-admission.
+TOO_BIG_FOR = 60.0
+#: Bytes counted per entry on top of its key and value.
+ENTRY_OVERHEAD = 200
+
+
+class Value:
+    """One cached reply; never modified once stored, so readers share it."""
+
+    __slots__ = ("expires", "data", "hidx", "size")
+
+    def __init__(self, data: Any, hidx: Optional[Dict[bytes, Any]] = None, size: int = 0) -> None:
+        self.expires = 0.0
+        self.data = data  # GET: bytes/str or None; hash: the dict HGETALL returned
+        self.hidx = hidx  # hash: field bytes -> value
+        self.size = size
+
+
+class Entry:
+    __slots__ = ("key", "kind", "hot_until", "val", "refreshing", "gen",
+                 "sized", "hits", "report_at", "size")
+
+    def __init__(self, key: bytes, kind: int, hot_until: float, now: float) -> None:
+        self.key = key
+        self.kind = kind
+        self.hot_until = hot_until  # 0.0: until cold
+        self.val: Optional[Value] = None
+        self.refreshing = 0.0  # start of the one fetch in flight
+        self.gen = 0  # moves on every invalidation
+        self.sized = False  # a hash's HLEN was checked before its first fetch
+        self.hits = 0  # served locally since the last absorbed report
+        self.report_at = now
+        self.size = ENTRY_OVERHEAD + len(key)
+
+
+class Ticket:
+    __slots__ = ("e", "gen", "token")
+
+    def __init__(self, e: Entry, gen: int, token: float) -> None:
+        self.e, self.gen, self.token = e, gen, token
+
+
+def _size(data: Any) -> int:
+    if data is None:
+        return 0
+    if isinstance(data, (bytes, str, bytearray)):
+        return len(data)
+    if isinstance(data, dict):
+        return sum(_size(k) + _size(v) + 16 for k, v in data.items())
+    return 16
+
+
+class Cache(Handler):
+    """Thread-safe; every method takes the lock for a few dict operations
+    at most, never across I/O, so asyncio callers may use it too."""
+
+    def __init__(self, ns: str, matches: Callable[[Event], bool], local_ttl: float = 0.05,
+                 stale_grace: float = 0.1, max_entries: int = 10000, max_bytes: int = 64 << 20,
+                 max_value_bytes: int = 1 << 20, max_hash_fields: int = 1000,
+                 hot_mode_linger: float = 120.0, logger: Optional[logging.Logger] = None) -> None:
+        self.ns = ns
+        self.matches = matches
+        self.log = logger or logging.getLogger("hotsniff_shim")
+        self.local_ttl = local_ttl if local_ttl > 0 else 0.05
+        self.stale_grace = stale_grace if stale_grace > 0 else 0.1
+        self.max_entries = max_entries if max_entries > 0 else 10000
+        self.max_bytes = max_bytes if max_bytes > 0 else 64 << 20
+        self.max_value_bytes = max_value_bytes if max_value_bytes > 0 else 1 << 20
+        self.max_hash_fields = max_hash_fields if max_hash_fields > 0 else 1000
+        self.linger = hot_mode_linger if hot_mode_linger > 0 else 120.0
+        self.sub: Optional[Subscriber] = None
+
+        self.lock = threading.Lock()
+        self.hot: Dict[bytes, float] = {}  # hot (and cacheable) keys -> until (0: until cold)
+        self.entries: Dict[bytes, Entry] = {}
+        self.seen: Dict[bytes, None] = {}  # hot keys read once, not yet admitted
+        self.too_big: Dict[bytes, float] = {}  # key -> until when it is passed through
+        self.bytes = 0
+        self.active = False
+        self.held = False  # the channel is down: nothing lapses
+        self.last_hot = 0.0
+        self.closed = False
+        self.m = dict(hits=0, stale_hits=0, misses=0, admissions=0, refreshes=0,
+                      fetch_errors=0, absorbed_reports=0, absorbed_hits=0, uncacheable=0,
+                      too_large_values=0, served_without_channel=0, namespace_passes=0)
+        self.invalidations = {r: 0 for r in INVAL_REASONS}
+        self.evictions = {r: 0 for r in EVICT_REASONS}
+
+    # -- subscriber callbacks (subscriber thread) --------------------------------------
+    def on_event(self, e: Event) -> None:
+        if not self.matches(e):
+            return
+        if e.type in (TYPE_HOT, TYPE_COLD):
+            # Ask the hot set rather than trust this one message: another
+            # node may still report the key hot after this node's cold.
+            until, hot, cacheable = self.sub.hot_until("redis", self.ns, e.key, self.matches)
+            if e.type == TYPE_HOT:
+                self.last_hot = time.monotonic()
+            self.set_hot(e.key, until, hot, cacheable)
+        elif e.type == TYPE_INVALIDATE:
+            self.invalidate(e.key, "event")
+
+    def on_snapshot(self, snap: Any) -> None:
+        self.rebuild()
+
+    def rebuild(self, touch: bool = True) -> None:
+        """The hot map again from the subscriber's hot set (a snapshot, or
+        the topology changed): keys no longer in it are dropped, the others
+        keep their values (a node restart never empties the cache)."""
+        hot: Dict[bytes, float] = {}
+        for e in self.sub.hot_set():
+            if self.matches(e):
+                until, ok, cacheable = self.sub.hot_until("redis", self.ns, e.key, self.matches)
+                if ok and cacheable:
+                    hot[e.key] = until
+        now = time.monotonic()
+        with self.lock:
+            if hot and touch:
+                self.last_hot = now
+            self.hot = hot
+            for k in list(self.entries):
+                if k in hot:
+                    self.entries[k].hot_until = hot[k]
+                else:
+                    self._drop_locked(k, "not_hot")
+                    self.invalidations["snapshot"] += 1
+        self.update_mode(now)
+
+    def on_channel(self, up: bool) -> None:
+        with self.lock:
+            self.held = not up
+        if not up:
+            self.log.warning("hot-key channel down; serving the %d cached keys on, refreshed from the cache server",
+                             len(self.entries))
+
+    def set_hot(self, key: bytes, until: float, hot: bool, cacheable: bool) -> None:
+        with self.lock:
+            if hot and cacheable:
+                self.hot[key] = until
+                en = self.entries.get(key)
+                if en is not None:
+                    en.hot_until = until
+            else:
+                self.hot.pop(key, None)
+                self.seen.pop(key, None)
+                if key in self.entries:
+                    self._drop_locked(key, "not_hot")
+                    self.invalidations["cold"] += 1
+        self.update_mode(time.monotonic())
+
+    def update_mode(self, now: float) -> None:
+        if self.closed:
+            return
+        with self.lock:
+            forever = any(u == 0.0 for u in self.hot.values())
+            on = bool(self.hot) and (forever or self.held or now - self.last_hot < self.linger)
+            was, self.active = self.active, on
+            if was and not on:
+                self.log.info("hot-running mode ended")
+                self.evictions["mode_end"] += len(self.entries)
+                for en in self.entries.values():
+                    en.gen += 1
+                self.entries.clear()
+                self.seen.clear()
+                self.bytes = 0
+
+    def housekeep(self, now: float) -> None:
+        with self.lock:
+            if not self.held:
+                for k, u in list(self.hot.items()):
+                    if u and now >= u:
+                        del self.hot[k]
+                        self.seen.pop(k, None)
+                        if k in self.entries:
+                            self._drop_locked(k, "not_hot")
+            for k, en in list(self.entries.items()):
+                v = en.val
+                if v is not None and now - v.expires > IDLE_AFTER:
+                    self._drop_locked(k, "idle")
+            for k, u in list(self.too_big.items()):
+                if now >= u:
+                    del self.too_big[k]
+        self.update_mode(now)
+
+    # -- reads -------------------------------------------------------------------------
+    def acquire(self, key: bytes, kind: int, now: float) -> Tuple[int, Optional[Value], Optional[Ticket]]:
+        with self.lock:
+            en = self.entries.get(key)
+            if en is None:
+                return self._admit_locked(key, kind, now)
+            if en.kind != kind:
+                self.m["misses"] += 1
+                return ACT_PASS, None, None
+            if en.hot_until and now >= en.hot_until and not self.held:
+                self._drop_locked(key, "not_hot")
+                self.m["misses"] += 1
+                return ACT_PASS, None, None
+            v = en.val
+            if v is not None and now < v.expires:
+                self._hit_locked(en, "hits")
+                return ACT_HIT, v, None
+            # Expired or invalidated: exactly one caller refreshes; a refresh
+            # hanging past stale_grace gives its token to the next caller.
+            if en.refreshing == 0.0 or now - en.refreshing > self.stale_grace:
+                en.refreshing = now
+                self.m["misses"] += 1
+                self.m["refreshes"] += 1
+                return ACT_FETCH, None, Ticket(en, en.gen, now)
+            if v is not None and now < v.expires + self.stale_grace:
+                self._hit_locked(en, "stale_hits")
+                return ACT_HIT, v, None
+            self.m["misses"] += 1
+            return ACT_PASS, None, None
+
+    def _hit_locked(self, en: Entry, counter: str) -> None:
+        self.m[counter] += 1
+        en.hits += 1
+        if self.held:
+            self.m["served_without_channel"] += 1
+
+    def _admit_locked(self, key: bytes, kind: int, now: float):
+        until = self.hot.get(key)
+        if until is None or (until and now >= until and not self.held):
+            return ACT_PASS, None, None
+        self.m["misses"] += 1
+        tb = self.too_big.get(key)
+        if tb is not None and now < tb:
+            return ACT_PASS, None, None
+        if key not in self.seen:
+            if len(self.seen) >= max(4 * self.max_entries, 1024):
+                # A doorkeeper, not a history: start over when full.
+                self.seen.clear()
+            self.seen[key] = None
+            return ACT_PASS, None, None
+        del self.seen[key]
+        if len(self.entries) >= self.max_entries:
+            self._evict_one_locked(now, "capacity")
+        en = Entry(key, kind, until, now)
+        en.refreshing = now
+        self.entries[key] = en
+        self.bytes += en.size
+        self.m["admissions"] += 1
+        self.m["refreshes"] += 1
+        return ACT_FETCH, None, Ticket(en, en.gen, now)
+
+    def _evict_one_locked(self, now: float, reason: str, keep: Optional[bytes] = None) -> bool:
+        victim = None
+        keys = list(self.entries)
+        for k in random.sample(keys, min(8, len(keys))):
+            if k == keep:
+                continue
+            en = self.entries[k]
+            if victim is None:
+                victim = k
+            v = en.val
+            if v is None or now > v.expires + self.stale_grace:
+                victim = k
+                break
+        if victim is None:
+            return False
+        self._drop_locked(victim, reason)
+        return True
+
+    def store(self, t: Ticket, v: Optional[Value]) -> None:
+        en = t.e
+        with self.lock:
+            if v is not None and en.gen == t.gen and self.entries.get(en.key) is en:
+                # Expiry counts from when the read was sent: what bounds
+                # staleness is the age of the read at the server.
+                v.expires = t.token + self.local_ttl
+                old = en.val.size if en.val is not None else 0
+                en.val = v
+                en.size += v.size - old
+                self.bytes += v.size - old
+                now = time.monotonic()
+                while self.bytes > self.max_bytes and len(self.entries) > 1:
+                    if not self._evict_one_locked(now, "bytes", keep=en.key):
+                        break
+            if en.refreshing == t.token:
+                en.refreshing = 0.0
+
+    def store_value(self, t: Ticket, data: Any) -> None:
+        """A string reply (GET, an MGET element, a pipelined GET)."""
+        n = _size(data)
+        if n > self.max_value_bytes:
+            self.too_big_verdict(t, "too_large_values")
+            return
+        self.store(t, Value(data, size=n))
+
+    def too_big_verdict(self, t: Ticket, counter: str) -> None:
+        """The key is too big to cache: dropped, and passed through without
+        being sized or fetched again for TOO_BIG_FOR."""
+        with self.lock:
+            self.m[counter] += 1
+            if len(self.too_big) >= max(4 * self.max_entries, 1024):
+                self.too_big.clear()
+            self.too_big[t.e.key] = time.monotonic() + TOO_BIG_FOR
+            if self.entries.get(t.e.key) is t.e:
+                self._drop_locked(t.e.key, None)
+            if t.e.refreshing == t.token:
+                t.e.refreshing = 0.0
+
+    def release(self, t: Optional[Ticket]) -> None:
+        if t is None:
+            return
+        with self.lock:
+            if t.e.refreshing == t.token:
+                t.e.refreshing = 0.0
+
+    def fetch_failed(self, t: Optional[Ticket]) -> None:
+        if t is None:
+            return
+        self.m["fetch_errors"] += 1
+        self.release(t)
+
+    def peek(self, key: bytes, kind: int, now: float) -> Optional[Value]:
+        """key's fresh value of kind, counted as a local hit; None (counting
+        nothing) when there is none. Pipelines serve only fresh values of
+        hashes and MGETs: they cannot fetch on the side."""
+        with self.lock:
+            en = self._fresh_locked(key, kind, now)
+            if en is None:
+                return None
+            self._hit_locked(en, "hits")
+            return en.val
+
+    def fresh_all(self, keys: List[bytes], now: float) -> Optional[List[Any]]:
+        """Every key's fresh string value (counted as hits), or None."""
+        with self.lock:
+            ents = [self._fresh_locked(k, KIND_STRING, now) for k in keys]
+            if any(en is None for en in ents):
+                return None
+            for en in ents:
+                self._hit_locked(en, "hits")
+            return [en.val.data for en in ents]
+
+    def _fresh_locked(self, key: bytes, kind: int, now: float) -> Optional[Entry]:
+        en = self.entries.get(key)
+        if en is None or en.kind != kind:
+            return None
+        if en.hot_until and now >= en.hot_until and not self.held:
+            return None
+        v = en.val
+        if v is None or now >= v.expires:
+            return None
+        return en
+
+    # -- invalidation ------------------------------------------------------------------
+    def invalidate(self, key: bytes, reason: str) -> None:
+        with self.lock:
+            en = self.entries.get(key)
+            if en is not None:
+                en.gen += 1
+                if en.val is not None:
+                    self.bytes -= en.val.size
+                    en.size -= en.val.size
+                en.val = None
+                self.invalidations[reason] += 1
+
+    def invalidate_all(self, reason: str) -> None:
+        with self.lock:
+            for en in self.entries.values():
+                en.gen += 1
+                if en.val is not None:
+                    self.bytes -= en.val.size
+                    en.size -= en.val.size
+                en.val = None
+            self.invalidations[reason] += 1
+
+    def _drop_locked(self, key: bytes, reason: Optional[str]) -> None:
+        en = self.entries.pop(key, None)
+        if en is not None:
+            en.gen += 1
+            en.val = None
+            self.bytes -= en.size
+            if reason is not None:
+                self.evictions[reason] += 1
+
+    # -- the absorbed-demand report ----------------------------------------------------
+    def report_msg(self, t: Ticket, now: float) -> Optional[Tuple[bytes, int]]:
+        """The ECHO payload to send right after this refresh read, if any."""
+        with self.lock:
+            hits = t.e.hits
+            if hits <= 0:
+                return None
+            window = max(1, int((now - t.e.report_at) * 1000))
+        return b"hotsniff:absorbed:1 %d %d " % (hits, window) + t.e.key, hits
+
+    def reported(self, t: Ticket, hits: int, now: float) -> None:
+        with self.lock:
+            t.e.hits -= hits
+            t.e.report_at = now
+            self.m["absorbed_reports"] += 1
+            self.m["absorbed_hits"] += hits
+
+    # -- introspection -----------------------------------------------------------------
+    def stats(self) -> Dict[str, Any]:
+        with self.lock:
+            d = dict(self.m)
+            d.update(entries=len(self.entries), bytes=self.bytes, hot_keys=len(self.hot),
+                     hot_mode=self.active, invalidations=dict(self.invalidations),
+                     evictions=dict(self.evictions), channel_up=not self.held,
+                     keys_without_channel=len(self.entries) if self.held else 0)
+        return d
+
+    def is_hot(self, key: bytes) -> bool:
+        with self.lock:
+            u = self.hot.get(key)
+        return u is not None and (u == 0.0 or self.held or time.monotonic() < u)
+
+    def close(self) -> None:
+        self.closed = True
+        with self.lock:
+            self.active = False
+            self.entries.clear()
+            self.seen.clear()
+            self.bytes = 0

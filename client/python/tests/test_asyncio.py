@@ -1,0 +1,136 @@
+"""redis.asyncio.Redis: the same guarantees as the sync client."""
+
+import asyncio
+import time
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+import hotsniff_shim
+from conftest import Publisher, calls, unique, wait
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def _warm(shim, key):
+    deadline = time.monotonic() + 5
+    while not shim.is_hot(key):
+        assert time.monotonic() < deadline, "hot"
+        await asyncio.sleep(0.005)
+
+
+@pytest.mark.parametrize("with_channel_client", [True, False])
+def test_asyncio_reads(port, with_channel_client):
+    k = unique("ak")
+    plain = redis.Redis(port=port)
+    plain.set(k, "v")
+    ch = unique("ach")
+    pub = Publisher(plain, ch)
+    pub.write_snapshot()
+
+    async def main():
+        ar = aioredis.Redis(port=port)
+        opts = {"channel_client": redis.Redis(port=port)} if with_channel_client else {}
+        shim = hotsniff_shim.install(ar, channel=ch, local_ttl=0.05, **opts)
+        try:
+            assert await asyncio.get_running_loop().run_in_executor(None, shim.wait_synced, 5)
+            pub.send(k)
+            await _warm(shim, k)
+            ok = 0
+            for _ in range(20):
+                v = await ar.get(k)
+                ok += v == b"v"
+                await asyncio.sleep(0.01)
+            assert ok == 20
+            st = shim.stats()
+            assert st["hits"] + st["stale_hits"] >= 10, st
+            # Values refresh: a write through another client shows within the bound.
+            plain.set(k, "w")
+            await asyncio.sleep(0.16)
+            assert await ar.get(k) == b"w"
+            # A write through the shimmed client drops the copy at once.
+            await ar.set(k, "x")
+            assert await ar.get(k) == b"x"
+            # Hashes and MGET are served too, as values, never coroutines.
+            plain.hset(k + "h", mapping={"f": "1"})
+            pub.send(k + "h")
+            await _warm(shim, k + "h")
+            for _ in range(3):
+                assert await ar.hgetall(k + "h") == {b"f": b"1"}
+                assert await ar.hget(k + "h", "f") == b"1"
+                assert await ar.mget([k]) == [b"x"]
+            # Concurrent readers: one refresh, no error.
+            await asyncio.sleep(0.06)
+            before = calls(plain, "get")
+            vals = await asyncio.gather(*[ar.get(k) for _ in range(50)])
+            assert vals == [b"x"] * 50
+            assert calls(plain, "get") - before <= 2
+        finally:
+            shim.close()
+            await (ar.aclose() if hasattr(ar, "aclose") else ar.close())
+    run(main())
+
+
+def test_asyncio_single_connection_select(port):
+    k = unique("ak")
+    redis.Redis(port=port).set(k, "db0")
+    redis.Redis(port=port, db=1).set(k, "db1")
+    ch = unique("ach")
+    pub = Publisher(redis.Redis(port=port), ch)
+    pub.write_snapshot()
+
+    async def main():
+        ar = aioredis.Redis(port=port, single_connection_client=True)
+        shim = hotsniff_shim.install(ar, channel=ch)
+        try:
+            assert await asyncio.get_running_loop().run_in_executor(None, shim.wait_synced, 5)
+            pub.send(k)
+            await _warm(shim, k)
+            for _ in range(5):
+                assert await ar.get(k) == b"db0"
+            assert shim.stats()["hits"] >= 1
+            await ar.select(1)
+            wrong = 0
+            for _ in range(40):
+                wrong += await ar.get(k) != b"db1"
+                await asyncio.sleep(0.005)
+            await ar.select(0)
+            for _ in range(40):
+                wrong += await ar.get(k) != b"db0"
+                await asyncio.sleep(0.005)
+            assert wrong == 0
+        finally:
+            shim.close()
+            await (ar.aclose() if hasattr(ar, "aclose") else ar.close())
+    run(main())
+
+
+def test_asyncio_pipeline_write_invalidates(port):
+    k = unique("ak")
+    plain = redis.Redis(port=port)
+    plain.set(k, "v")
+    ch = unique("ach")
+    pub = Publisher(plain, ch)
+    pub.write_snapshot()
+
+    async def main():
+        ar = aioredis.Redis(port=port)
+        shim = hotsniff_shim.install(ar, channel=ch, local_ttl=60)
+        try:
+            assert await asyncio.get_running_loop().run_in_executor(None, shim.wait_synced, 5)
+            pub.send(k)
+            await _warm(shim, k)
+            assert await ar.get(k) == b"v"
+            assert await ar.get(k) == b"v"
+            async with ar.pipeline(transaction=True) as p:
+                p.set(k, "new")
+                p.get(k)
+                assert await p.execute() == [True, b"new"]
+            assert await ar.get(k) == b"new"
+        finally:
+            shim.close()
+            await (ar.aclose() if hasattr(ar, "aclose") else ar.close())
+    run(main())
