@@ -114,7 +114,7 @@ func New(cfg Config) (*Pipeline, error) {
 	if cfg.Detect != nil {
 		det, err := detect.New(*cfg.Detect, cfg.Emitter)
 		if err != nil {
-			return nil, fmt.Errorf("configure detector: %w", err)
+			return nil, err // already "configure detector: ..."
 		}
 		p.det = det
 		next = det
