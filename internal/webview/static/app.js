@@ -197,10 +197,17 @@
     render();
   }
 
+  // The page may be opened with credentials in its address
+  // (https://user:pass@host:9464/, as `top --addr` takes it); fetch()
+  // refuses any URL resolved against such a page. origin and pathname
+  // carry no credentials, and the browser keeps the ones it was given for
+  // this origin, so the poll is still authenticated.
+  const HOTKEYS = location.origin + location.pathname.replace(/[^/]*$/, "") + "hotkeys";
+
   async function poll() {
     if (!paused) {
       try {
-        const resp = await fetch("/hotkeys", { cache: "no-store", credentials: "same-origin" });
+        const resp = await fetch(HOTKEYS, { cache: "no-store", credentials: "same-origin" });
         if (!resp.ok) throw new Error("GET /hotkeys: HTTP " + resp.status);
         apply(await resp.json());
         $("status").textContent = "";
