@@ -12,6 +12,7 @@ import (
 
 	"github.com/hotsniff/hotsniff/client"
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/termtext"
 )
 
 // ChannelSource is the fleet view: it follows the hot-key channel as a
@@ -124,5 +125,5 @@ func (c *ChannelSource) Fetch() Snapshot {
 		nodes[e.Node] = true
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].Node < keys[j].Node })
-	return Snapshot{Source: fmt.Sprintf("%s · %d nodes", c.label, len(nodes)), TS: time.Now(), Keys: keys}
+	return Snapshot{Source: c.label + " · " + termtext.Count(len(nodes), "node", "nodes"), TS: time.Now(), Keys: keys}
 }

@@ -190,3 +190,17 @@ func TestWritePlainSampled(t *testing.T) {
 		t.Errorf("no sampling any more:\n%s", s)
 	}
 }
+
+// TestCountsSingular: one key is "1 key", one node "1 node".
+func TestCountsSingular(t *testing.T) {
+	m := NewModel("127.0.0.1:9464", Options{})
+	m.Apply(snap(0, hotEv("item:42", 1843.5)))
+	f := m.Frame(100, 8)
+	if st := f[1].String(); !strings.Contains(st, " 1 key (0 cold)") {
+		t.Errorf("status line %q, want 1 key", st)
+	}
+	m.Apply(snap(1, hotEv("item:42", 1843.5), hotEv("item:7", 1200)))
+	if st := m.Frame(100, 8)[1].String(); !strings.Contains(st, " 2 keys (0 cold)") {
+		t.Errorf("status line %q, want 2 keys", st)
+	}
+}

@@ -252,7 +252,13 @@ func (m *Model) cells(r *row) []string {
 		}
 	}
 	src := r.ev.Source
-	if src == "" {
+	switch {
+	case r.warm:
+		// Listed among the hottest but below the threshold: nothing
+		// detected it (and a key that left the hot set is no longer
+		// what its last event said).
+		src = "-"
+	case src == "":
 		src = event.SourceDetected
 	}
 	// Fields come from /hotkeys or the channel, which an attacker may
@@ -556,7 +562,7 @@ func (m *Model) statusText(n int) (string, Style) {
 			cold++
 		}
 	}
-	s := fmt.Sprintf(" %d keys (%d cold) · sort %s %s", n, cold, m.sortCol, m.sortArrow())
+	s := fmt.Sprintf(" %s (%d cold) · sort %s %s", termtext.Count(n, "key", "keys"), cold, m.sortCol, m.sortArrow())
 	if m.filter != "" {
 		s += fmt.Sprintf(" · filter %q", m.filter)
 	}

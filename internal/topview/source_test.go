@@ -3,6 +3,8 @@ package topview
 import (
 	"context"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -123,5 +125,31 @@ func TestViewHTTP(t *testing.T) {
 	h.typeText("q")
 	if err := h.ended(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHTTPSourceSchemeHints: polling a TLS port over plain HTTP (the
+// daemon answers 400) or a plain port over HTTPS says which scheme to use,
+// with the password still masked.
+func TestHTTPSourceSchemeHints(t *testing.T) {
+	tlsSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, hotkeysDoc) }))
+	tlsSrv.Config.ErrorLog = log.New(io.Discard, "", 0) // the plain request's handshake error is expected
+	tlsSrv.StartTLS()
+	defer tlsSrv.Close()
+	hostport := strings.TrimPrefix(tlsSrv.URL, "https://")
+	src, _ := NewHTTPSource("http://sre:secret@"+hostport, time.Second)
+	_, err := src.Fetch(context.Background())
+	want := "the daemon serves HTTPS on this port (its web configuration sets TLS): use https://sre:xxxxx@" + hostport
+	if err == nil || !strings.Contains(err.Error(), "HTTP 400") || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "secret") {
+		t.Errorf("HTTP to an HTTPS port: err = %v, want the hint %q", err, want)
+	}
+
+	plain := hotkeysServer(t, nil)
+	hostport = strings.TrimPrefix(plain.URL, "http://")
+	src, _ = NewHTTPSource("https://"+hostport, time.Second)
+	_, err = src.Fetch(context.Background())
+	want = "the daemon serves plain HTTP on this port, not HTTPS: use http://" + hostport
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("HTTPS to an HTTP port: err = %v, want the hint %q", err, want)
 	}
 }
