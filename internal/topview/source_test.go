@@ -153,3 +153,26 @@ func TestHTTPSourceSchemeHints(t *testing.T) {
 		t.Errorf("HTTPS to an HTTP port: err = %v, want the hint %q", err, want)
 	}
 }
+
+// TestHTTPSourceWithoutSeq: /hotkeys is the hot set, not a stream of
+// messages; an event without seq, or with seq 0, is listed like any other.
+// (A guard: the view never needed seq, and the daemon may omit it there.)
+func TestHTTPSourceWithoutSeq(t *testing.T) {
+	doc := `{"v":1,"node":"n","ts":"2026-11-29T18:00:00Z","hot_qps":1000,"keys":[
+ {"v":1,"type":"hot","proto":"redis","server":"10.0.0.5:6379","ns":"0","key":"no-seq","qps":1500,"ttl_ms":60000,"ts":"2026-11-29T18:00:00Z","source":"detected"},
+ {"v":1,"seq":0,"type":"hot","proto":"redis","server":"10.0.0.5:6379","ns":"0","key":"seq-zero","qps":1200,"ttl_ms":60000,"ts":"2026-11-29T18:00:00Z","source":"detected"}]}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, doc) }))
+	defer srv.Close()
+	src, _ := NewHTTPSource(srv.URL, time.Second)
+	s, err := src.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewModel("x", Options{})
+	m.Apply(s)
+	var b strings.Builder
+	m.WritePlain(&b)
+	if !strings.Contains(b.String(), "no-seq") || !strings.Contains(b.String(), "seq-zero") || !strings.Contains(b.String(), "2 hot") {
+		t.Errorf("events without seq not listed:\n%s", b.String())
+	}
+}
