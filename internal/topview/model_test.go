@@ -204,3 +204,24 @@ func TestCountsSingular(t *testing.T) {
 		t.Errorf("status line %q, want 2 keys", st)
 	}
 }
+
+// TestLowerBoundRate: a hot key whose rate is a floor (the daemon caught it
+// faster than it can time it) shows "≥" before the rate; once measured, the
+// plain figure.
+func TestLowerBoundRate(t *testing.T) {
+	m := NewModel("x", Options{})
+	e := hotEv("blazing", 32000)
+	e.QPSLowerBound = true
+	m.Apply(snap(0, e))
+	var b strings.Builder
+	m.WritePlain(&b)
+	if !strings.Contains(b.String(), "≥32000.0") {
+		t.Errorf("lower bound not marked:\n%s", b.String())
+	}
+	m.Apply(snap(1, hotEv("blazing", 200000)))
+	b.Reset()
+	m.WritePlain(&b)
+	if row := strings.Split(strings.TrimSpace(b.String()), "\n")[2]; strings.Contains(row, "≥") || !strings.Contains(row, "200000") {
+		t.Errorf("measured rate still marked:\n%s", b.String())
+	}
+}

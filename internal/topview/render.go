@@ -287,11 +287,16 @@ func (m *Model) cells(r *row) []string {
 	return c
 }
 
-// rateText is a row's rate; "~" marks one scaled up from sampled
-// connections (an estimate).
+// rateText is a row's rate; "≥" marks a lower bound (a key caught faster
+// than its rate can be timed: the next refresh measures it), "~" one scaled
+// up from sampled connections (an estimate).
 func (m *Model) rateText(r *row) string {
 	q := fmtRate(r.ev.QPS)
-	if sampleOf(&r.ev) < 1 && q != "-" {
+	switch {
+	case q == "-":
+	case r.hot && r.ev.QPSLowerBound:
+		return "≥" + q
+	case sampleOf(&r.ev) < 1:
 		return "~" + q
 	}
 	return q

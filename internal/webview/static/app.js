@@ -152,8 +152,12 @@
       cell(tr, "", visible(r.ev.server || ""));
       cell(tr, "", visible(r.ev.ns || "") || "–");
       const est = r.hot && sample(r.ev) < 1 && num(r.ev.qps) > 0;
-      const q = cell(tr, "num qps", r.hot ? (est ? "~" : "") + fmtRate(num(r.ev.qps)) : "–");
-      if (est) q.title = "estimated from " + fmtSample(sample(r.ev)) + " of connections";
+      // A key caught faster than its rate can be timed: the figure is a
+      // floor until the daemon measures it (qps_lower_bound).
+      const low = r.hot && r.ev.qps_lower_bound === true && num(r.ev.qps) > 0;
+      const q = cell(tr, "num qps", r.hot ? (low ? "≥" : est ? "~" : "") + fmtRate(num(r.ev.qps)) : "–");
+      if (low) q.title = "at least this: the key crossed the threshold faster than its rate can be timed; the next refresh measures it";
+      else if (est) q.title = "estimated from " + fmtSample(sample(r.ev)) + " of connections";
       cell(tr, "num sample", r.hot ? fmtSample(sample(r.ev)) : "–");
       const hasAbs = typeof r.ev.absorbed_qps === "number";
       cell(tr, "num absorbed", hasAbs && r.hot ? fmtRate(num(r.ev.absorbed_qps)) : "–");
