@@ -1,8 +1,11 @@
 package topview
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestKeyText(t *testing.T) {
@@ -223,5 +226,45 @@ func TestLowerBoundRate(t *testing.T) {
 	m.WritePlain(&b)
 	if row := strings.Split(strings.TrimSpace(b.String()), "\n")[2]; strings.Contains(row, "≥") || !strings.Contains(row, "200000") {
 		t.Errorf("measured rate still marked:\n%s", b.String())
+	}
+}
+
+// TestTopRowsBound: --top N shows N rows: every hot key first (all of them
+// when more than N are hot), then the keys below the threshold by rate,
+// then keys that left the hot set while there is room.
+func TestTopRowsBound(t *testing.T) {
+	var rows []*row
+	add := func(id string, hot, warm bool, qps float64, coldSec int) {
+		r := &row{id: id, hot: hot, warm: warm}
+		r.ev.QPS = qps
+		if coldSec > 0 {
+			r.coldSince = t0.Add(time.Duration(coldSec) * time.Second)
+		}
+		rows = append(rows, r)
+	}
+	add("hot-a", true, false, 5000, 0)
+	add("hot-bytes", true, false, 10, 0) // hot by reply bytes, low rate
+	add("hot-b", true, false, 2000, 0)
+	for i, q := range []float64{900, 800, 700, 600, 500} {
+		add(fmt.Sprintf("warm-%d", i), false, true, q, 0)
+	}
+	add("cold-old", false, false, 0, 1)
+	add("cold-new", false, false, 0, 9)
+	ids := func(n int) string {
+		var s []string
+		for _, r := range topRows(slices.Clone(rows), n) {
+			s = append(s, r.id)
+		}
+		return strings.Join(s, " ")
+	}
+	for n, want := range map[int]string{
+		2:  "hot-a hot-b hot-bytes",
+		5:  "hot-a hot-b hot-bytes warm-0 warm-1",
+		9:  "hot-a hot-b hot-bytes warm-0 warm-1 warm-2 warm-3 warm-4 cold-new",
+		20: "hot-a hot-b hot-bytes warm-0 warm-1 warm-2 warm-3 warm-4 cold-new cold-old",
+	} {
+		if got := ids(n); got != want {
+			t.Errorf("top %d: %s, want %s", n, got, want)
+		}
 	}
 }
