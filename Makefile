@@ -10,6 +10,8 @@ LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 export CGO_ENABLED ?= 0
 
 HELM_VERSION ?= v3.22.0
+# The container image `make image` builds: $(IMAGE):$(VERSION).
+IMAGE    ?= hotsniff
 
 .PHONY: all build tools image dashboard-sync test test-privileged generate generate-check bench fuzz lint fixtures clean
 
@@ -68,7 +70,7 @@ dashboard-sync:
 	cp docs/grafana-dashboard.json helm/hotsniff/dashboards/hotsniff.json
 
 image:
-	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t hotsniff:$(VERSION) .
+	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE):$(VERSION) .
 
 clean:
 	rm -f hotsniff

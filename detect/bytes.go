@@ -105,9 +105,14 @@ func (d *Detector) promoteFrom(w *windowed, h uint64, f *decode.Flow, ns int32, 
 	}
 	var rw *window
 	since, located, qps := d.now, s.since, 0.0
+	// The rate's span is floored at sub/8 (a burst in one segment has no
+	// span at all): a key that got here faster is reported at a lower
+	// bound, and marked so.
+	low := false
 	if reads != nil {
 		rw, since = &reads.own, reads.since
 		qps = d.rate(&reads.own, reads.since, d.sub/8)
+		low = d.span(reads.since) < d.sub/8
 	} else if bytes != nil {
 		// The reads stage was not counting this key (too few reads to
 		// locate its bucket): its answered reads, counted with its bytes,
@@ -116,9 +121,10 @@ func (d *Detector) promoteFrom(w *windowed, h uint64, f *decode.Flow, ns int32, 
 		rw.add(d.epoch, bytes.reads)
 		since = bytes.since
 		qps = d.rate(rw, since, d.sub/8)
+		low = d.span(since) < d.sub/8
 	}
 	prefix := s.flags&slotPrefix != 0 || (reads != nil && reads.flags&slotPrefix != 0)
-	d.promote(h, f, ns, k, thr, qps, prefix, located, rw, since, b)
+	d.promote(h, f, ns, k, thr, qps, low && qps > 0, prefix, located, rw, since, b)
 }
 
 func (e *hotEntry) bytesPS(typ string) float64 {

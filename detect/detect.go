@@ -330,6 +330,7 @@ func (d *Detector) scan() {
 		}
 		var cold bool
 		e.qps = d.rate(&e.win, e.since, 2*d.sub)
+		e.qpsLow = d.span(e.since) < 2*d.sub
 		if e.bthr > 0 || e.bwin.sum > 0 {
 			e.bwin.advance(d.epoch)
 			e.bps = d.rate(&e.bwin, e.bsince, 2*d.sub)
@@ -377,7 +378,10 @@ func (d *Detector) rate(w *window, since, floor int64) float64 {
 }
 
 // promote makes a key hot and emits its first hot event.
-func (d *Detector) promote(h uint64, f *decode.Flow, ns int32, k decode.Key, thr, qps float64, prefix bool, located int64, w *window, since int64, b *bytesInit) *hotEntry {
+//
+// low says qps is a lower bound: the count was divided by a floor longer
+// than the time it was counted in (the key crossed within milliseconds).
+func (d *Detector) promote(h uint64, f *decode.Flow, ns int32, k decode.Key, thr, qps float64, low bool, prefix bool, located int64, w *window, since int64, b *bytesInit) *hotEntry {
 	if d.hot.full() {
 		v := d.hot.lru()
 		d.st.Evictions++
@@ -386,7 +390,7 @@ func (d *Detector) promote(h uint64, f *decode.Flow, ns int32, k decode.Key, thr
 		d.removeHot(v)
 	}
 	e := d.hot.insert(h, f, ns, k.Bytes)
-	e.thr, e.qps, e.prefix = thr, qps, prefix
+	e.thr, e.qps, e.qpsLow, e.prefix = thr, qps, low, prefix
 	if w != nil {
 		e.win = *w
 	}
@@ -468,12 +472,15 @@ func (d *Detector) toEvent(e *hotEntry, typ string, qps float64) event.Event {
 		Source: event.SourceDetected,
 		// The shims' part of qps (total demand); absent until they report.
 		AbsorbedQPS: math.Round(absorbed*10) / 10,
-		Sample:      d.sampleRate(),
-		WriteQPS:    math.Round(e.wr.qps*10) / 10,
-		Uncacheable: e.wr.uncacheable,
-		BytesPS:     e.bytesPS(typ),
-		ValueBytes:  e.valueBytes(typ, qps),
-		Reason:      e.reason(typ, qps),
+		// Only where the rate shown is the entry's own (not an
+		// invalidate's, which carries none).
+		QPSLowerBound: e.qpsLow && qps == e.qps && typ != event.TypeInvalidate,
+		Sample:        d.sampleRate(),
+		WriteQPS:      math.Round(e.wr.qps*10) / 10,
+		Uncacheable:   e.wr.uncacheable,
+		BytesPS:       e.bytesPS(typ),
+		ValueBytes:    e.valueBytes(typ, qps),
+		Reason:        e.reason(typ, qps),
 	}
 }
 

@@ -19,6 +19,9 @@ type hotEntry struct {
 	thr float64 // threshold of this key (rules applied), per second
 	win window  // its own weighted count, continued from the located slot
 	qps float64 // last measured rate (demand: wire reads + absorbed), for HotSet
+	// qpsLow: qps is a lower bound, counted over less time than the span
+	// its rate is divided by (a young entry; see Event.QPSLowerBound).
+	qpsLow bool
 	// abs counts the local reads client shims reported (absorbed.go), also
 	// counted in win; absQPS is its rate as of the last scan.
 	abs    window

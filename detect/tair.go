@@ -178,7 +178,7 @@ func (t *tairDet) promotePending(h uint64, f *decode.Flow, ns int32, k decode.Ke
 		}
 		return
 	}
-	d.promote(h, f, ns, k, thr, t.pendQPS, t.pendPrefix || k.Prefix, t.pendAt, nil, d.now, nil)
+	d.promote(h, f, ns, k, thr, t.pendQPS, false, t.pendPrefix || k.Prefix, t.pendAt, nil, d.now, nil)
 }
 
 // reset starts a new sampling round (after a clock jump).

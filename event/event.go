@@ -70,6 +70,12 @@ type Event struct {
 	// Sample is the capture's sampling rate when the event was made (0.25:
 	// one in four); 0 or 1 means everything was seen and is not sent.
 	Sample float64 `json:"-"`
+	// QPSLowerBound is sent as "qps_lower_bound":true when QPS is a lower
+	// bound, not a measurement: the key was caught within milliseconds of
+	// its first reads, faster than its rate can be timed (a key far above
+	// the threshold is first reported at 32 × the threshold). A later
+	// refresh carries the measured rate.
+	QPSLowerBound bool `json:"-"`
 }
 
 // Reasons a key is hot.
@@ -104,6 +110,8 @@ type wire struct {
 	ValueBytes  float64 `json:"value_bytes,omitempty"`
 	Reason      string  `json:"reason,omitempty"`
 	Sample      float64 `json:"sample,omitempty"`
+
+	QPSLowerBound bool `json:"qps_lower_bound,omitempty"`
 }
 
 // TSFormat is the event time format: RFC 3339 UTC with microseconds.
@@ -117,6 +125,7 @@ func (e *Event) MarshalJSON() ([]byte, error) {
 		TS: e.TS.UTC().Format(TSFormat), Source: e.Source, Node: e.Node,
 		AbsorbedQPS: e.AbsorbedQPS, WriteQPS: e.WriteQPS, BytesPS: e.BytesPS,
 		ValueBytes: e.ValueBytes, Reason: e.Reason,
+		QPSLowerBound: e.QPSLowerBound && e.Type != TypeInvalidate,
 	}
 	if e.Uncacheable {
 		f := false
@@ -151,7 +160,7 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 	*e = Event{V: w.V, Seq: w.Seq, Type: w.Type, Proto: w.Proto, Server: w.Server, NS: w.NS,
 		Display: w.Display, Prefix: w.Prefix, TTLms: w.TTLms, Source: w.Source, Node: w.Node,
 		AbsorbedQPS: w.AbsorbedQPS, WriteQPS: w.WriteQPS, BytesPS: w.BytesPS,
-		ValueBytes: w.ValueBytes, Reason: w.Reason, Sample: w.Sample}
+		ValueBytes: w.ValueBytes, Reason: w.Reason, Sample: w.Sample, QPSLowerBound: w.QPSLowerBound}
 	if w.Cacheable != nil && !*w.Cacheable {
 		e.Uncacheable = true
 	}

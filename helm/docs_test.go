@@ -105,10 +105,21 @@ func TestDocumentedInstall(t *testing.T) {
 		t.Run(filepath.Base(filepath.Dir(doc))+"/"+filepath.Base(doc), func(t *testing.T) {
 			t.Parallel()
 			var secretName, secretKey, secretNS string
-			var install []string
+			var install, makeImage, push []string
+			labelled := map[string]int{} // namespace -> index of the command that labels it privileged
+			ncmd := 0
+			installAt := -1
 			for _, block := range codeBlocks(t, doc, "sh") {
 				for _, w := range shellWords(block) {
+					ncmd++
 					switch {
+					case len(w) >= 4 && w[0] == "kubectl" && w[1] == "label" && (w[2] == "namespace" || w[2] == "ns") &&
+						slices.Contains(w, "pod-security.kubernetes.io/enforce=privileged"):
+						labelled[w[3]] = ncmd
+					case len(w) >= 2 && w[0] == "make" && w[1] == "image" && makeImage == nil:
+						makeImage = w
+					case len(w) == 3 && w[0] == "docker" && w[1] == "push" && push == nil:
+						push = w
 					case len(w) > 4 && w[0] == "kubectl" && slices.Contains(w, "secret") && slices.Contains(w, "generic") && secretName == "":
 						// The first Secret is the install's (the Redis URL);
 						// later ones (the web configuration) have their own test.
@@ -118,7 +129,7 @@ func TestDocumentedInstall(t *testing.T) {
 						lit := flagValue(w, "--from-literal")
 						secretKey, _, _ = strings.Cut(lit, "=")
 					case len(w) > 3 && w[0] == "helm" && (w[1] == "install" || w[1] == "upgrade") && install == nil:
-						install = w
+						install, installAt = w, ncmd
 					}
 				}
 			}
@@ -139,8 +150,15 @@ func TestDocumentedInstall(t *testing.T) {
 			if install[3] != "./helm/hotsniff" {
 				t.Errorf("chart path %q: the docs install ./helm/hotsniff from a clone", install[3])
 			}
-			if ns := flagValue(install, "-n", "--namespace"); ns != secretNS {
+			ns := flagValue(install, "-n", "--namespace")
+			if ns != secretNS {
 				t.Errorf("Secret created in namespace %q, chart installed in %q", secretNS, ns)
+			}
+			// Pod Security admission rejects the pods (hostNetwork, added
+			// capabilities) below the privileged level: every quick start
+			// labels the namespace before installing.
+			if at, ok := labelled[ns]; !ok || at > installAt {
+				t.Errorf("%s installs into namespace %q without `kubectl label namespace %s pod-security.kubernetes.io/enforce=privileged` before it", doc, ns, ns)
 			}
 			out, err := runHelm(t, args...)
 			if err != nil {
@@ -148,6 +166,8 @@ func TestDocumentedInstall(t *testing.T) {
 			}
 			m := decodeManifests(t, out)
 			_, c, cfg := checkCommon(t, m)
+			// The image the pods run is the one the doc built and pushed.
+			checkDocumentedImage(t, doc, makeImage, push, c.Image)
 			ref := envFromSecret(t, c, "HOTSNIFF_REDIS_URL")
 			if ref.Name != secretName || ref.Key != secretKey {
 				t.Errorf("the pod reads Secret %s key %q; the docs create %s with key %q: the pod could not start",
@@ -155,6 +175,38 @@ func TestDocumentedInstall(t *testing.T) {
 			}
 			checkWithCLI(t, cfg)
 		})
+	}
+}
+
+// checkDocumentedImage: the doc builds the image with `make image
+// IMAGE=REPO VERSION=TAG` and pushes it with `docker push REPO:TAG`, the
+// Makefile really tags what it builds REPO:TAG, and the pods of the
+// documented install run exactly that image (a doc that skips setting
+// image.repository leaves the nodes pulling an image nobody pushed).
+func checkDocumentedImage(t *testing.T, doc string, makeImage, push []string, image string) {
+	t.Helper()
+	if makeImage == nil || push == nil {
+		t.Errorf("%s: no `make image IMAGE=... VERSION=...` and `docker push` before the install: the chart's image is never built", doc)
+		return
+	}
+	repo, version := flagValue(makeImage, "IMAGE"), flagValue(makeImage, "VERSION")
+	if repo == "" || version == "" {
+		t.Errorf("%s: %q sets no IMAGE or VERSION", doc, strings.Join(makeImage, " "))
+		return
+	}
+	ref := repo + ":" + version
+	if push[2] != ref {
+		t.Errorf("%s builds %s but pushes %s", doc, ref, push[2])
+	}
+	if image != ref {
+		t.Errorf("%s: the pods run %s, the doc built and pushed %s (set image.repository, and image.tag unless VERSION is the appVersion)", doc, image, ref)
+	}
+	out, err := exec.Command("make", "-C", "..", "-n", "image", "IMAGE="+repo, "VERSION="+version).CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n image: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "docker build") || !strings.Contains(string(out), "-t "+ref+" ") {
+		t.Errorf("`make image IMAGE=%s VERSION=%s` does not tag %s:\n%s", repo, version, ref, out)
 	}
 }
 

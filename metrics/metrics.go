@@ -8,13 +8,31 @@
 package metrics
 
 import (
+	"slices"
 	"sort"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hotsniff/hotsniff/decode"
+	"github.com/hotsniff/hotsniff/decode/memcache"
+	"github.com/hotsniff/hotsniff/decode/redis"
+	"github.com/hotsniff/hotsniff/decode/tair"
 )
+
+// DecodeErrorReasons are the reasons each decoder reports. Every (proto,
+// reason) pair is exported from the first scrape, at zero until it counts,
+// so a dashboard panel over hotsniff_decode_errors_total shows a flat line
+// instead of "no data" on a healthy node.
+var DecodeErrorReasons = map[decode.Proto][]string{
+	decode.ProtoRedis:    redis.Reasons(),
+	decode.ProtoMemcache: memcache.Reasons(),
+	decode.ProtoTair:     tair.Reasons(),
+}
+
+// DroppedReasons are the values of capture_dropped_total's reason label,
+// always exported for each interface.
+var DroppedReasons = []string{"ringbuf_full", "kernel", "truncated"}
 
 // CaptureStat is what one interface's capture counted.
 type CaptureStat struct {
@@ -197,8 +215,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, cs := range s.Capture {
 		counter(c.packets, float64(cs.Packets), cs.Iface, cs.Mode)
-		for _, r := range sortedKeys(cs.Dropped) {
+		for _, r := range DroppedReasons {
 			counter(c.dropped, float64(cs.Dropped[r]), cs.Iface, r)
+		}
+		for _, r := range sortedKeys(cs.Dropped) {
+			if !slices.Contains(DroppedReasons, r) {
+				counter(c.dropped, float64(cs.Dropped[r]), cs.Iface, r)
+			}
 		}
 		counter(c.truncated, float64(cs.TruncatedBytes), cs.Iface)
 	}
@@ -218,8 +241,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.pendingDropped, float64(s.Pending.KeysDropped), "key")
 	counter(c.pendingDesyncs, float64(s.Pending.Desyncs))
 	gauge(c.pendingHeld, float64(s.Pending.Held))
+	for _, p := range decode.Protos() {
+		for _, r := range DecodeErrorReasons[p] {
+			counter(c.decodeErrs, float64(s.DecodeErrors[decode.ErrKey{Proto: p, Reason: r}]), p.String(), r)
+		}
+	}
 	for k, v := range s.DecodeErrors {
-		counter(c.decodeErrs, float64(v), k.Proto.String(), k.Reason)
+		if !slices.Contains(DecodeErrorReasons[k.Proto], k.Reason) {
+			counter(c.decodeErrs, float64(v), k.Proto.String(), k.Reason)
+		}
 	}
 	counter(c.lost, float64(s.LostBytes))
 	counter(c.dup, float64(s.DuplicateBytes))

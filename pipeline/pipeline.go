@@ -10,7 +10,6 @@
 package pipeline
 
 import (
-	"fmt"
 
 	"github.com/hotsniff/hotsniff/bpf/samplelevel"
 

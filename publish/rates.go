@@ -38,7 +38,7 @@ func (p *Publisher) updateRates(hot []event.Event, change float64) {
 		old := en.ev
 		if !moved(old.QPS, m.QPS) && !moved(old.WriteQPS, m.WriteQPS) && !moved(old.AbsorbedQPS, m.AbsorbedQPS) &&
 			!moved(old.BytesPS, m.BytesPS) && !moved(old.ValueBytes, m.ValueBytes) &&
-			!sampleMoved(old.Sample, m.Sample) {
+			!sampleMoved(old.Sample, m.Sample) && old.QPSLowerBound == m.QPSLowerBound {
 			continue
 		}
 		c := *old // stored events are shared with snapshots: copy
@@ -46,6 +46,9 @@ func (p *Publisher) updateRates(hot []event.Event, change float64) {
 		// A new sampling rate changes what the rates are (counts or
 		// estimates): readers of the snapshot must see it at once.
 		c.Sample = m.Sample
+		// A first event's floor is replaced by the measured rate: the
+		// mark goes with it.
+		c.QPSLowerBound = m.QPSLowerBound
 		en.ev = &c
 		p.set.m[id] = en
 		p.dirty = true

@@ -86,3 +86,32 @@ func TestUpdateRates(t *testing.T) {
 		t.Fatalf("%d snapshot writes for a 2%% change of the sampling rate", w-w0)
 	}
 }
+
+// TestUpdateRatesClearsLowerBound: a key's first event carries a floor
+// (qps_lower_bound); when the detector measures its rate, the snapshot
+// shows the measurement without the mark, even at the same figure.
+func TestUpdateRatesClearsLowerBound(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	rdb := dial(t, "redis://"+srv.Addr, publish.TLSOptions{})
+	ch := subscribe(t, rdb, "lb", false)
+	p := newPublisher(t, rdb, publish.Options{Channel: "lb", Node: "n", SnapshotInterval: 20 * time.Millisecond})
+	e := ev(event.TypeHot, "k")
+	e.QPS, e.QPSLowerBound = 32000, true
+	p.Emit(e)
+	receive(t, ch, 1, 5*time.Second)
+	measured := *e
+	measured.QPSLowerBound = false
+	p.UpdateRates([]event.Event{measured})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var s event.Snapshot
+		b, err := rdb.Get(context.Background(), "lb:snapshot").Bytes()
+		if err == nil && json.Unmarshal(b, &s) == nil && len(s.Keys) == 1 && !s.Keys[0].QPSLowerBound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("snapshot still marks the measured rate as a lower bound: %s", b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -97,7 +97,11 @@ func (w *Writer) text(e *event.Event) {
 	qps := "-"
 	if e.Type != event.TypeInvalidate {
 		qps = strconv.FormatFloat(e.QPS, 'f', 1, 64)
-		if e.Sample > 0 && e.Sample < 1 {
+		switch {
+		case e.QPSLowerBound:
+			// Caught faster than its rate can be timed: at least this.
+			qps = "≥" + qps
+		case e.Sample > 0 && e.Sample < 1:
 			// Scaled up from part of the connections: an estimate, as
 			// `hotsniff top` marks it.
 			qps = "~" + qps

@@ -50,6 +50,9 @@ func TestUserErrors(t *testing.T) {
 		{"gzip ok", []string{"decode", "--count", write("ok.pcap.gz", gz.Bytes())}, 0, ""},
 		{"nice out of range", []string{"run", "--nice", "40", "--config-check"}, 2, "--nice 40"},
 		{"gzip truncated", []string{"decode", write("trunc.pcap.gz", gz.Bytes()[:gz.Len()/2])}, 1, "trunc.pcap.gz"},
+		{"hotkeys add without key", []string{"hotkeys", "add"}, 2, "hotkeys add needs the key: hotsniff hotkeys add KEY"},
+		{"hotkeys remove without key", []string{"hotkeys", "remove"}, 2, "hotkeys remove needs the key: hotsniff hotkeys remove KEY"},
+		{"hotkeys add two keys", []string{"hotkeys", "add", "my", "key"}, 2, "quote a key that contains spaces"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -44,7 +44,7 @@ func newHotkeysCmd() *cobra.Command {
 	add := &cobra.Command{
 		Use:   "add KEY",
 		Short: "Publish KEY as hot (source manual) and add it to the snapshot for --ttl",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneKey("add"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if ttl < 0 {
 				return usagef("--ttl must not be negative")
@@ -56,13 +56,27 @@ func newHotkeysCmd() *cobra.Command {
 	remove := &cobra.Command{
 		Use:   "remove KEY",
 		Short: "Publish KEY as cold (source manual) and remove it from the snapshot",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneKey("remove"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return f.run(cmd, args[0], event.TypeCold, 0)
 		},
 	}
 	cmd.AddCommand(add, remove)
 	return cmd
+}
+
+// oneKey checks that `hotkeys add|remove` got exactly one KEY, and says
+// how to give it when not.
+func oneKey(verb string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		switch len(args) {
+		case 1:
+			return nil
+		case 0:
+			return usagef("hotkeys %s needs the key: hotsniff hotkeys %s KEY (--proto, --ns and --server say where it lives; --key-b64 for a key that is not text)", verb, verb)
+		}
+		return usagef("hotkeys %s takes one key, got %d: quote a key that contains spaces (hotsniff hotkeys %s 'my key'), run it once per key", verb, len(args), verb)
+	}
 }
 
 func (f *hotkeysFlags) run(cmd *cobra.Command, arg, typ string, ttl time.Duration) error {

@@ -8,8 +8,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/prometheus/exporter-toolkit/web"
+	"go.yaml.in/yaml/v3"
+	"golang.org/x/crypto/bcrypt"
 )
 
 // checkWebConfig loads the --web-config file (and the certificates it
@@ -23,9 +28,39 @@ func checkWebConfig(path string) error {
 		return usagef("--web-config %s: %v", path, errors.Unwrap(err))
 	}
 	if err := web.Validate(path); err != nil {
+		if strings.HasPrefix(err.Error(), "crypto/bcrypt:") {
+			return usagef("--web-config %s: basic_auth_users: %s is not a bcrypt hash (%v): store the hash of the password, e.g. from htpasswd -nbBC 10 \"\" 'PASSWORD' | tr -d ':\\n'",
+				path, badHashUsers(path), err)
+		}
 		return usagef("--web-config %s: %v", path, err)
 	}
 	return nil
+}
+
+// badHashUsers names the users of the file whose password is not a bcrypt
+// hash (the toolkit's error names none), for the error line.
+func badHashUsers(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "a password"
+	}
+	var c struct {
+		Users map[string]string `yaml:"basic_auth_users"`
+	}
+	if yaml.Unmarshal(b, &c) != nil {
+		return "a password"
+	}
+	var bad []string
+	for u, h := range c.Users {
+		if _, err := bcrypt.Cost([]byte(h)); err != nil {
+			bad = append(bad, strconv.Quote(u))
+		}
+	}
+	if len(bad) == 0 {
+		return "a password"
+	}
+	sort.Strings(bad)
+	return "the password of user " + strings.Join(bad, ", ")
 }
 
 // serveWeb serves srv on l through the exporter toolkit: with a web

@@ -279,10 +279,16 @@ func TestRunWebConfigErrors(t *testing.T) {
 	writeFile(t, bad, []byte("tls_server_config:\n  cert_file: /nonexistent.crt\n  key_file: /nonexistent.key\n"))
 	typo := filepath.Join(dir, "typo.yml")
 	writeFile(t, typo, []byte("basic_auth_user:\n  a: b\n"))
+	// A plain password where the hash belongs: the line names the user and
+	// says what to store.
+	plain := filepath.Join(dir, "plain.yml")
+	writeFile(t, plain, []byte("basic_auth_users:\n  sre: change-me\n"))
 	for _, c := range []struct{ file, want string }{
 		{filepath.Join(dir, "missing.yml"), "no such file"},
 		{bad, "nonexistent.crt"},
 		{typo, "basic_auth_user"},
+		{plain, `basic_auth_users: the password of user "sre" is not a bcrypt hash`},
+		{plain, "store the hash of the password, e.g. from htpasswd -nbBC 10"},
 	} {
 		var errb strings.Builder
 		code := runWith([]string{"run", "--web-config", c.file, "--iface", "lo"}, io.Discard, &errb)

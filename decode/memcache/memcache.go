@@ -80,7 +80,7 @@ const (
 // Reasons lists every reason this package reports, for metric pre-creation.
 func Reasons() []string {
 	return []string{ReasonBadHeader, ReasonBadLine, ReasonUnknownCommand, ReasonKeyTooLong,
-		ReasonLineTooLong, ReasonBadLength, ReasonBadBase64, ReasonBadData, ReasonResync}
+		ReasonLineTooLong, ReasonBadLength, ReasonBadBase64, ReasonBadData, ReasonResync, ReasonBadReply}
 }
 
 // Decoder makes memcached request parsers.

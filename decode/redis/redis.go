@@ -108,3 +108,10 @@ const (
 	ReasonBadInline  = "bad_inline"   // unbalanced quotes or NUL in an inline command
 	ReasonKeyTooLong = "key_too_long" // a key beyond MaxKeyLen, skipped
 )
+
+// Reasons lists every reason this package reports (requests and replies),
+// so the metrics can export each one at zero from the first scrape.
+func Reasons() []string {
+	return []string{ReasonResync, ReasonBadType, ReasonBadLength, ReasonTooLong, ReasonBadFormat,
+		ReasonBadInline, ReasonKeyTooLong, ReasonBadReply, ReasonReplyDepth, ReasonUnexpected}
+}

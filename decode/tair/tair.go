@@ -70,6 +70,12 @@ const (
 	ReasonResync = "resync"
 )
 
+// Reasons lists every reason this package reports, so the metrics can
+// export each one at zero from the first scrape.
+func Reasons() []string {
+	return []string{ReasonBadMagic, ReasonBadLength, ReasonBadPcode, ReasonBadBody, ReasonTooLarge, ReasonResync}
+}
+
 // Config holds the framing limits. Zero values take the defaults.
 type Config struct {
 	// MaxBody is the largest plausible body_len; above it the header is

@@ -89,3 +89,12 @@ func safeWithSpaces(s string) bool {
 	}
 	return true
 }
+
+// Count writes n and the noun, singular for one ("1 key", "2 keys", "0
+// keys"); plural is the noun's plural form.
+func Count(n int, singular, plural string) string {
+	if n == 1 {
+		return "1 " + singular
+	}
+	return strconv.Itoa(n) + " " + plural
+}

@@ -49,3 +49,14 @@ func BenchmarkFieldSafe(b *testing.B) {
 		_ = Field("10.0.0.5:6379")
 	}
 }
+
+func TestCount(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		want string
+	}{{0, "0 keys"}, {1, "1 key"}, {2, "2 keys"}, {11, "11 keys"}} {
+		if got := Count(c.n, "key", "keys"); got != c.want {
+			t.Errorf("Count(%d) = %q, want %q", c.n, got, c.want)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hotsniff/hotsniff/client"
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/termtext"
 )
 
 // ChannelSource is the fleet view: it follows the hot-key channel as a
@@ -103,7 +104,7 @@ func (c *ChannelSource) overlayRates(ctx context.Context, s *Snapshot) {
 		k := &s.Keys[i]
 		if f, ok := fresh[rowID(k)]; ok && f.Prefix == k.Prefix {
 			k.QPS, k.WriteQPS, k.AbsorbedQPS = f.QPS, f.WriteQPS, f.AbsorbedQPS
-			k.BytesPS, k.Sample = f.BytesPS, f.Sample
+			k.BytesPS, k.Sample, k.QPSLowerBound = f.BytesPS, f.Sample, f.QPSLowerBound
 		}
 	}
 }
@@ -124,5 +125,5 @@ func (c *ChannelSource) Fetch() Snapshot {
 		nodes[e.Node] = true
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].Node < keys[j].Node })
-	return Snapshot{Source: fmt.Sprintf("%s · %d nodes", c.label, len(nodes)), TS: time.Now(), Keys: keys}
+	return Snapshot{Source: c.label + " · " + termtext.Count(len(nodes), "node", "nodes"), TS: time.Now(), Keys: keys}
 }

@@ -189,3 +189,33 @@ func TestChannelFleetSampling(t *testing.T) {
 		t.Errorf("header %q", f.lines[0])
 	}
 }
+
+// TestChannelOneNode: the header counts one publisher as "1 node".
+func TestChannelOneNode(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	p, err := publish.New(rdb, publish.Options{Channel: "hk1", Node: "cache-node-a", Logger: slog.New(slog.DiscardHandler), SnapshotInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+	p.Emit(&event.Event{Type: event.TypeHot, Proto: "redis", Server: "10.0.0.5:6379", NS: "0", Key: []byte("item:1"),
+		QPS: 1500, TTLms: 60000, TS: time.Now(), Source: event.SourceDetected})
+	time.Sleep(200 * time.Millisecond)
+	cs, err := NewChannelSource(rdb, "hk1", "channel hk1", 50*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	<-cs.Synced()
+	deadline := time.Now().Add(5 * time.Second)
+	s := cs.Fetch()
+	for len(s.Keys) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		s = cs.Fetch()
+	}
+	if len(s.Keys) != 1 || !strings.HasSuffix(s.Source, "· 1 node") {
+		t.Errorf("source %q with %d keys, want \"channel hk1 · 1 node\"", s.Source, len(s.Keys))
+	}
+}

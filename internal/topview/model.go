@@ -58,9 +58,11 @@ type Options struct {
 	Reverse bool
 	// Filter is the initial filter.
 	Filter string
-	// TopN, when positive, lists the hot keys and, from sources that
-	// report them, the keys below the threshold with the highest rates, up
-	// to TopN rows in all, plus the keys that recently left the hot set.
+	// TopN, when positive, lists at most TopN rows (more only when more
+	// keys are hot: every hot key is listed): the hot keys, then, from
+	// sources that report them, the keys below the threshold with the
+	// highest rates, then, while there is room, the keys that recently left
+	// the hot set.
 	TopN int
 	// Fleet shows the keys of every node (the channel's view): a node
 	// column, each key's write rate and whether shims may cache it.
@@ -532,32 +534,38 @@ func stateRank(r *row) int {
 	return 0
 }
 
-// topRows keeps the n listed (hot or warm) rows of highest rate, and every
-// cold row.
+// topRows keeps at most n rows (`--top 10` shows ten rows, not ten and the
+// cold ones), more only when more than n keys are hot: every hot key (a key
+// hot by reply bytes can have a low rate), then the keys below the
+// threshold of highest rate, then the cold rows that left the hot set most
+// recently, while there is room.
 func topRows(rows []*row, n int) []*row {
+	rank := func(r *row) int {
+		switch {
+		case r.hot:
+			return 0
+		case r.warm:
+			return 1
+		}
+		return 2
+	}
 	slices.SortFunc(rows, func(a, b *row) int {
+		if c := cmp.Compare(rank(a), rank(b)); c != 0 {
+			return c
+		}
 		if c := cmp.Compare(b.rate(), a.rate()); c != 0 {
+			return c
+		}
+		if c := b.coldSince.Compare(a.coldSince); c != 0 {
 			return c
 		}
 		return strings.Compare(a.id, b.id)
 	})
-	// Hot keys are always listed (a key hot by reply bytes can have a low
-	// rate); keys below the threshold fill the rest up to n.
-	kept := 0
+	hot := 0
 	for _, r := range rows {
 		if r.hot {
-			kept++
+			hot++
 		}
 	}
-	out := rows[:0]
-	for _, r := range rows {
-		if r.warm && !r.hot {
-			if kept >= n {
-				continue
-			}
-			kept++
-		}
-		out = append(out, r)
-	}
-	return out
+	return rows[:min(max(n, hot), len(rows))]
 }

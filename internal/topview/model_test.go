@@ -1,8 +1,11 @@
 package topview
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestKeyText(t *testing.T) {
@@ -188,5 +191,80 @@ func TestWritePlainSampled(t *testing.T) {
 	m.WritePlain(&out)
 	if s := out.String(); strings.Contains(s, "sampling") || strings.Contains(s, "SAMPLE") || strings.Contains(s, "~") {
 		t.Errorf("no sampling any more:\n%s", s)
+	}
+}
+
+// TestCountsSingular: one key is "1 key", one node "1 node".
+func TestCountsSingular(t *testing.T) {
+	m := NewModel("127.0.0.1:9464", Options{})
+	m.Apply(snap(0, hotEv("item:42", 1843.5)))
+	f := m.Frame(100, 8)
+	if st := f[1].String(); !strings.Contains(st, " 1 key (0 cold)") {
+		t.Errorf("status line %q, want 1 key", st)
+	}
+	m.Apply(snap(1, hotEv("item:42", 1843.5), hotEv("item:7", 1200)))
+	if st := m.Frame(100, 8)[1].String(); !strings.Contains(st, " 2 keys (0 cold)") {
+		t.Errorf("status line %q, want 2 keys", st)
+	}
+}
+
+// TestLowerBoundRate: a hot key whose rate is a floor (the daemon caught it
+// faster than it can time it) shows "≥" before the rate; once measured, the
+// plain figure.
+func TestLowerBoundRate(t *testing.T) {
+	m := NewModel("x", Options{})
+	e := hotEv("blazing", 32000)
+	e.QPSLowerBound = true
+	m.Apply(snap(0, e))
+	var b strings.Builder
+	m.WritePlain(&b)
+	if !strings.Contains(b.String(), "≥32000.0") {
+		t.Errorf("lower bound not marked:\n%s", b.String())
+	}
+	m.Apply(snap(1, hotEv("blazing", 200000)))
+	b.Reset()
+	m.WritePlain(&b)
+	if row := strings.Split(strings.TrimSpace(b.String()), "\n")[2]; strings.Contains(row, "≥") || !strings.Contains(row, "200000") {
+		t.Errorf("measured rate still marked:\n%s", b.String())
+	}
+}
+
+// TestTopRowsBound: --top N shows N rows: every hot key first (all of them
+// when more than N are hot), then the keys below the threshold by rate,
+// then keys that left the hot set while there is room.
+func TestTopRowsBound(t *testing.T) {
+	var rows []*row
+	add := func(id string, hot, warm bool, qps float64, coldSec int) {
+		r := &row{id: id, hot: hot, warm: warm}
+		r.ev.QPS = qps
+		if coldSec > 0 {
+			r.coldSince = t0.Add(time.Duration(coldSec) * time.Second)
+		}
+		rows = append(rows, r)
+	}
+	add("hot-a", true, false, 5000, 0)
+	add("hot-bytes", true, false, 10, 0) // hot by reply bytes, low rate
+	add("hot-b", true, false, 2000, 0)
+	for i, q := range []float64{900, 800, 700, 600, 500} {
+		add(fmt.Sprintf("warm-%d", i), false, true, q, 0)
+	}
+	add("cold-old", false, false, 0, 1)
+	add("cold-new", false, false, 0, 9)
+	ids := func(n int) string {
+		var s []string
+		for _, r := range topRows(slices.Clone(rows), n) {
+			s = append(s, r.id)
+		}
+		return strings.Join(s, " ")
+	}
+	for n, want := range map[int]string{
+		2:  "hot-a hot-b hot-bytes",
+		5:  "hot-a hot-b hot-bytes warm-0 warm-1",
+		9:  "hot-a hot-b hot-bytes warm-0 warm-1 warm-2 warm-3 warm-4 cold-new",
+		20: "hot-a hot-b hot-bytes warm-0 warm-1 warm-2 warm-3 warm-4 cold-new cold-old",
+	} {
+		if got := ids(n); got != want {
+			t.Errorf("top %d: %s, want %s", n, got, want)
+		}
 	}
 }

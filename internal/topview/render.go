@@ -252,7 +252,13 @@ func (m *Model) cells(r *row) []string {
 		}
 	}
 	src := r.ev.Source
-	if src == "" {
+	switch {
+	case r.warm:
+		// Listed among the hottest but below the threshold: nothing
+		// detected it (and a key that left the hot set is no longer
+		// what its last event said).
+		src = "-"
+	case src == "":
 		src = event.SourceDetected
 	}
 	// Fields come from /hotkeys or the channel, which an attacker may
@@ -281,11 +287,16 @@ func (m *Model) cells(r *row) []string {
 	return c
 }
 
-// rateText is a row's rate; "~" marks one scaled up from sampled
-// connections (an estimate).
+// rateText is a row's rate; "≥" marks a lower bound (a key caught faster
+// than its rate can be timed: the next refresh measures it), "~" one scaled
+// up from sampled connections (an estimate).
 func (m *Model) rateText(r *row) string {
 	q := fmtRate(r.ev.QPS)
-	if sampleOf(&r.ev) < 1 && q != "-" {
+	switch {
+	case q == "-":
+	case r.hot && r.ev.QPSLowerBound:
+		return "≥" + q
+	case sampleOf(&r.ev) < 1:
 		return "~" + q
 	}
 	return q
@@ -556,7 +567,7 @@ func (m *Model) statusText(n int) (string, Style) {
 			cold++
 		}
 	}
-	s := fmt.Sprintf(" %d keys (%d cold) · sort %s %s", n, cold, m.sortCol, m.sortArrow())
+	s := fmt.Sprintf(" %s (%d cold) · sort %s %s", termtext.Count(n, "key", "keys"), cold, m.sortCol, m.sortArrow())
 	if m.filter != "" {
 		s += fmt.Sprintf(" · filter %q", m.filter)
 	}

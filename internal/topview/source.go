@@ -1,7 +1,9 @@
 package topview
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -122,6 +124,20 @@ func hotkeysURL(addr string) (u, label string, err error) {
 	return p.String(), label, nil
 }
 
+// withScheme is the address polled with another scheme, credentials
+// masked, for hints.
+func (h *HTTPSource) withScheme(scheme string) string {
+	p, err := url.Parse(h.url)
+	if err != nil {
+		return scheme + "://"
+	}
+	p.Scheme = scheme
+	if p.Path == "/hotkeys" {
+		p.Path = ""
+	}
+	return p.Redacted()
+}
+
 // URL is the address polled.
 func (h *HTTPSource) URL() string { return h.url }
 
@@ -149,11 +165,23 @@ func (h *HTTPSource) Fetch(ctx context.Context) (Snapshot, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
+		var rh tls.RecordHeaderError
+		if errors.As(err, &rh) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
+			// A TLS handshake answered by a plain HTTP server (net/http
+			// reports it in text only).
+			return Snapshot{}, fmt.Errorf("GET %s: the daemon serves plain HTTP on this port, not HTTPS: use %s", h.shown, h.withScheme("http"))
+		}
 		return Snapshot{}, fmt.Errorf("daemon unreachable: GET %s: %w", h.shown, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		if resp.StatusCode == http.StatusBadRequest && bytes.Contains(body, []byte("HTTP request to an HTTPS server")) {
+			// Go's TLS server answers a plain request this way.
+			return Snapshot{}, fmt.Errorf("GET %s: HTTP %s: the daemon serves HTTPS on this port (its web configuration sets TLS): use %s",
+				h.shown, resp.Status, h.withScheme("https"))
+		}
 		return Snapshot{}, fmt.Errorf("GET %s: HTTP %s", h.shown, resp.Status)
 	}
 	var doc HotkeysDoc

@@ -3,6 +3,8 @@ package topview
 import (
 	"context"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -123,5 +125,54 @@ func TestViewHTTP(t *testing.T) {
 	h.typeText("q")
 	if err := h.ended(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHTTPSourceSchemeHints: polling a TLS port over plain HTTP (the
+// daemon answers 400) or a plain port over HTTPS says which scheme to use,
+// with the password still masked.
+func TestHTTPSourceSchemeHints(t *testing.T) {
+	tlsSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, hotkeysDoc) }))
+	tlsSrv.Config.ErrorLog = log.New(io.Discard, "", 0) // the plain request's handshake error is expected
+	tlsSrv.StartTLS()
+	defer tlsSrv.Close()
+	hostport := strings.TrimPrefix(tlsSrv.URL, "https://")
+	src, _ := NewHTTPSource("http://sre:secret@"+hostport, time.Second)
+	_, err := src.Fetch(context.Background())
+	want := "the daemon serves HTTPS on this port (its web configuration sets TLS): use https://sre:xxxxx@" + hostport
+	if err == nil || !strings.Contains(err.Error(), "HTTP 400") || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "secret") {
+		t.Errorf("HTTP to an HTTPS port: err = %v, want the hint %q", err, want)
+	}
+
+	plain := hotkeysServer(t, nil)
+	hostport = strings.TrimPrefix(plain.URL, "http://")
+	src, _ = NewHTTPSource("https://"+hostport, time.Second)
+	_, err = src.Fetch(context.Background())
+	want = "the daemon serves plain HTTP on this port, not HTTPS: use http://" + hostport
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("HTTPS to an HTTP port: err = %v, want the hint %q", err, want)
+	}
+}
+
+// TestHTTPSourceWithoutSeq: /hotkeys is the hot set, not a stream of
+// messages; an event without seq, or with seq 0, is listed like any other.
+// (A guard: the view never needed seq, and the daemon may omit it there.)
+func TestHTTPSourceWithoutSeq(t *testing.T) {
+	doc := `{"v":1,"node":"n","ts":"2026-11-29T18:00:00Z","hot_qps":1000,"keys":[
+ {"v":1,"type":"hot","proto":"redis","server":"10.0.0.5:6379","ns":"0","key":"no-seq","qps":1500,"ttl_ms":60000,"ts":"2026-11-29T18:00:00Z","source":"detected"},
+ {"v":1,"seq":0,"type":"hot","proto":"redis","server":"10.0.0.5:6379","ns":"0","key":"seq-zero","qps":1200,"ttl_ms":60000,"ts":"2026-11-29T18:00:00Z","source":"detected"}]}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, doc) }))
+	defer srv.Close()
+	src, _ := NewHTTPSource(srv.URL, time.Second)
+	s, err := src.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewModel("x", Options{})
+	m.Apply(s)
+	var b strings.Builder
+	m.WritePlain(&b)
+	if !strings.Contains(b.String(), "no-seq") || !strings.Contains(b.String(), "seq-zero") || !strings.Contains(b.String(), "2 hot") {
+		t.Errorf("events without seq not listed:\n%s", b.String())
 	}
 }

@@ -69,7 +69,7 @@ func (t *topCounter) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 	*e = topEntry{
 		id: string(b),
 		ev: event.Event{Proto: f.Proto.String(), Server: f.Server.String(), NS: ns,
-			Key: append(e.ev.Key[:0], k.Bytes...), Source: event.SourceDetected},
+			Key: append(e.ev.Key[:0], k.Bytes...)}, // no source: counted, not detected hot
 		count: base + uint64(k.Weight),
 	}
 	t.byID[e.id] = e

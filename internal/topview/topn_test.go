@@ -91,14 +91,26 @@ func TestReplayTopN(t *testing.T) {
 		m.Apply(s)
 		var b strings.Builder
 		m.WritePlain(&b)
-		listed := 0
-		for _, l := range strings.Split(b.String(), "\n")[2:] {
-			if f := strings.Fields(l); len(f) > 7 && (f[6] == "hot" || f[6] == "-") {
+		listed, rows := 0, 0
+		for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n")[2:] {
+			f := strings.Fields(l)
+			if len(f) <= 7 {
+				continue
+			}
+			rows++
+			if f[6] == "hot" || f[6] == "-" {
 				listed++
 			}
+			// A key below the threshold was counted, not detected.
+			if f[6] == "-" && f[7] != "-" {
+				t.Errorf("frame %d: key below the threshold shows source %q: %s", frames, f[7], l)
+			}
+			if f[6] == "hot" && f[7] != "detected" {
+				t.Errorf("frame %d: hot key shows source %q: %s", frames, f[7], l)
+			}
 		}
-		if listed != 5 {
-			t.Errorf("frame %d shows %d keys, want 5:\n%s", frames, listed, b.String())
+		if listed != 5 || rows != 5 {
+			t.Errorf("frame %d shows %d rows (%d hot or below the threshold), want 5 (--top 5):\n%s", frames, rows, listed, b.String())
 		}
 	}
 	if frames < 10 {

@@ -1,4 +1,5 @@
-// Package doccheck holds repository-wide checks of the documentation.
+// Package doccheck holds repository-wide checks of the documentation and
+// of the scripts the documentation tells users to run.
 package doccheck
 
 import (

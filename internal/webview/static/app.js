@@ -34,6 +34,20 @@
     if (q < 1e7) return q.toFixed(0);
     return (q / 1e6).toFixed(1) + "M";
   }
+  // fmtBytes writes a byte rate as top does: "–" when unknown.
+  function fmtBytes(b) {
+    if (!(b > 0)) return "–";
+    if (b < 1e4) return b.toFixed(0);
+    if (b < 1e6) return (b / 1e3).toFixed(1) + "k";
+    if (b < 1e9) return (b / 1e6).toFixed(1) + "M";
+    return (b / 1e9).toFixed(1) + "G";
+  }
+  // fmtScale writes the sparkline's top in a few characters.
+  function fmtScale(q) {
+    if (q < 1e3) return q.toFixed(0);
+    if (q < 1e6) return Number((q / 1e3).toPrecision(3)) + "k";
+    return Number((q / 1e6).toPrecision(3)) + "M";
+  }
 
   // sample is the share of connections a key's figures come from (the
   // event's "sample" field): 1 when absent, or not a rate in (0,1).
@@ -51,6 +65,9 @@
     return "1/" + Math.round(1 / r);
   }
 
+  // sparkline draws the rate history from zero (bottom) to its highest
+  // sample (top), and writes that top beside it, so two keys' lines can be
+  // compared: "max 4k/s".
   function sparkline(hist) {
     const W = 120, H = 22, NS = "http://www.w3.org/2000/svg";
     const svg = document.createElementNS(NS, "svg");
@@ -67,7 +84,16 @@
     const pl = document.createElementNS(NS, "polyline");
     pl.setAttribute("points", pts.join(" "));
     svg.appendChild(pl);
-    return svg;
+    const peak = Math.max(0, ...hist);
+    const wrap = document.createElement("span");
+    wrap.className = "sparkwrap";
+    wrap.title = "requests per second over the last " + hist.length + " polls, from 0 to " + fmtRate(peak);
+    wrap.appendChild(svg);
+    const scale = document.createElement("span");
+    scale.className = "scale";
+    scale.textContent = peak > 0 ? "max " + fmtScale(peak) + "/s" : "0/s";
+    wrap.appendChild(scale);
+    return wrap;
   }
 
   function cell(tr, cls, text) {
@@ -92,6 +118,7 @@
       case "qps": return r.hot ? num(r.ev.qps) : -1;
       case "sample": return r.hot ? sample(r.ev) : 2;
       case "absorbed": return r.hot ? num(r.ev.absorbed_qps) : -1;
+      case "bytes": return r.hot ? num(r.ev.bytes_ps) : -1;
       case "share": return share(r);
       case "trend": return r.hist.length ? r.hist[r.hist.length - 1] - r.hist[0] : 0;
       case "state": return r.hot ? 1 : 0;
@@ -125,8 +152,12 @@
       cell(tr, "", visible(r.ev.server || ""));
       cell(tr, "", visible(r.ev.ns || "") || "–");
       const est = r.hot && sample(r.ev) < 1 && num(r.ev.qps) > 0;
-      const q = cell(tr, "num qps", r.hot ? (est ? "~" : "") + fmtRate(num(r.ev.qps)) : "–");
-      if (est) q.title = "estimated from " + fmtSample(sample(r.ev)) + " of connections";
+      // A key caught faster than its rate can be timed: the figure is a
+      // floor until the daemon measures it (qps_lower_bound).
+      const low = r.hot && r.ev.qps_lower_bound === true && num(r.ev.qps) > 0;
+      const q = cell(tr, "num qps", r.hot ? (low ? "≥" : est ? "~" : "") + fmtRate(num(r.ev.qps)) : "–");
+      if (low) q.title = "at least this: the key crossed the threshold faster than its rate can be timed; the next refresh measures it";
+      else if (est) q.title = "estimated from " + fmtSample(sample(r.ev)) + " of connections";
       cell(tr, "num sample", r.hot ? fmtSample(sample(r.ev)) : "–");
       const hasAbs = typeof r.ev.absorbed_qps === "number";
       cell(tr, "num absorbed", hasAbs && r.hot ? fmtRate(num(r.ev.absorbed_qps)) : "–");
@@ -142,6 +173,7 @@
       } else {
         sh.textContent = "–";
       }
+      cell(tr, "num bytes", r.hot ? fmtBytes(num(r.ev.bytes_ps)) : "–");
       cell(tr, "trend").appendChild(sparkline(r.hist));
       cell(tr, "state " + (r.hot ? "hot" : "cold"), r.hot ? "hot" : "cold");
       cell(tr, "", visible(r.ev.source || "detected"));
@@ -197,10 +229,17 @@
     render();
   }
 
+  // The page may be opened with credentials in its address
+  // (https://user:pass@host:9464/, as `top --addr` takes it); fetch()
+  // refuses any URL resolved against such a page. origin and pathname
+  // carry no credentials, and the browser keeps the ones it was given for
+  // this origin, so the poll is still authenticated.
+  const HOTKEYS = location.origin + location.pathname.replace(/[^/]*$/, "") + "hotkeys";
+
   async function poll() {
     if (!paused) {
       try {
-        const resp = await fetch("/hotkeys", { cache: "no-store", credentials: "same-origin" });
+        const resp = await fetch(HOTKEYS, { cache: "no-store", credentials: "same-origin" });
         if (!resp.ok) throw new Error("GET /hotkeys: HTTP " + resp.status);
         apply(await resp.json());
         $("status").textContent = "";
