@@ -78,10 +78,19 @@ A summary line goes to stderr. "-" reads standard input.`,
 			// behind tcpdump -w - streams.
 			tally := new(pipeline.PortTally)
 			tot, err := pl.ReadFiles(ctx, args, fileOptions(prog, func() { out.Flush() }, 0, tally))
+			// A header for a reader at a terminal; none in a pipe, where
+			// scripts sort and cut the columns.
+			header := isTerminal(cmd.OutOrStdout())
 			if counts != nil {
+				if header {
+					out.WriteString("# COUNT\tWEIGHT\tPROTO\tNS\tKEY\n")
+				}
 				counts.write(out)
 			}
 			if bsink != nil {
+				if header {
+					out.WriteString("# BYTES\tREADS\tPROTO\tNS\tKEY\n")
+				}
 				bsink.write(out)
 			}
 			summary(cmd.ErrOrStderr(), tot, tally, pl.Counter(), pl.StreamStats(), time.Since(start), err)

@@ -14,6 +14,7 @@ import (
 	"github.com/hotsniff/hotsniff/config"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/termtext"
 	"github.com/hotsniff/hotsniff/pipeline"
 	"github.com/hotsniff/hotsniff/publish"
 )
@@ -118,8 +119,8 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 			}
 			if summary(cmd.ErrOrStderr(), tot, tally, pl.Counter(), pl.StreamStats(), time.Since(start), rerr) {
 				ds := det.Stats()
-				fmt.Fprintf(cmd.ErrOrStderr(), "hotsniff: %d hot, %d refreshes, %d cold, %d invalidates; %d keys hot at the end\n",
-					ds.Hot, ds.Refreshes, ds.Cold, ds.Invalidates, ds.HotKeys)
+				fmt.Fprintf(cmd.ErrOrStderr(), "hotsniff: %d hot, %d refreshes, %d cold, %d invalidates; %s hot at the end\n",
+					ds.Hot, ds.Refreshes, ds.Cold, ds.Invalidates, termtext.Count(ds.HotKeys, "key", "keys"))
 			}
 			if err := w.Err(); err != nil && rerr == nil {
 				rerr = fmt.Errorf("write events: %w", err)
