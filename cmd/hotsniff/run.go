@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +32,7 @@ import (
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/httpserve"
 	"github.com/hotsniff/hotsniff/internal/webview"
 	"github.com/hotsniff/hotsniff/metrics"
 	"github.com/hotsniff/hotsniff/publish"
@@ -57,6 +56,8 @@ type captureFlags struct {
 	procs      int
 	nice       int
 	maxCPU     float64
+	httpConns  int
+	httpIdle   time.Duration
 }
 
 func newRunCmd() *cobra.Command {
@@ -98,6 +99,12 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			}
 			if err := chf.apply(&publish.Options{}); err != nil {
 				return err
+			}
+			if cf.httpConns < 1 {
+				return usagef("--http-max-conns %d: must be at least 1", cf.httpConns)
+			}
+			if cf.httpIdle <= 0 {
+				return usagef("--http-idle-timeout %s: must be positive", cf.httpIdle)
 			}
 			if err := checkWebConfig(cf.webCfg); err != nil {
 				return err
@@ -150,6 +157,8 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	f.StringVar(&cf.listen, "listen", ":9464", "address for / (web view), /metrics, /hotkeys, /healthz, /readyz (empty: none)")
 	f.StringVar(&cf.health, "health-listen", "", "also serve /healthz and /readyz alone, in plain HTTP without the web configuration, on this address (e.g. 127.0.0.1:9465, for the kubelet's probes when --web-config asks for credentials)")
 	f.StringVar(&cf.webCfg, "web-config", "", "web configuration file (Prometheus exporter format: tls_server_config, basic_auth_users) for TLS, client certificates and basic auth on every --listen endpoint; re-read on each request")
+	f.IntVar(&cf.httpConns, "http-max-conns", httpserve.DefaultMaxConns, "most connections held open on --listen: at the bound the longest-idle connection is closed to admit a new one, so /healthz keeps answering (--health-listen has its own bound)")
+	f.DurationVar(&cf.httpIdle, "http-idle-timeout", httpserve.DefaultIdleTimeout, "close a keep-alive HTTP connection after this long without a request")
 	f.BoolVar(&cf.check, "config-check", false, "load and validate the configuration, print a summary and exit")
 	f.BoolVar(&cf.pprof, "pprof", false, "also serve Go profiling at /debug/pprof/ on --listen")
 	// One pipeline goroutine does the work; the publisher and HTTP are
@@ -158,7 +167,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	// third of the daemon's CPU, and on a 64-core node it is worse.
 	f.IntVar(&cf.procs, "gomaxprocs", 1, "threads running Go code at once (GOMAXPROCS); 0 keeps Go's default (the GOMAXPROCS variable, else the CPU count or limit)")
 	f.IntVar(&cf.nice, "nice", 10, "CPU priority of the daemon's threads, -20 (highest) to 19: by default it yields to the cache server when the CPU is saturated (a daemon started at a higher nice value keeps it)")
-	f.Float64Var(&cf.maxCPU, "max-cpu", 0, "CPU budget as a share of one core (0.05: 5 %), the eBPF programs' run time included: above it the programs copy only part of the connections (in steps of 4 %) and counts are scaled back, thresholds staying in true requests per second; 0: no budget")
+	f.Float64Var(&cf.maxCPU, "max-cpu", 0, "CPU budget of the capture pipeline as a share of one core (0.05: 5 %): its own thread plus the eBPF programs' run time (HTTP serving and publishing are not counted); above it the programs copy only part of the connections (in steps of 4 %) and counts are scaled back, thresholds staying in true requests per second; 0: no budget")
 	f.BoolVar(&cf.replies, "capture-replies", false, "eBPF: copy server replies whole (exact reply bytes whatever the traffic; replies are most of the bytes)")
 	f.IntVar(&cf.replyCopy, "reply-copy", bpf.DefaultReplyCopy, "eBPF without --capture-replies: copy at most this many bytes of each reply segment, enough to read reply headers and attribute reply bytes to keys (0: copy no reply payload; no reply bytes)")
 	return cmd
@@ -265,7 +274,7 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	asm := stream.NewAssembler(d.scfg, d.ports, reg, counter)
 
-	var srv *http.Server
+	var srv *httpserve.Server
 	if d.cf.listen != "" {
 		srv, err = d.serve()
 		if err != nil {
@@ -277,7 +286,12 @@ func (d *daemon) run(ctx context.Context) error {
 	// no locks on the per-packet path.
 	done := make(chan error, 1)
 	d.beat.Store(time.Now().UnixNano()) // /healthz is ok before the first tick
-	go func() { done <- d.pipeline(asm, counter, det, pub) }()
+	go func() {
+		// On its own thread, so the CPU budget measures the pipeline
+		// alone (sampling.go), not HTTP or the publisher.
+		runtime.LockOSThread()
+		done <- d.pipeline(asm, counter, det, pub)
+	}()
 	d.running.Store(true)
 	d.log.Info("capturing", "mode", d.modeName, "ports", d.ports.List(), "listen", d.cf.listen, "publish", d.target != nil)
 
@@ -573,8 +587,9 @@ func (d *daemon) captureStats() []metrics.CaptureStat {
 	return out
 }
 
-// serve starts the HTTP endpoints: metrics, the hot set, health.
-func (d *daemon) serve() (*http.Server, error) {
+// serve starts the HTTP endpoints: metrics, the hot set, health
+// (internal/httpserve bounds connections, timeouts and failed logins).
+func (d *daemon) serve() (*httpserve.Server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(d.col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
@@ -589,24 +604,25 @@ func (d *daemon) serve() (*http.Server, error) {
 	mux.Handle(webview.IndexPath, webview.Handler())
 	mux.Handle(webview.AssetsPath, webview.Handler())
 	mux.HandleFunc("/readyz", d.readyz)
-	l, err := net.Listen("tcp", d.cf.listen)
+	log := d.base.With("component", "http")
+	srv, err := httpserve.Listen(httpserve.Options{Addr: d.cf.listen, Handler: mux, WebConfig: d.cf.webCfg,
+		MaxConns: d.cf.httpConns, IdleTimeout: d.cf.httpIdle, Logger: log})
 	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", d.cf.listen, err)
+		return nil, err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go serveWeb(l, srv, d.cf.webCfg, d.base.With("component", "http"))
+	go srv.Serve()
 	if d.cf.health != "" {
-		hl, err := net.Listen("tcp", d.cf.health)
-		if err != nil {
-			srv.Close()
-			return nil, fmt.Errorf("listen %s (--health-listen): %w", d.cf.health, err)
-		}
 		hmux := http.NewServeMux()
 		hmux.HandleFunc("/healthz", d.healthz)
 		hmux.HandleFunc("/readyz", d.readyz)
-		hsrv := &http.Server{Handler: hmux, ReadHeaderTimeout: 5 * time.Second}
-		go hsrv.Serve(hl)
-		srv.RegisterOnShutdown(func() { hsrv.Close() })
+		hsrv, err := httpserve.Listen(httpserve.Options{Addr: d.cf.health, Handler: hmux,
+			MaxConns: httpserve.HealthMaxConns, IdleTimeout: d.cf.httpIdle, Logger: log})
+		if err != nil {
+			srv.Close()
+			return nil, fmt.Errorf("--health-listen: %w", err)
+		}
+		go hsrv.Serve()
+		srv.OnShutdown(hsrv.Close)
 	}
 	return srv, nil
 }
@@ -628,28 +644,22 @@ func (d *daemon) readyz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(w, "ready: capturing with %s\n", d.modeName)
 }
 
-// hotkeysDoc is the /hotkeys document: the current hot set as events.
+// hotkeysDoc is the /hotkeys document as a reader decodes it.
 type hotkeysDoc struct {
-	V      int            `json:"v"`
-	Node   string         `json:"node"`
-	TS     string         `json:"ts"`
-	HotQPS float64        `json:"hot_qps"`
-	Keys   []*event.Event `json:"keys"`
+	httpserve.HotkeysHead
+	Keys      []*event.Event `json:"keys"`
+	Truncated int            `json:"truncated,omitempty"`
 }
 
 func (d *daemon) hotkeys(w http.ResponseWriter, _ *http.Request) {
 	d.hotMu.Lock()
-	doc := hotkeysDoc{V: event.Version, Node: d.df.node, TS: time.Now().UTC().Format(event.TSFormat), HotQPS: d.dcfg.HotQPS, Keys: make([]*event.Event, len(d.hot))}
-	for i := range d.hot {
-		e := d.hot[i]
-		e.Node = d.df.node
-		doc.Keys[i] = &e
-	}
+	keys := make([]event.Event, len(d.hot))
+	copy(keys, d.hot)
 	d.hotMu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	bw := bufio.NewWriter(w)
-	json.NewEncoder(bw).Encode(&doc)
-	bw.Flush()
+	for i := range keys {
+		keys[i].Node = d.df.node
+	}
+	httpserve.WriteHotkeys(w, httpserve.HotkeysHead{V: event.Version, Node: d.df.node, TS: time.Now().UTC().Format(event.TSFormat), HotQPS: d.dcfg.HotQPS}, keys, httpserve.HotkeysLimit)
 }
 
 func (f *redisFlags) tlsOptions() publish.TLSOptions {
