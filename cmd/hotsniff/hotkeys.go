@@ -103,6 +103,10 @@ func (f *hotkeysFlags) run(cmd *cobra.Command, arg, typ string, ttl time.Duratio
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	secret, err := f.redis.secret()
+	if err != nil {
+		return err
+	}
 	quietRedisLogs()
 	rdb, err := f.redis.connect(ctx)
 	if err != nil {
@@ -113,7 +117,7 @@ func (f *hotkeysFlags) run(cmd *cobra.Command, arg, typ string, ttl time.Duratio
 		Type: typ, Proto: f.proto, Server: f.server, NS: ns, Key: key,
 		TTLms: ttl.Milliseconds(), TS: time.Now(), Source: event.SourceManual,
 	}
-	res, err := publish.Manual(ctx, rdb, publish.ManualOptions{Channel: f.redis.channel, Node: f.node}, e)
+	res, err := publish.Manual(ctx, rdb, publish.ManualOptions{Channel: f.redis.channel, Node: f.node, Secret: secret}, e)
 	if err != nil {
 		return err
 	}

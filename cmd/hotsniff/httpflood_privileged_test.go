@@ -148,7 +148,10 @@ func TestHTTPFlood(t *testing.T) {
 	var lastErr, hlastErr atomic.Value
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); healthWatch(d.http+"/healthz", "sre", "s3cret", stop, &probes, &failed, &lastErr) }()
+	go func() {
+		defer wg.Done()
+		healthWatch(d.http+"/healthz", "sre", "s3cret", stop, &probes, &failed, &lastErr)
+	}()
 	go func() {
 		defer wg.Done()
 		healthWatch("http://"+healthAddr+"/healthz", "", "", stop, &hprobes, &hfailed, &hlastErr)

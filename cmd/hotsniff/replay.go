@@ -128,7 +128,11 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 					return err
 				}
 				defer rdb.Close()
-				opt := publish.Options{Channel: rf.channel, Node: df.node}
+				secret, err := rf.secret()
+				if err != nil {
+					return err
+				}
+				opt := publish.Options{Channel: rf.channel, Node: df.node, Secret: secret}
 				if err := chf.apply(&opt); err != nil {
 					return err
 				}

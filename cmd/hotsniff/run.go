@@ -100,6 +100,9 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			if err := chf.apply(&publish.Options{}); err != nil {
 				return err
 			}
+			if _, err := rf.secret(); err != nil {
+				return err
+			}
 			if cf.httpConns < 1 {
 				return usagef("--http-max-conns %d: must be at least 1", cf.httpConns)
 			}
@@ -225,7 +228,11 @@ func (d *daemon) run(ctx context.Context) error {
 		defer rdb.Close()
 		// Redis may be down now: the publisher queues (bounded) and
 		// reconnects with backoff; capture starts regardless.
-		opt := publish.Options{Channel: d.rf.channel, Node: d.df.node, Logger: d.base}
+		secret, err := d.rf.secret()
+		if err != nil {
+			return err
+		}
+		opt := publish.Options{Channel: d.rf.channel, Node: d.df.node, Logger: d.base, Secret: secret}
 		if err := d.chf.apply(&opt); err != nil {
 			return err
 		}

@@ -23,6 +23,7 @@ type redisFlags struct {
 	url, channel              string
 	caFile, certFile, keyFile string
 	insecureSkipVerify        bool
+	secretFile                string
 }
 
 func (f *redisFlags) register(fs *pflag.FlagSet) {
@@ -32,6 +33,24 @@ func (f *redisFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.certFile, "redis-cert-file", "", "PEM client certificate for rediss://")
 	fs.StringVar(&f.keyFile, "redis-key-file", "", "PEM client key for rediss://")
 	fs.BoolVar(&f.insecureSkipVerify, "redis-insecure-skip-verify", false, "do not verify the rediss:// server certificate (testing only)")
+	fs.StringVar(&f.secretFile, "channel-secret-file", "", "shared secret (the file's bytes, one trailing newline stripped): publishers sign every channel message and the snapshot with HMAC-SHA256, subscribers accept only what is signed with it (env HOTSNIFF_CHANNEL_SECRET_FILE; default: unsigned)")
+}
+
+// secret loads --channel-secret-file (or HOTSNIFF_CHANNEL_SECRET_FILE): nil
+// when neither is set; a file that cannot be read is a usage error.
+func (f *redisFlags) secret() ([]byte, error) {
+	path := f.secretFile
+	if path == "" {
+		path = os.Getenv("HOTSNIFF_CHANNEL_SECRET_FILE")
+	}
+	if path == "" {
+		return nil, nil
+	}
+	s, err := publish.LoadSecret(path)
+	if err != nil {
+		return nil, usagef("--channel-secret-file: %v", err)
+	}
+	return s, nil
 }
 
 // connect parses the URL (a bad one is a usage error) and checks that Redis
@@ -91,7 +110,10 @@ func newSubscribeCmd() *cobra.Command {
 		Long: `Subscribes to the hot-key channel, reads the snapshot (<channel>:snapshot),
 prints its entries, then prints every message as it arrives, one per line.
 On a seq gap or a reconnect the snapshot is read and printed again.
-Stops cleanly on SIGINT or SIGTERM.`,
+Messages over 1 MiB, with values out of range, or (with
+--channel-secret-file) not signed with the secret are rejected and counted,
+never printed; the counts are printed on stderr when it stops. Stops cleanly
+on SIGINT or SIGTERM.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w, err := publish.NewWriter(cmd.OutOrStdout(), output, "")
@@ -100,6 +122,10 @@ Stops cleanly on SIGINT or SIGTERM.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			secret, err := rf.secret()
+			if err != nil {
+				return err
+			}
 			quietRedisLogs()
 			rdb, err := rf.connect(ctx)
 			if err != nil {
@@ -108,8 +134,9 @@ Stops cleanly on SIGINT or SIGTERM.`,
 			defer rdb.Close()
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			sub := client.New(rdb, client.Options{
-				Channel: rf.channel,
-				Logger:  log,
+				Channel:       rf.channel,
+				Logger:        log,
+				ChannelSecret: secret,
 				Handler: client.HandlerFuncs{
 					OnSnapshot: func(s *event.Snapshot) {
 						for _, e := range s.Keys {
@@ -121,8 +148,10 @@ Stops cleanly on SIGINT or SIGTERM.`,
 					OnEvent: w.Emit,
 				},
 			})
-			if err := sub.Run(ctx); err != nil {
-				return err
+			runErr := sub.Run(ctx)
+			reportBad(log, sub.Stats())
+			if runErr != nil {
+				return runErr
 			}
 			if err := w.Err(); err != nil && !errors.Is(err, syscall.EPIPE) {
 				return err
@@ -133,4 +162,20 @@ Stops cleanly on SIGINT or SIGTERM.`,
 	rf.register(cmd.Flags())
 	cmd.Flags().StringVar(&output, "output", publish.FormatJSONL, "output format: jsonl or text")
 	return cmd
+}
+
+// reportBad prints, when subscribe stops, how many channel messages were
+// rejected and why (the bad_message reasons of every subscriber).
+func reportBad(log *slog.Logger, st client.Stats) {
+	var attrs []any
+	var n uint64
+	for i, c := range st.Bad {
+		if c > 0 {
+			attrs = append(attrs, client.BadReasons[i], c)
+			n += c
+		}
+	}
+	if n > 0 {
+		log.Warn(fmt.Sprintf("rejected %d channel message(s)", n), attrs...)
+	}
 }

@@ -151,6 +151,10 @@ func runTop(cmd *cobra.Command, f *topFlags, args []string) error {
 	)
 	switch {
 	case fleet:
+		secret, err := f.redis.secret()
+		if err != nil {
+			return err
+		}
 		quietRedisLogs()
 		rdb, err := f.redis.connect(ctx)
 		if err != nil {
@@ -158,7 +162,7 @@ func runTop(cmd *cobra.Command, f *topFlags, args []string) error {
 		}
 		defer rdb.Close()
 		label = "channel " + f.redis.channel
-		cs, err := topview.NewChannelSource(rdb, f.redis.channel, label, f.interval, nil)
+		cs, err := topview.NewSignedChannelSource(rdb, f.redis.channel, label, f.interval, nil, secret)
 		if err != nil {
 			return usageError{err}
 		}
