@@ -67,6 +67,15 @@ type Config struct {
 	// key: at most AbsorbedCap × its threshold per second is credited,
 	// however many reports arrive. 1000.
 	AbsorbedCap float64 `yaml:"absorbed_cap"`
+	// AbsorbedClientCap bounds what one client (one address: every
+	// connection from it) can report for one key: at most this × its
+	// threshold per second. 16.
+	AbsorbedClientCap float64 `yaml:"absorbed_client_cap"`
+	// AbsorbedHold is how long one client's reports alone may keep a key
+	// hot (the key would be cold without them): then that client's reports
+	// for the key stop counting until the key has gone cold and been
+	// detected again on the wire. 2m.
+	AbsorbedHold time.Duration `yaml:"absorbed_hold"`
 	// Rules are per-key-pattern thresholds; the first match wins.
 	Rules []Rule `yaml:"rules"`
 	// Ignore lists key patterns that are never reported.
@@ -126,6 +135,13 @@ const (
 // reports, not for real demand.
 const defaultAbsorbedCap = 1000
 
+// defaultAbsorbedClientCap and defaultAbsorbedHold bound one client's
+// reports (docs/detection.md, "What a report is trusted with").
+const (
+	defaultAbsorbedClientCap = 16
+	defaultAbsorbedHold      = 2 * time.Minute
+)
+
 // withDefaults validates c and fills in the defaults.
 func (c Config) withDefaults() (Config, error) {
 	if !(c.HotQPS > 0) || math.IsInf(c.HotQPS, 0) {
@@ -168,6 +184,18 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if !(c.AbsorbedCap > 0) || math.IsInf(c.AbsorbedCap, 0) {
 		return c, fmt.Errorf("check absorbed_cap: must be a positive number, got %v", c.AbsorbedCap)
+	}
+	if c.AbsorbedClientCap == 0 {
+		c.AbsorbedClientCap = defaultAbsorbedClientCap
+	}
+	if !(c.AbsorbedClientCap > 0) || math.IsInf(c.AbsorbedClientCap, 0) {
+		return c, fmt.Errorf("check absorbed_client_cap: must be a positive number, got %v", c.AbsorbedClientCap)
+	}
+	if c.AbsorbedHold == 0 {
+		c.AbsorbedHold = defaultAbsorbedHold
+	}
+	if c.AbsorbedHold < 0 {
+		return c, fmt.Errorf("check absorbed_hold: must be positive, got %v", c.AbsorbedHold)
 	}
 	if c.Buckets == 0 {
 		c.Buckets = defaultBuckets

@@ -73,6 +73,9 @@ type Event struct {
 	// Sample is the capture's sampling rate when the event was made (0.25:
 	// one in four); 0 or 1 means everything was seen and is not sent.
 	Sample float64 `json:"-"`
+	// Capped is sent as "capped":true when the demand shims reported was
+	// cut to a bound in the last window: QPS is then a lower bound.
+	Capped bool `json:"-"`
 }
 
 // Reasons a key is hot.
@@ -107,6 +110,7 @@ type wire struct {
 	ValueBytes  float64 `json:"value_bytes,omitempty"`
 	Reason      string  `json:"reason,omitempty"`
 	Sample      float64 `json:"sample,omitempty"`
+	Capped      bool    `json:"capped,omitempty"`
 }
 
 // TSFormat is the event time format: RFC 3339 UTC with microseconds.
@@ -119,7 +123,7 @@ func (e *Event) MarshalJSON() ([]byte, error) {
 		Display: e.Display, Prefix: e.Prefix, TTLms: e.TTLms,
 		TS: e.TS.UTC().Format(TSFormat), Source: e.Source, Node: e.Node,
 		AbsorbedQPS: e.AbsorbedQPS, WriteQPS: e.WriteQPS, BytesPS: e.BytesPS,
-		ValueBytes: e.ValueBytes, Reason: e.Reason,
+		ValueBytes: e.ValueBytes, Reason: e.Reason, Capped: e.Capped,
 	}
 	if e.Uncacheable {
 		f := false
@@ -154,7 +158,7 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 		return classify(b, err)
 	}
 	*e = Event{Type: w.Type, Proto: w.Proto, Server: w.Server, NS: w.NS,
-		Display: w.Display, Prefix: w.Prefix, Source: w.Source, Node: w.Node, Reason: w.Reason}
+		Display: w.Display, Prefix: w.Prefix, Source: w.Source, Node: w.Node, Reason: w.Reason, Capped: w.Capped}
 	var err error
 	if e.V, err = version(w.V); err != nil {
 		return err
@@ -242,6 +246,7 @@ type wireIn struct {
 	ValueBytes  json.Number `json:"value_bytes"`
 	Reason      string      `json:"reason"`
 	Sample      json.Number `json:"sample"`
+	Capped      bool        `json:"capped"`
 }
 
 // Limits a subscriber enforces on what it reads (docs/channel-protocol.md).

@@ -38,6 +38,8 @@ func registerTuning(fs *pflag.FlagSet, c *detect.Config) {
 	fs.DurationVar(&c.LocalTTL, "local-ttl", 50*time.Millisecond, "the client shims' local TTL; the cacheable verdict is judged against it")
 	fs.Float64Var(&c.UncacheableWrites, "uncacheable-writes", 1, "publish a hot key cacheable:false when its writes per local-ttl reach this (shims stop caching it, its writes stop producing invalidates; negative: never)")
 	fs.Float64Var(&c.AbsorbedCap, "absorbed-cap", 1000, "reads that client shims report having served locally are credited to a key up to this many times its threshold per second")
+	fs.Float64Var(&c.AbsorbedClientCap, "absorbed-client-cap", 16, "reads that one client (one address) reports having served locally are credited to a key up to this many times its threshold per second")
+	fs.DurationVar(&c.AbsorbedHold, "absorbed-hold", 2*time.Minute, "longest one client's reports alone may keep a key hot; then its reports for that key stop counting until the key is detected again on the wire")
 	fs.IntVar(&c.Tair.Buckets, "tair-buckets", 1024, "--detector tair: hash buckets")
 	fs.IntVar(&c.Tair.SampleMax, "tair-sample-max", 50000, "--detector tair: reads sampled per round")
 	fs.Float64Var(&c.Tair.SigmaN, "tair-sigma-n", 0.8, "--detector tair: a round locates a bucket when the counts' standard deviation exceeds this × their mean")
