@@ -109,7 +109,7 @@ func (c *ChannelSource) overlayRates(ctx context.Context, s *Snapshot) {
 		k := &s.Keys[i]
 		if f, ok := fresh[rowID(k)]; ok && f.Prefix == k.Prefix {
 			k.QPS, k.WriteQPS, k.AbsorbedQPS = f.QPS, f.WriteQPS, f.AbsorbedQPS
-			k.BytesPS, k.Sample = f.BytesPS, f.Sample
+			k.BytesPS, k.Sample, k.Capped = f.BytesPS, f.Sample, f.Capped
 		}
 	}
 }

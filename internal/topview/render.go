@@ -285,6 +285,9 @@ func (m *Model) cells(r *row) []string {
 // connections (an estimate).
 func (m *Model) rateText(r *row) string {
 	q := fmtRate(r.ev.QPS)
+	if q != "-" && r.ev.Capped {
+		q += "+" // absorbed demand cut to a bound: a lower bound
+	}
 	if sampleOf(&r.ev) < 1 && q != "-" {
 		return "~" + q
 	}

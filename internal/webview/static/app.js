@@ -125,8 +125,10 @@
       cell(tr, "", visible(r.ev.server || ""));
       cell(tr, "", visible(r.ev.ns || "") || "–");
       const est = r.hot && sample(r.ev) < 1 && num(r.ev.qps) > 0;
-      const q = cell(tr, "num qps", r.hot ? (est ? "~" : "") + fmtRate(num(r.ev.qps)) : "–");
+      const capped = r.hot && r.ev.capped === true;
+      const q = cell(tr, "num qps", r.hot ? (est ? "~" : "") + fmtRate(num(r.ev.qps)) + (capped ? "+" : "") : "–");
       if (est) q.title = "estimated from " + fmtSample(sample(r.ev)) + " of connections";
+      if (capped) q.title = (q.title ? q.title + "; " : "") + "at least: reported demand was cut to a bound";
       cell(tr, "num sample", r.hot ? fmtSample(sample(r.ev)) : "–");
       const hasAbs = typeof r.ev.absorbed_qps === "number";
       cell(tr, "num absorbed", hasAbs && r.hot ? fmtRate(num(r.ev.absorbed_qps)) : "–");
