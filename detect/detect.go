@@ -71,6 +71,9 @@ type Stats struct {
 	AbsorbedNotHot    uint64 // for a key that is not hot
 	AbsorbedCapped    uint64 // cut to the per-key or per-client bound
 	AbsorbedHeld      uint64 // from a client that alone held the key hot past AbsorbedHold
+	// VerdictsHeld counts cacheable-verdict changes held back: the key's
+	// verdict changed maxVerdictFlips times within the last window.
+	VerdictsHeld uint64
 	// AbsorbedHeldClients counts the clients held so (per key).
 	AbsorbedHeldClients uint64
 }
