@@ -118,6 +118,9 @@ func (a *auth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
 		return
 	}
+	if err != nil {
+		a.log.Warn("reload web configuration: keeping the previous one", "err", err)
+	}
 	if rl := c.RateLimiterConfig; rl.Interval > 0 {
 		a.mu.Lock()
 		ok := a.rate.take(time.Now(), rl.Interval, float64(max(rl.Burst, 1)))

@@ -161,3 +161,42 @@ func TestErrorLogStructured(t *testing.T) {
 		t.Fatalf("log: %q", out)
 	}
 }
+
+// A web configuration rewritten while running applies on the next request;
+// one that turns bad is reported once and the last good one stays.
+func TestWebConfigReload(t *testing.T) {
+	dir := t.TempDir()
+	h1, _ := bcrypt.GenerateFromPassword([]byte("one"), bcrypt.MinCost)
+	h2, _ := bcrypt.GenerateFromPassword([]byte("two"), bcrypt.MinCost)
+	cfg := filepath.Join(dir, "web.yml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("basic_auth_users:\n  u: %q\n", h1)), 0o600)
+	var logs bytes.Buffer
+	s := startServer(t, Options{Handler: okHandler, WebConfig: cfg, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	url := "http://" + s.Addr().String() + "/"
+	get := func(pass string) int {
+		req, _ := http.NewRequest("GET", url, nil)
+		req.SetBasicAuth("u", pass)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if get("one") != 200 {
+		t.Fatal("first password refused")
+	}
+	os.WriteFile(cfg, []byte(fmt.Sprintf("basic_auth_users:\n  u: %q\n  v: x\n", h2)), 0o600)
+	if get("two") != 200 || get("one") != 401 {
+		t.Fatal("new password not applied")
+	}
+	os.WriteFile(cfg, []byte("basic_auth_user: {}\n"), 0o600)
+	for range 3 {
+		if get("two") != 200 {
+			t.Fatal("bad file replaced the good configuration")
+		}
+	}
+	if n := strings.Count(logs.String(), "keeping the previous one"); n != 1 {
+		t.Fatalf("bad file reported %d times: %s", n, logs.String())
+	}
+}

@@ -28,6 +28,10 @@ type webConfig struct {
 	size int64
 	cfg  *web.Config
 	tls  *tls.Config // nil: plain HTTP
+	// badMod and badSize are the bad file last reported: it is reported
+	// once, not on every request.
+	badMod  time.Time
+	badSize int64
 }
 
 // Validate loads path and the certificates it names as the server would.
@@ -88,15 +92,20 @@ func (w *webConfig) get() (*web.Config, *tls.Config, error) {
 	if w.cfg != nil && st.ModTime().Equal(w.mod) && st.Size() == w.size {
 		return w.cfg, w.tls, nil
 	}
+	if w.cfg != nil && st.ModTime().Equal(w.badMod) && st.Size() == w.badSize {
+		return w.cfg, w.tls, nil // known bad: already reported
+	}
 	c, tc, err := loadWebConfig(w.path)
 	if err != nil {
 		if w.cfg == nil {
 			return nil, nil, err
 		}
+		w.badMod, w.badSize = st.ModTime(), st.Size()
 		return w.cfg, w.tls, err
 	}
 	if (tc == nil) != (w.tls == nil) && w.cfg != nil {
 		// The listener is TLS or not for its life.
+		w.badMod, w.badSize = st.ModTime(), st.Size()
 		return w.cfg, w.tls, errors.New("TLS cannot be turned on or off without a restart")
 	}
 	w.cfg, w.tls, w.mod, w.size = c, tc, st.ModTime(), st.Size()
