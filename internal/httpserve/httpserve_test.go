@@ -200,3 +200,26 @@ func TestWebConfigReload(t *testing.T) {
 		t.Fatalf("bad file reported %d times: %s", n, logs.String())
 	}
 }
+
+// A keep-alive connection left without a request is closed after
+// IdleTimeout.
+func TestIdleTimeoutCloses(t *testing.T) {
+	s := startServer(t, Options{Handler: okHandler, IdleTimeout: 300 * time.Millisecond})
+	c, err := net.Dial("tcp", s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.Close {
+		t.Fatalf("keep-alive response: %v close=%v", err, resp != nil && resp.Close)
+	}
+	io.Copy(io.Discard, resp.Body)
+	start := time.Now()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.ReadByte(); err == nil || time.Since(start) > 3*time.Second {
+		t.Fatalf("idle connection still open after %v (err %v)", time.Since(start), err)
+	}
+}
