@@ -74,8 +74,9 @@ func (p *subProc) stop(t *testing.T) {
 // own process: `hotkeys add` signs its message and the snapshot; a
 // `subscribe` given the same secret prints what is signed, and rejects (and
 // counts, as bad_signature) an unsigned forged message, an envelope signed
-// with another key and an unsigned forged snapshot; a `subscribe` without
-// the secret still reads the signed channel.
+// with another key and an unsigned forged snapshot, and a message over
+// 1 MiB (too_large) or with a value out of range (out_of_range) even when
+// signed; a `subscribe` without the secret still reads the signed channel.
 func TestSignedChannel(t *testing.T) {
 	r := testutil.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
@@ -107,6 +108,10 @@ func TestSignedChannel(t *testing.T) {
 	}
 	rdb.Publish(ctx, "hk", forged("forged-unsigned"))
 	rdb.Publish(ctx, "hk", envelope.Sign([]byte("another-key"), forged("forged-wrong-key")))
+	// Over 1 MiB: rejected by its length; signed but out of range: by its
+	// values.
+	rdb.Publish(ctx, "hk", envelope.Sign([]byte("s3cret-key"), append(forged("forged-large"), make([]byte, 1<<20)...)))
+	rdb.Publish(ctx, "hk", envelope.Sign([]byte("s3cret-key"), []byte(strings.Replace(string(forged("forged-range")), `"qps":1`, `"qps":1e400`, 1))))
 	hotkeys("add", "real")
 	sub.waitKey(t, "real")
 	time.Sleep(200 * time.Millisecond)
@@ -129,7 +134,8 @@ func TestSignedChannel(t *testing.T) {
 	sub.stop(t)
 	sub2.stop(t)
 	plain.stop(t)
-	if e := sub.errOut.String(); !strings.Contains(e, "rejected 2 channel message(s)") || !strings.Contains(e, "bad_signature=2") {
+	if e := sub.errOut.String(); !strings.Contains(e, "rejected 4 channel message(s)") || !strings.Contains(e, "bad_signature=2") ||
+		!strings.Contains(e, "too_large=1") || !strings.Contains(e, "out_of_range=1") {
 		t.Errorf("subscribe's report of rejected messages: %q", e)
 	}
 	if e := sub2.errOut.String(); !strings.Contains(e, "bad_signature=1") {
