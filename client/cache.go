@@ -93,7 +93,7 @@ func (s *Shim) acquire(key string, kind uint8, now int64) (action, *value, ticke
 		s.m.misses.Add(1)
 		return actPass, nil, ticket{}
 	}
-	if hu := e.hotUntil.Load(); hu != 0 && now >= hu {
+	if hu := e.hotUntil.Load(); hu != 0 && now >= hu && !s.chanDown.Load() {
 		// The hot entry lapsed without a refresh or cold message.
 		s.drop(e, evictNotHot)
 		s.m.misses.Add(1)
@@ -150,7 +150,7 @@ func (s *Shim) fresh(key string, kind uint8, now int64) *cacheEntry {
 	if e == nil || e.kind != kind || e.uncacheable.Load() {
 		return nil
 	}
-	if hu := e.hotUntil.Load(); hu != 0 && now >= hu {
+	if hu := e.hotUntil.Load(); hu != 0 && now >= hu && !s.chanDown.Load() {
 		return nil
 	}
 	if v := e.val.Load(); v != nil && now < v.expires {
@@ -168,7 +168,7 @@ func (s *Shim) admit(key string, kind uint8, now int64) (action, *value, ticket)
 	_, seen := s.seen[key]
 	big := s.big[key]
 	s.mu.RUnlock()
-	if !hot || (until != 0 && now >= until) {
+	if !hot || (until != 0 && now >= until && !s.chanDown.Load()) {
 		return actPass, nil, ticket{}
 	}
 	if kind == kindHash && now < big {

@@ -40,6 +40,7 @@ type metrics struct {
 	dInval, dEvict, dEntries, dHotKeys, dActive, dTracking                      *prometheus.Desc
 	dReloads, dGaps, dReconnects, dMessages                                     *prometheus.Desc
 	dReports, dReportedHits, dReporting                                         *prometheus.Desc
+	dBad, dChannelUp, dWithoutChannel                                           *prometheus.Desc
 }
 
 func (m *metrics) init() {
@@ -65,6 +66,9 @@ func (m *metrics) init() {
 	m.dMessages = d("channel_messages_total", "Messages received on the channel.")
 	m.dReports = d("absorbed_reports_total", "Absorbed-demand reports sent (an ECHO after a refresh read).")
 	m.dReportedHits = d("absorbed_hits_total", "Local reads reported to the daemon in absorbed-demand reports.")
+	m.dBad = d("bad_messages_total", "Channel messages and snapshot entries rejected, by reason (too_large, out_of_range, undecodable, bad_signature, unconfirmed_seq, flapping).", "reason")
+	m.dChannelUp = d("channel_up", "1 while the channel is followed (subscribed and the snapshot read); 0 during an outage, when held keys are served on.")
+	m.dWithoutChannel = d("served_without_channel", "Keys held and served while the channel is down (0 while it is up).")
 	m.dReporting = d("absorbed_reporting", "1 while absorbed-demand reports are sent (0: disabled, or refused by the server).")
 }
 
@@ -73,7 +77,7 @@ func (s *Shim) Describe(ch chan<- *prometheus.Desc) {
 	m := &s.m
 	for _, d := range []*prometheus.Desc{m.dHits, m.dStale, m.dMisses, m.dAdmissions, m.dRefreshes, m.dFetchErrors, m.dUncacheable,
 		m.dInval, m.dEvict, m.dEntries, m.dHotKeys, m.dActive, m.dTracking, m.dReloads, m.dGaps, m.dReconnects, m.dMessages,
-		m.dReports, m.dReportedHits, m.dReporting} {
+		m.dReports, m.dReportedHits, m.dReporting, m.dBad, m.dChannelUp, m.dWithoutChannel} {
 		ch <- d
 	}
 }
@@ -115,6 +119,15 @@ func (s *Shim) Collect(ch chan<- prometheus.Metric) {
 	c(m.dReports, m.reports.Load())
 	c(m.dReportedHits, m.reportedHits.Load())
 	g(m.dReporting, b2f(s.reporting()))
+	for i, n := range st.Bad {
+		c(m.dBad, n, BadReasons[i])
+	}
+	g(m.dChannelUp, b2f(st.ChannelUp))
+	without := 0
+	if !st.ChannelUp {
+		without = hot
+	}
+	g(m.dWithoutChannel, float64(without))
 }
 
 // reporting is whether absorbed-demand reports are sent.
@@ -137,6 +150,12 @@ type ShimStats struct {
 	// local reads they carried; Reporting is false once disabled.
 	Reports, ReportedHits uint64
 	Reporting             bool
+	// Bad counts rejected channel messages by reason (BadReasons).
+	Bad map[string]uint64
+	// ChannelUp is false during a channel outage; ServedWithoutChannel is
+	// then the number of keys held and served on.
+	ChannelUp            bool
+	ServedWithoutChannel int
 }
 
 // Stats returns the counters.
@@ -159,5 +178,14 @@ func (s *Shim) Stats() ShimStats {
 	s.mu.RLock()
 	st.Entries, st.HotKeys = len(s.entries), len(s.hot)
 	s.mu.RUnlock()
+	sub := s.sub.Stats()
+	st.Bad = map[string]uint64{}
+	for i, n := range sub.Bad {
+		st.Bad[BadReasons[i]] = n
+	}
+	st.ChannelUp = sub.ChannelUp
+	if !st.ChannelUp {
+		st.ServedWithoutChannel = st.HotKeys
+	}
 	return st
 }

@@ -54,6 +54,9 @@ type ShimOptions struct {
 	// TrackingCheck is how often the tracking connection is checked
 	// (default 1s).
 	TrackingCheck time.Duration
+	// ChannelSecret is the daemons' shared secret (--channel-secret-file):
+	// set, only signed channel messages and snapshots are applied.
+	ChannelSecret []byte
 	// DisableAbsorbedReports stops the shim from telling the daemon how
 	// many reads it served locally (an ECHO pipelined after each refresh
 	// read, see docs/client-shim.md). Without reports the daemon sees only
@@ -106,6 +109,9 @@ type Shim struct {
 
 	// active is hot-running mode: false makes the hook a pass-through.
 	active atomic.Bool
+	// chanDown: the channel is down; held keys do not lapse meanwhile
+	// (their values are still refreshed every LocalTTL).
+	chanDown atomic.Bool
 	// lastHot is when the last hot message (or snapshot with our keys)
 	// arrived, on the shim clock.
 	lastHot atomic.Int64
@@ -198,7 +204,19 @@ func NewShim(rdb redis.UniversalClient, opt ShimOptions) (*Shim, error) {
 	so.Channel = opt.Channel
 	so.Handler = shimHandler{s}
 	so.Logger = opt.Logger
+	if opt.ChannelSecret != nil {
+		so.ChannelSecret = opt.ChannelSecret
+	}
 	s.sub = New(chc, so)
+	s.chanDown.Store(true) // until the first snapshot
+	s.sub.onDown = func(down bool) {
+		s.chanDown.Store(down)
+		if down {
+			s.log.Warn("hot-key channel down: serving the keys held, refreshed from the cache server, until it returns")
+		} else {
+			s.log.Info("hot-key channel up")
+		}
+	}
 	s.goRun(func() {
 		if err := s.sub.Run(ctx); err != nil {
 			s.log.Error("hot-key subscriber stopped", "err", err)
@@ -327,9 +345,9 @@ func (h shimHandler) Snapshot(*event.Snapshot) {
 	for _, e := range gone {
 		s.drop(e, evictNotHot)
 	}
-	// An invalidate may have been among the messages a gap or a reconnect
-	// lost: drop the values, keep the hot set.
-	s.invalidateAll(invalSnapshot)
+	// Keys still hot keep their values: a reload (a gap, a daemon restart,
+	// a reconnect) must not send every reader to the server at once; an
+	// invalidate lost meanwhile is bounded by LocalTTL like a foreign write.
 	s.updateMode(nanotime())
 	s.trackers.kick()
 }
@@ -373,7 +391,7 @@ func (s *Shim) updateMode(now int64) {
 		}
 	}
 	s.mu.RUnlock()
-	on := n > 0 && (forever || now-s.lastHot.Load() < int64(s.opt.HotModeLinger))
+	on := n > 0 && (forever || now-s.lastHot.Load() < int64(s.opt.HotModeLinger) || s.chanDown.Load())
 	if was := s.active.Swap(on); was && !on {
 		s.log.Info("hot-running mode ended")
 		s.mu.Lock()
@@ -402,9 +420,10 @@ func (s *Shim) housekeep(ctx context.Context) {
 		now := nanotime()
 		var lapsed []string
 		var idle []*cacheEntry
+		down := s.chanDown.Load()
 		s.mu.Lock()
 		for k, u := range s.hot {
-			if u != 0 && now >= u {
+			if u != 0 && now >= u && !down {
 				delete(s.hot, k)
 				delete(s.seen, k)
 				lapsed = append(lapsed, k)

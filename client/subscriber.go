@@ -6,7 +6,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/event/envelope"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -81,8 +81,30 @@ type Options struct {
 	// PingInterval is how long the channel may stay silent before the
 	// connection is checked with PING (default 15s).
 	PingInterval time.Duration
-	Now          func() time.Time
+	// ConfirmTimeout: a seq jump the snapshot has not confirmed this long
+	// after it is undone, so a forged jump cannot silence a node (default
+	// 5s; the publisher rewrites its section at least every second).
+	ConfirmTimeout time.Duration
+	// ChannelSecret, when set, is the shared secret of the daemons'
+	// --channel-secret-file: only messages and snapshots signed with it are
+	// applied. Without it a signed message is unwrapped unverified.
+	ChannelSecret []byte
+	Now           func() time.Time
 }
+
+// Reasons a message is counted bad (docs/channel-protocol.md).
+const (
+	BadTooLarge = iota
+	BadOutOfRange
+	BadUndecodable
+	BadSignature
+	BadUnconfirmedSeq
+	BadFlapping
+	nBad
+)
+
+// BadReasons names the reasons, as in the bad_message{reason} counters.
+var BadReasons = [nBad]string{"too_large", "out_of_range", "undecodable", "bad_signature", "unconfirmed_seq", "flapping"}
 
 // Stats are the subscriber's counters.
 type Stats struct {
@@ -96,6 +118,11 @@ type Stats struct {
 	Reconnects   uint64
 	LogDropped   uint64
 	HotKeys      int
+	// Bad counts bad messages and snapshot entries by reason (BadReasons);
+	// Invalid is their sum over the messages themselves.
+	Bad [nBad]uint64
+	// ChannelUp: subscribed and the last snapshot read succeeded.
+	ChannelUp bool
 }
 
 // Subscriber follows one channel. Hot, HotSet and Stats may be called from
@@ -121,12 +148,22 @@ type Subscriber struct {
 	// reloadFailing keeps an outage to one warning, not one per retry.
 	reloadFailing bool
 	lastExpire    time.Time
+	lastPrune     time.Time
 	decoded       []*event.Event // reused by onMessage
 
 	synced     chan struct{}
 	syncedOnce sync.Once
 
 	messages, stale, invalid, gaps, restarts, reloads, reloadErrs, reconnects, logDropped atomic.Uint64
+	bad                                                                                  [nBad]atomic.Uint64
+
+	// pendingSince: when each pending[node] was first set (Run goroutine).
+	pendingSince map[string]time.Time
+	// up: the channel is followed (subscribed, snapshot read). While it is
+	// down a shim keeps what it holds (docs/channel-protocol.md §11).
+	up     atomic.Bool
+	onDown func(bool)
+	flap   flapGuard
 }
 
 // New returns a Subscriber; Run starts it.
@@ -160,6 +197,9 @@ func New(rdb redis.UniversalClient, opt Options) *Subscriber {
 	if opt.PingInterval <= 0 {
 		opt.PingInterval = 15 * time.Second
 	}
+	if opt.ConfirmTimeout <= 0 {
+		opt.ConfirmTimeout = 5 * time.Second
+	}
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
@@ -167,6 +207,7 @@ func New(rdb redis.UniversalClient, opt Options) *Subscriber {
 		rdb: rdb, opt: opt, sharded: sharded,
 		log: opt.Logger.With("component", "client", "channel", opt.Channel),
 		set: newHotSet(), last: map[string]uint64{}, pending: map[string]uint64{}, logFloor: map[string]uint64{},
+		pendingSince: map[string]time.Time{}, flap: newFlapGuard(),
 		synced: make(chan struct{}),
 	}
 }
@@ -221,11 +262,26 @@ func (s *Subscriber) Stats() Stats {
 	s.mu.RLock()
 	n := len(s.set.m)
 	s.mu.RUnlock()
-	return Stats{
+	st := Stats{
 		Messages: s.messages.Load(), Stale: s.stale.Load(), Invalid: s.invalid.Load(),
 		Gaps: s.gaps.Load(), Restarts: s.restarts.Load(), Reloads: s.reloads.Load(),
 		ReloadErrors: s.reloadErrs.Load(), Reconnects: s.reconnects.Load(),
-		LogDropped: s.logDropped.Load(), HotKeys: n,
+		LogDropped: s.logDropped.Load(), HotKeys: n, ChannelUp: s.up.Load(),
+	}
+	for i := range st.Bad {
+		st.Bad[i] = s.bad[i].Load()
+	}
+	return st
+}
+
+// ChannelUp reports whether the channel is followed right now: subscribed,
+// and the last snapshot read succeeded.
+func (s *Subscriber) ChannelUp() bool { return s.up.Load() }
+
+// setUp records the channel's state and tells the shim when it changes.
+func (s *Subscriber) setUp(up bool) {
+	if s.up.Swap(up) != up && s.onDown != nil {
+		s.onDown(!up)
 	}
 }
 
@@ -282,6 +338,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 			}
 			failing = true
 			s.subscribed = false
+			s.setUp(false)
 			t := time.NewTimer(backoff)
 			select {
 			case <-ctx.Done():
@@ -323,22 +380,66 @@ func (s *Subscriber) Run(ctx context.Context) error {
 }
 
 // onMessage applies one message: a single event, or a batch of them (the
-// v2 envelope), each in order.
+// v2 envelope), each in order. Untrusted: its length is checked before
+// anything else, then its signature, then its JSON and ranges.
 func (s *Subscriber) onMessage(ctx context.Context, payload string) {
 	s.messages.Add(1)
-	evs, err := event.DecodeMessage(s.decoded[:0], []byte(payload))
+	body, err := s.open([]byte(payload), event.MaxMessageBytes)
+	if err != nil {
+		s.badMessage(err)
+		return
+	}
+	evs, err := event.DecodeMessage(s.decoded[:0], body)
 	s.decoded = evs[:0]
 	if err != nil {
 		// A batch is all or nothing: a bad one is dropped whole, and the
 		// seq gap it leaves makes the next message reload the snapshot.
-		s.invalid.Add(1)
-		s.log.Debug("undecodable message", "err", err)
+		s.badMessage(err)
 		return
 	}
 	for i, e := range evs {
 		evs[i] = nil
 		s.onEvent(ctx, e)
 	}
+}
+
+var errSignature = errors.New("not signed with the channel secret")
+
+// open checks a message's or snapshot's size and envelope and returns the
+// body to parse: with a secret, only a signed envelope whose MAC matches;
+// without, an envelope is unwrapped unverified and anything else is the body.
+func (s *Subscriber) open(b []byte, limit int) ([]byte, error) {
+	if len(b) > limit+envelope.Overhead {
+		return nil, fmt.Errorf("%d bytes, at most %d: %w", len(b), limit, event.ErrTooLarge)
+	}
+	if s.opt.ChannelSecret != nil {
+		body, err := envelope.Open(s.opt.ChannelSecret, b)
+		if err != nil {
+			return nil, errSignature
+		}
+		return body, nil
+	}
+	if body, ok := envelope.Unwrap(b); ok {
+		return body, nil
+	}
+	return b, nil
+}
+
+// badMessage counts a rejected message by reason; it is skipped, never
+// fatal, and leaves every seq and cached value alone.
+func (s *Subscriber) badMessage(err error) {
+	s.invalid.Add(1)
+	r := BadUndecodable
+	switch {
+	case errors.Is(err, event.ErrTooLarge):
+		r = BadTooLarge
+	case errors.Is(err, event.ErrOutOfRange):
+		r = BadOutOfRange
+	case errors.Is(err, errSignature):
+		r = BadSignature
+	}
+	s.bad[r].Add(1)
+	s.log.Debug("bad channel message", "reason", BadReasons[r], "err", err)
 }
 
 // onEvent applies one event, checking its seq against the last one seen
@@ -371,15 +472,33 @@ func (s *Subscriber) onEvent(ctx context.Context, e *event.Event) {
 	default:
 		s.last[e.Node] = e.Seq
 	}
+	if e.Type == event.TypeHot && s.flap.held(e, now) {
+		// The verdict flaps: keep the key cacheable (values are still
+		// refreshed every LocalTTL, so staleness stays bounded).
+		s.bad[BadFlapping].Add(1)
+		c := *e
+		c.Uncacheable = false
+		e = &c
+	}
 	s.remember(e)
 	s.mu.Lock()
 	s.set.apply(e, now)
-	if now.Sub(s.lastExpire) > time.Second {
+	if now.Sub(s.lastExpire) > time.Second && s.up.Load() {
 		s.set.expire(now)
 		s.lastExpire = now
 	}
 	s.mu.Unlock()
 	s.opt.Handler.Event(e)
+	if now.Sub(s.lastPrune) > time.Second {
+		s.lastPrune = now
+		for _, e := range s.flap.prune(now) {
+			// A verdict held back while the key flapped, now steady.
+			s.mu.Lock()
+			s.set.apply(e, now)
+			s.mu.Unlock()
+			s.opt.Handler.Event(e)
+		}
+	}
 	if reload {
 		s.reload(ctx)
 	}
@@ -419,6 +538,9 @@ func (s *Subscriber) forget(node string) {
 // reports whether to reload now (else the retry timer will).
 func (s *Subscriber) want(node string, seq uint64) bool {
 	if seq > s.pending[node] {
+		if _, ok := s.pending[node]; !ok {
+			s.pendingSince[node] = time.Now()
+		}
 		s.pending[node] = seq
 		s.retries = 0 // a new gap gets its own round of retries
 	}
@@ -431,6 +553,17 @@ func (s *Subscriber) want(node string, seq uint64) bool {
 
 func (s *Subscriber) expire() {
 	now := s.opt.Now()
+	for _, e := range s.flap.prune(now) {
+		// A verdict held back while the key flapped, now steady: apply it.
+		s.mu.Lock()
+		s.set.apply(e, now)
+		s.mu.Unlock()
+		s.opt.Handler.Event(e)
+	}
+	if !s.up.Load() {
+		// Channel down: nothing lapses (docs/channel-protocol.md §11).
+		return
+	}
 	s.mu.Lock()
 	s.set.expire(now)
 	s.lastExpire = now
@@ -444,7 +577,19 @@ func (s *Subscriber) reload(ctx context.Context) {
 	s.lastReload = time.Now()
 	s.retryAt = time.Time{}
 	snap, err := s.readSnapshot(ctx)
+	if errors.Is(err, errBadSnapshot) {
+		// A hostile or broken document: keep the state we have, try again
+		// later, count it; the channel itself is fine.
+		s.reloadErrs.Add(1)
+		s.retryAt = time.Now().Add(s.opt.RetryDelay)
+		if !s.reloadFailing {
+			s.log.Warn("bad snapshot ignored; keeping the current hot set", "err", err)
+		}
+		s.reloadFailing = true
+		return
+	}
 	if err != nil {
+		s.setUp(false)
 		s.reloadErrs.Add(1)
 		if ctx.Err() == nil {
 			if !s.reloadFailing {
@@ -479,12 +624,20 @@ func (s *Subscriber) reload(ctx context.Context) {
 		if f := s.logFloor[n]; f > q {
 			// Messages between the section and the log are gone: wait for
 			// a newer section.
+			if _, ok := s.pending[n]; !ok {
+				s.pendingSince[n] = time.Now()
+			}
 			s.pending[n] = max(s.pending[n], f)
 		}
 	}
 	for n, want := range s.pending {
-		if q, ok := sec[n]; !ok || q >= want {
+		q, ok := sec[n]
+		switch {
+		case !ok || q >= want:
 			delete(s.pending, n)
+			delete(s.pendingSince, n)
+		case time.Since(s.pendingSince[n]) >= s.opt.ConfirmTimeout:
+			s.unconfirmed(n, q)
 		}
 	}
 	s.mu.Lock()
@@ -495,7 +648,9 @@ func (s *Subscriber) reload(ctx context.Context) {
 		s.retries = 0
 	} else if s.retries++; s.retries > s.opt.MaxRetries {
 		s.log.Warn("snapshot never caught up with the channel; carrying on", "nodes", len(s.pending))
-		clear(s.pending)
+		for n := range s.pending {
+			s.unconfirmed(n, sec[n])
+		}
 		clear(s.logFloor)
 		s.retries = 0
 	} else {
@@ -503,22 +658,70 @@ func (s *Subscriber) reload(ctx context.Context) {
 		s.retryAt = time.Now().Add(s.opt.RetryDelay)
 	}
 	s.opt.Handler.Snapshot(snap)
+	if s.subscribed {
+		s.setUp(true)
+	}
 	s.syncedOnce.Do(func() { close(s.synced) })
 }
+
+// unconfirmed undoes a seq jump the snapshot never reached: the node's seq
+// goes back to its section's (possibly lower), so its real messages apply
+// again and a forged jump silences it for ConfirmTimeout at most.
+func (s *Subscriber) unconfirmed(node string, sectionSeq uint64) {
+	s.bad[BadUnconfirmedSeq].Add(1)
+	s.log.Warn("seq jump not confirmed by the snapshot; following the node's section", "node", node,
+		"jump", s.pending[node]+1, "section", sectionSeq)
+	s.last[node] = sectionSeq
+	delete(s.pending, node)
+	delete(s.pendingSince, node)
+	delete(s.logFloor, node)
+	// Logged messages above the section would compare wrongly now.
+	kept := s.logbuf[:0]
+	for _, e := range s.logbuf {
+		if e.Node != node || e.Seq <= sectionSeq {
+			kept = append(kept, e)
+		}
+	}
+	clear(s.logbuf[len(kept):])
+	s.logbuf = kept
+}
+
+// errBadSnapshot marks a snapshot that was read but is not applied.
+var errBadSnapshot = errors.New("bad snapshot")
 
 func (s *Subscriber) readSnapshot(ctx context.Context) (*event.Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	b, err := s.rdb.Get(ctx, SnapshotKey(s.opt.Channel)).Bytes()
+	key := SnapshotKey(s.opt.Channel)
+	// Size before reading it at all: the document is untrusted.
+	n, err := s.rdb.StrLen(ctx, key).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot %s: %w", key, err)
+	}
+	if n > int64(event.MaxSnapshotBytes+envelope.Overhead) {
+		s.bad[BadTooLarge].Add(1)
+		return nil, fmt.Errorf("%w %s: %d bytes: %w", errBadSnapshot, key, n, event.ErrTooLarge)
+	}
+	b, err := s.rdb.Get(ctx, key).Bytes()
 	if err == redis.Nil {
 		return &event.Snapshot{V: event.Version}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read snapshot %s: %w", SnapshotKey(s.opt.Channel), err)
+		return nil, fmt.Errorf("read snapshot %s: %w", key, err)
 	}
-	snap := new(event.Snapshot)
-	if err := json.Unmarshal(b, snap); err != nil {
-		return nil, fmt.Errorf("decode snapshot %s: %w", SnapshotKey(s.opt.Channel), err)
+	body, err := s.open(b, event.MaxSnapshotBytes)
+	if err != nil {
+		s.badMessage(err)
+		return nil, fmt.Errorf("%w %s: %w", errBadSnapshot, key, err)
+	}
+	snap, bad, err := event.DecodeSnapshot(body)
+	if err != nil {
+		s.badMessage(err)
+		return nil, fmt.Errorf("%w %s: %w", errBadSnapshot, key, err)
+	}
+	if bad > 0 {
+		s.bad[BadOutOfRange].Add(uint64(bad))
+		s.log.Debug("snapshot entries skipped", "count", bad)
 	}
 	return snap, nil
 }

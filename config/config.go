@@ -7,8 +7,11 @@
 package config
 
 import (
+	"time"
+
 	"github.com/hotsniff/hotsniff/bpf"
 	"github.com/hotsniff/hotsniff/detect"
+	"github.com/hotsniff/hotsniff/internal/httpserve"
 	"github.com/hotsniff/hotsniff/publish"
 	"github.com/hotsniff/hotsniff/stream"
 )
@@ -63,14 +66,18 @@ type Publish struct {
 	InsecureSkipVerify bool
 	Format             string
 	Budget             float64
+	// SecretFile holds the channel's shared secret (signed messages).
+	SecretFile string
 }
 
 // HTTP is what `run` serves.
 type HTTP struct {
-	Listen    string
-	Health    string
-	WebConfig string
-	Pprof     bool
+	Listen      string
+	Health      string
+	WebConfig   string
+	Pprof       bool
+	MaxConns    int
+	IdleTimeout time.Duration
 }
 
 // Default returns every setting at its default: the one place defaults
@@ -93,6 +100,6 @@ func Default() Config {
 		Stream:  Stream{Progress: "auto", Config: s},
 		Detect:  Detect{Config: d, Output: "jsonl"},
 		Publish: Publish{Channel: publish.DefaultChannel, Format: publish.FormatV1, Budget: 1000},
-		HTTP:    HTTP{Listen: ":9464"},
+		HTTP:    HTTP{Listen: ":9464", MaxConns: httpserve.DefaultMaxConns, IdleTimeout: httpserve.DefaultIdleTimeout},
 	}
 }

@@ -473,6 +473,14 @@ func (c *Config) validate(fs *pflag.FlagSet, fromFile map[string]bool) error {
 			return errorf("--channel-budget %g: must be 0 (no cap) or positive", c.Publish.Budget)
 		}
 	}
+	if has(SecHTTP) {
+		if c.HTTP.MaxConns < 1 {
+			return errorf("--http-max-conns %d: must be at least 1", c.HTTP.MaxConns)
+		}
+		if c.HTTP.IdleTimeout <= 0 {
+			return errorf("--http-idle-timeout %s: must be positive", c.HTTP.IdleTimeout)
+		}
+	}
 	if has(SecCapture) {
 		k := c.Capture
 		if k.ReplyCopy < 0 {

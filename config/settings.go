@@ -54,6 +54,8 @@ var settings = []setting{
 	{"local-ttl", SecDetect, "the client shims' local TTL; the cacheable verdict is judged against it", func(c *Config) any { return &c.Detect.LocalTTL }},
 	{"uncacheable-writes", SecDetect, "publish a hot key cacheable:false when its writes per local-ttl reach this (shims stop caching it, its writes stop producing invalidates; negative: never)", func(c *Config) any { return &c.Detect.UncacheableWrites }},
 	{"absorbed-cap", SecDetect, "reads that client shims report having served locally are credited to a key up to this many times its threshold per second", func(c *Config) any { return &c.Detect.AbsorbedCap }},
+	{"absorbed-client-cap", SecDetect, "reads that one client (one address) reports having served locally are credited to a key up to this many times its threshold per second", func(c *Config) any { return &c.Detect.AbsorbedClientCap }},
+	{"absorbed-hold", SecDetect, "longest one client's reports alone may keep a key hot; then its reports for that key stop counting until the key is detected again on the wire", func(c *Config) any { return &c.Detect.AbsorbedHold }},
 	{"tair-buckets", SecDetect, "--detector tair: hash buckets", func(c *Config) any { return &c.Detect.Tair.Buckets }},
 	{"tair-sample-max", SecDetect, "--detector tair: reads sampled per round", func(c *Config) any { return &c.Detect.Tair.SampleMax }},
 	{"tair-sigma-n", SecDetect, "--detector tair: a round locates a bucket when the counts' standard deviation exceeds this × their mean", func(c *Config) any { return &c.Detect.Tair.SigmaN }},
@@ -68,6 +70,7 @@ var settings = []setting{
 	{"redis-cert-file", SecPublish, "PEM client certificate for rediss://", func(c *Config) any { return &c.Publish.CertFile }},
 	{"redis-key-file", SecPublish, "PEM client key for rediss://", func(c *Config) any { return &c.Publish.KeyFile }},
 	{"redis-insecure-skip-verify", SecPublish, "do not verify the rediss:// server certificate (testing only)", func(c *Config) any { return &c.Publish.InsecureSkipVerify }},
+	{"channel-secret-file", SecPublish, "shared secret (the file's bytes, one trailing newline stripped): publishers sign every channel message and the snapshot with HMAC-SHA256, subscribers accept only signed ones; every daemon, subscriber and shim of the channel needs the same secret", func(c *Config) any { return &c.Publish.SecretFile }},
 	{"channel-format", SecPublish, "channel messages: v1 (one event each, read by every subscriber) or v2 (batches of events; needs subscribers that read batches)", func(c *Config) any { return &c.Publish.Format }},
 	{"channel-budget", SecPublish, "most channel messages this node sends per second (0: no cap); beyond it refreshes are shed and other events wait, batched", func(c *Config) any { return &c.Publish.Budget }},
 
@@ -91,6 +94,8 @@ var settings = []setting{
 	{"listen", SecHTTP, "address for / (web view), /metrics, /hotkeys, /healthz, /readyz (empty: none)", func(c *Config) any { return &c.HTTP.Listen }},
 	{"health-listen", SecHTTP, "also serve /healthz and /readyz alone, in plain HTTP without the web configuration, on this address (e.g. 127.0.0.1:9465, for the kubelet's probes when --web-config asks for credentials)", func(c *Config) any { return &c.HTTP.Health }},
 	{"web-config", SecHTTP, "web configuration file (Prometheus exporter format: tls_server_config, basic_auth_users) for TLS, client certificates and basic auth on every --listen endpoint; re-read on each request", func(c *Config) any { return &c.HTTP.WebConfig }},
+	{"http-max-conns", SecHTTP, "most connections held open on --listen: at the bound the longest-idle connection is closed to admit a new one, so /healthz keeps answering", func(c *Config) any { return &c.HTTP.MaxConns }},
+	{"http-idle-timeout", SecHTTP, "close a keep-alive HTTP connection after this long without a request", func(c *Config) any { return &c.HTTP.IdleTimeout }},
 	{"pprof", SecHTTP, "also serve Go profiling at /debug/pprof/ on --listen", func(c *Config) any { return &c.HTTP.Pprof }},
 }
 

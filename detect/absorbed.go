@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"encoding/binary"
 	"math"
 
 	"github.com/hotsniff/hotsniff/decode"
@@ -30,6 +31,28 @@ import (
 //     is; the report's hits are only reads the shim did not send. Nothing
 //     is counted twice.
 //
+// Pairing ties a report to a client that really reads the key, but not to
+// the number it claims: 20 GET+ECHO pairs a second from one plain client
+// kept a key hot at the cap with no demand at all. So what one client (one
+// address, all its connections) may claim is bounded by what the daemon
+// sees of it:
+//
+//   - Its window is at most the time since its previous report for the key
+//     (the first: one sub-window), so it cannot claim a long window on
+//     every report.
+//   - Its credit is at most AbsorbedClientCap × the threshold per second,
+//     up to one window's worth at once (Stats.AbsorbedCapped beyond it).
+//   - It cannot hold the key hot alone: when the key would be cold without
+//     the client's reports (wire reads and every other client's reports
+//     below the cold threshold) for longer than AbsorbedHold, that client's
+//     reports for the key stop counting (Stats.AbsorbedHeld) and the key
+//     cools within a window. If the demand is real, the client's reads come
+//     back to the server once its shims stop caching, and the key is
+//     detected hot again on the wire: one cold/hot cycle per AbsorbedHold.
+//
+// An event says when a bound cut the reports in the last window
+// ("capped":true): its qps is then a lower bound.
+//
 // The hits are spread evenly over the sub-windows the report's window
 // covers (clipped to the window ring and to the entry's measurement), so the
 // measured demand is as smooth as the reads were, not a step per report.
@@ -56,13 +79,120 @@ func (d *Detector) Absorbed(f *decode.Flow, a *decode.Absorbed) {
 		d.st.AbsorbedNotHot++
 		return
 	}
+	r := e.rep.get(clientID(f), d.now)
+	if r.held {
+		d.st.AbsorbedHeld++
+		return
+	}
+	// The window the daemon saw: since this client's previous report.
+	seen := d.sub
+	if r.last != 0 {
+		seen = max(d.now-r.last, 1e6)
+	}
+	windowMS := min(a.WindowMS, uint64(seen/1e6))
 	// A report travels on its connection, so flow sampling saw it with
 	// the same odds as the reads and is scaled alike.
-	credited, capped := d.absorb(e, d.scaleHits(a.Hits), a.WindowMS)
+	hits := d.scaleHits(a.Hits)
+	// The client's credit is a token bucket: AbsorbedClientCap × the
+	// threshold per second, up to one window's worth at once (several
+	// processes of one host report out of step).
+	rate := d.cfg.AbsorbedClientCap * e.thr
+	burst := rate * float64(d.win) / 1e9
+	if r.last == 0 {
+		// A new client starts with a sub-window's worth, not a window's:
+		// a full bucket at once would double its rate for a window.
+		r.tokens = rate * float64(d.sub) / 1e9
+	} else {
+		r.tokens = min(burst, r.tokens+rate*float64(d.now-r.last)/1e9)
+	}
+	r.last = d.now
+	clientCapped := false
+	if float64(hits) > r.tokens {
+		hits, clientCapped = uint64(r.tokens), true
+	}
+	credited, capped := d.absorb(e, hits, windowMS)
+	r.tokens -= float64(credited)
+	r.win.advance(d.epoch)
+	r.win.add(d.epoch, uint32(min(credited, math.MaxUint32)))
+	capped = capped || clientCapped
 	d.st.AbsorbedReports++
 	d.st.AbsorbedHits += credited
 	if capped {
 		d.st.AbsorbedCapped++
+		e.rep.cappedAt = d.now
+	}
+}
+
+// maxReporters bounds the clients tracked per hot key. With more, the one
+// that reported least recently makes room (and loses its history).
+const maxReporters = 8
+
+// absReporters tracks the clients reporting for one hot key.
+type absReporters struct {
+	r        [maxReporters]reporter
+	cappedAt int64  // last time a report was cut to a bound (ns)
+	soloID   uint64 // the client holding the key hot alone, since soloAt
+	soloAt   int64
+}
+
+// reporter is one client's reports for a key.
+type reporter struct {
+	id     uint64
+	last   int64   // time of its last report (ns)
+	tokens float64 // hits it may still be credited (bucket)
+	win    window  // hits credited to it
+	held   bool    // it held the key hot alone too long: its reports are refused
+}
+
+// clientID identifies a client by address: every connection of one host
+// (or pod) is one client, so opening more connections buys no more credit.
+func clientID(f *decode.Flow) uint64 {
+	a := f.Client.Addr().As16()
+	return (binary.LittleEndian.Uint64(a[:8]) ^ binary.LittleEndian.Uint64(a[8:])*0x9e3779b97f4a7c15) | 1
+}
+
+// get returns the client's record, making room for a new one.
+func (rs *absReporters) get(id uint64, now int64) *reporter {
+	v := 0
+	for i := range rs.r {
+		if rs.r[i].id == id {
+			return &rs.r[i]
+		}
+		if rs.r[i].id == 0 || rs.r[v].id != 0 && rs.r[i].last < rs.r[v].last {
+			v = i
+		}
+	}
+	rs.r[v] = reporter{id: id}
+	return &rs.r[v]
+}
+
+// judgeReporters runs at each scan: when one client's reports alone keep
+// the key over its cold threshold for longer than AbsorbedHold, that
+// client is held (its reports for the key refused from then on).
+func (d *Detector) judgeReporters(e *hotEntry) {
+	var top *reporter
+	var topRate float64
+	for i := range e.rep.r {
+		r := &e.rep.r[i]
+		if r.id == 0 || r.held {
+			continue
+		}
+		r.win.advance(d.epoch)
+		if rate := d.rate(&r.win, e.since, d.win/2); rate > topRate {
+			top, topRate = r, rate
+		}
+	}
+	if top == nil || e.qps-topRate >= d.cfg.ColdRatio*e.thr {
+		e.rep.soloID, e.rep.soloAt = 0, 0
+		return
+	}
+	if e.rep.soloID != top.id {
+		e.rep.soloID, e.rep.soloAt = top.id, d.now
+		return
+	}
+	if d.now-e.rep.soloAt >= int64(d.cfg.AbsorbedHold) {
+		top.held = true
+		d.st.AbsorbedHeldClients++
 	}
 }
 

@@ -2,6 +2,7 @@ package detect
 
 import (
 	"math"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -24,6 +25,9 @@ type fleet struct {
 	// unseen, when set, says the capture does not see process p's
 	// connection (flow sampling): its reads and reports never reach d.
 	unseen func(p int) bool
+	// apart gives each process its own client address (else they share
+	// one host's).
+	apart bool
 
 	last []int64 // per process: time of its previous report
 	hits []float64
@@ -45,6 +49,9 @@ func (fl *fleet) run(from, to time.Duration) {
 		for p := range fl.procs {
 			if fl.unseen != nil && fl.unseen(p) {
 				continue
+			}
+			if fl.apart {
+				f.Client = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, byte(p + 1)}), 40000)
 			}
 			if !hot {
 				wire[p] += per
@@ -216,4 +223,119 @@ func TestAbsorbedCapConfig(t *testing.T) {
 	if err != nil || d.Config().AbsorbedCap != 1000 {
 		t.Errorf("default absorbed_cap %v, %v", d.Config().AbsorbedCap, err)
 	}
+}
+
+// The attack of a forged report: once real reads stop, one plain client
+// sends 20 GET+ECHO pairs a second claiming far more hits than any bound.
+// Before, that kept the key hot for as long as it ran, at the per-key cap
+// (1000 × the threshold). Now the client's credit is at most
+// AbsorbedClientCap × the threshold (and the events say "capped"), and
+// past AbsorbedHold, as it alone keeps the key hot, its reports stop
+// counting and the key turns cold.
+func TestAbsorbedForgedClient(t *testing.T) {
+	d, rec := newDet(t, Config{HotQPS: T, AbsorbedHold: 5 * time.Second, RefreshEvery: 200 * time.Millisecond})
+	play(d, 0, 2*time.Second, stream{key: "k", qps: 2 * T})
+	if rec.count("k", "hot") == 0 {
+		t.Fatal("not hot from real reads")
+	}
+	forger := decode.Flow{Server: srvA, Proto: decode.ProtoRedis, Client: netip.MustParseAddrPort("10.9.9.9:5555")}
+	r := decode.Request{Op: "GET"}
+	for ms := 2000; ms < 30000; ms += 50 {
+		forger.TS = base + int64(ms)*1e6
+		d.Key(&forger, &r, decode.Key{Bytes: []byte("k"), Weight: 1})
+		d.Absorbed(&forger, &decode.Absorbed{Key: []byte("k"), Hits: 1e12, WindowMS: 1000})
+	}
+	d.Tick(forger.TS + 1)
+	var coldAt time.Time
+	var maxQPS float64
+	uncapped := 0
+	for _, e := range rec.events("k") {
+		if e.Type == event.TypeCold && coldAt.IsZero() {
+			coldAt = e.TS
+		}
+		if e.Type == event.TypeHot && e.TS.After(time.Unix(0, base+int64(3*time.Second))) && coldAt.IsZero() {
+			maxQPS = max(maxQPS, e.QPS)
+			if !e.Capped {
+				uncapped++
+			}
+		}
+	}
+	st := d.Stats()
+	t.Logf("forged reports: max qps %.0f, cold at %v, held %d reports, stats %+v", maxQPS, coldAt.Sub(time.Unix(0, base)), st.AbsorbedHeld, st)
+	if maxQPS > 16*T*1.1+50 {
+		t.Errorf("one client inflated the key to %.0f qps, above 16 × the threshold", maxQPS)
+	}
+	if uncapped > 0 {
+		t.Errorf("%d hot events while capped do not say capped", uncapped)
+	}
+	// Real reads stopped at 2 s; the forger alone holds it from about
+	// one window later; held after 5 s; cold within a window after that.
+	if coldAt.IsZero() || coldAt.Sub(time.Unix(0, base)) > 2*time.Second+d.Config().Window+5*time.Second+2*d.Config().Window+time.Second {
+		t.Errorf("cold at %v: one client's reports kept the key hot", coldAt.Sub(time.Unix(0, base)))
+	}
+	if rec.count("k", "hot") != 1+countRefreshes(rec, "k") || st.AbsorbedHeld == 0 {
+		t.Errorf("hot again after cold, or nothing held: %+v", st)
+	}
+}
+
+func countRefreshes(rec *recorder, key string) int {
+	n, first := 0, true
+	for _, e := range rec.events(key) {
+		if e.Type == event.TypeCold {
+			break
+		}
+		if e.Type == event.TypeHot {
+			if !first {
+				n++
+			}
+			first = false
+		}
+	}
+	return n
+}
+
+// Real demand through shims in several clients is not held nor capped: a
+// fleet of three hosts reading at 12 × the threshold stays hot, at its
+// demand, far past AbsorbedHold.
+func TestAbsorbedFleetNotHeld(t *testing.T) {
+	d, rec := newDet(t, Config{HotQPS: T, AbsorbedHold: 5 * time.Second, RefreshEvery: 2 * time.Second})
+	fl := &fleet{d: d, key: "k", procs: 3, demand: 12 * T, localTTL: 50 * time.Millisecond, report: true, apart: true}
+	fl.run(0, 30*time.Second)
+	var last event.Event
+	for _, e := range rec.ev {
+		if string(e.Key) == "k" && e.Type == event.TypeHot {
+			last = e
+		}
+	}
+	if hot, cold := d.Stats().Hot, rec.count("k", "cold"); hot != 1 || cold != 0 {
+		t.Fatalf("%d hot, %d cold in 30 s, want 1 and 0", hot, cold)
+	}
+	if math.Abs(last.QPS-12*T) > 0.07*12*T || last.Capped || d.Stats().AbsorbedHeld != 0 {
+		t.Fatalf("last refresh qps %v capped %v, held %d; want the demand %v, uncapped", last.QPS, last.Capped, d.Stats().AbsorbedHeld, 12*T)
+	}
+}
+
+// One host whose shims alone keep a key hot is re-verified every
+// AbsorbedHold: the key turns cold, its reads come back to the server and
+// it is hot again: a bounded cost, one cycle per hold.
+func TestAbsorbedSingleClientReverified(t *testing.T) {
+	d, rec := newDet(t, Config{HotQPS: T, AbsorbedHold: 5 * time.Second, RefreshEvery: 2 * time.Second})
+	fl := &fleet{d: d, key: "k", procs: 1, demand: 4 * T, localTTL: 50 * time.Millisecond, report: true}
+	fl.run(0, 30*time.Second)
+	hot, cold := d.Stats().Hot, rec.count("k", "cold")
+	t.Logf("single client at 4 × the threshold for 30 s: %d hot, %d cold", hot, cold)
+	if cold < 2 || cold > 6 || hot != uint64(cold)+1 {
+		t.Fatalf("%d hot, %d cold in 30 s with a 5 s hold; want one cycle per hold or so", hot, cold)
+	}
+}
+
+// events returns the events for key, in order.
+func (r *recorder) events(key string) []event.Event {
+	var out []event.Event
+	for _, e := range r.ev {
+		if string(e.Key) == key {
+			out = append(out, e)
+		}
+	}
+	return out
 }

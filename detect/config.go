@@ -67,6 +67,15 @@ type Config struct {
 	// key: at most AbsorbedCap × its threshold per second is credited,
 	// however many reports arrive. 1000.
 	AbsorbedCap float64
+	// AbsorbedClientCap bounds what one client (one address: every
+	// connection from it) can report for one key: at most this × its
+	// threshold per second. 16.
+	AbsorbedClientCap float64
+	// AbsorbedHold is how long one client's reports alone may keep a key
+	// hot (the key would be cold without them): then that client's reports
+	// for the key stop counting until the key has gone cold and been
+	// detected again on the wire. 2m.
+	AbsorbedHold time.Duration
 	// Rules are per-key-pattern thresholds; the first match wins.
 	Rules []Rule
 	// Ignore lists key patterns that are never reported.
@@ -139,6 +148,8 @@ func DefaultConfig() Config {
 		LocalTTL:          defaultLocalTTL,
 		UncacheableWrites: defaultUncacheableWrites,
 		AbsorbedCap:       defaultAbsorbedCap,
+		AbsorbedClientCap: defaultAbsorbedClientCap,
+		AbsorbedHold:      defaultAbsorbedHold,
 		Tair:              TairConfig{Buckets: defaultTairBuckets, SampleMax: defaultTairSampleMax, SigmaN: defaultTairSigmaN, ReapMax: defaultTairReapMax},
 	}
 }
@@ -149,6 +160,11 @@ const (
 	defaultTairSampleMax = 50000
 	defaultTairSigmaN    = 0.8
 	defaultTairReapMax   = 32
+
+	// defaultAbsorbedClientCap and defaultAbsorbedHold bound one client's
+	// reports (docs/detection.md, "What a report is trusted with").
+	defaultAbsorbedClientCap = 16
+	defaultAbsorbedHold      = 2 * time.Minute
 )
 
 // withDefaults validates c and fills in the defaults.
@@ -193,6 +209,18 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if !(c.AbsorbedCap > 0) || math.IsInf(c.AbsorbedCap, 0) {
 		return c, fmt.Errorf("check absorbed_cap: must be a positive number, got %v", c.AbsorbedCap)
+	}
+	if c.AbsorbedClientCap == 0 {
+		c.AbsorbedClientCap = defaultAbsorbedClientCap
+	}
+	if !(c.AbsorbedClientCap > 0) || math.IsInf(c.AbsorbedClientCap, 0) {
+		return c, fmt.Errorf("check absorbed_client_cap: must be a positive number, got %v", c.AbsorbedClientCap)
+	}
+	if c.AbsorbedHold == 0 {
+		c.AbsorbedHold = defaultAbsorbedHold
+	}
+	if c.AbsorbedHold < 0 {
+		return c, fmt.Errorf("check absorbed_hold: must be positive, got %v", c.AbsorbedHold)
 	}
 	if c.Buckets == 0 {
 		c.Buckets = defaultBuckets

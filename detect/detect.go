@@ -69,7 +69,13 @@ type Stats struct {
 	AbsorbedMalformed uint64 // not a well-formed report
 	AbsorbedUnpaired  uint64 // not right after a read of its key on its connection
 	AbsorbedNotHot    uint64 // for a key that is not hot
-	AbsorbedCapped    uint64 // cut to the per-key bound
+	AbsorbedCapped    uint64 // cut to the per-key or per-client bound
+	AbsorbedHeld      uint64 // from a client that alone held the key hot past AbsorbedHold
+	// VerdictsHeld counts cacheable-verdict changes held back: the key's
+	// verdict changed maxVerdictFlips times within the last window.
+	VerdictsHeld uint64
+	// AbsorbedHeldClients counts the clients held so (per key).
+	AbsorbedHeldClients uint64
 }
 
 // Detector is a decode.Sink that detects hot keys.
@@ -298,6 +304,7 @@ func (d *Detector) resetClock(ts int64) {
 		e := &d.hot.e[i]
 		e.win = window{epoch: d.epoch}
 		e.abs = window{epoch: d.epoch}
+		e.rep = absReporters{}
 		e.since, e.lastSeen, e.lastEmit, e.lastInval = ts, ts, ts, ts
 		e.expires = ts + d.lifetime
 		e.resetWrites(ts, d.epoch)
@@ -337,6 +344,7 @@ func (d *Detector) scan() {
 		}
 		e.abs.advance(d.epoch)
 		e.absQPS = min(d.rate(&e.abs, e.since, 2*d.sub), e.qps)
+		d.judgeReporters(e)
 		if d.def != nil {
 			// The conservative rate (span at least W/2) only under-reads
 			// a young entry, which was just measured above its threshold.
@@ -481,6 +489,7 @@ func (d *Detector) toEvent(e *hotEntry, typ string, qps float64) event.Event {
 		BytesPS:       e.bytesPS(typ),
 		ValueBytes:    e.valueBytes(typ, qps),
 		Reason:        e.reason(typ, qps),
+		Capped:        typ != event.TypeInvalidate && e.rep.cappedAt != 0 && d.now-e.rep.cappedAt < d.win,
 	}
 }
 

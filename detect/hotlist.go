@@ -26,6 +26,8 @@ type hotEntry struct {
 	// counted in win; absQPS is its rate as of the last scan.
 	abs    window
 	absQPS float64
+	// rep tracks the clients that report for this key (absorbed.go).
+	rep absReporters
 	// Reply bytes (detect/bytes.go): threshold (0: none), window since
 	// bsince, and the last measured rate.
 	bthr   float64

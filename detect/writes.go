@@ -1,6 +1,10 @@
 package detect
 
-import "github.com/hotsniff/hotsniff/event"
+import (
+	"time"
+
+	"github.com/hotsniff/hotsniff/event"
+)
 
 // writes is a hot key's write side: its write rate, measured from when it
 // became hot, and the cacheable verdict judged from it.
@@ -19,6 +23,40 @@ type writes struct {
 	since       int64   // start of the write measurement (ns): when the key became hot
 	qps         float64 // last measured write rate, for events
 	uncacheable bool
+	// flips holds the times of the last maxVerdictFlips verdict changes,
+	// oldest first (0: none).
+	flips [maxVerdictFlips]int64
+}
+
+// maxVerdictFlips bounds the changes of a key's cacheable verdict within
+// verdictFlipWindow. Every change is a hot event to every subscriber, and
+// every turn to cacheable:false makes the shims drop the key: a writer
+// timing its bursts against the verdict must not make it flap. Past the
+// bound the verdict in force stays until the oldest change is
+// verdictFlipWindow old (Stats.VerdictsHeld); either verdict is safe
+// meanwhile (cacheable: each write still sends an invalidate; uncacheable:
+// reads go to the server). Subscribers hold a key cacheable once its
+// verdict changed 4 times in 10 s (a forged publisher's flapping): 3 per
+// 10 s keeps the daemon's own changes below that, so they always apply.
+const (
+	maxVerdictFlips   = 3
+	verdictFlipWindow = int64(10 * time.Second)
+)
+
+// mayFlip reports whether the verdict may change now, and counts a change
+// held back.
+func (d *Detector) mayFlip(e *hotEntry) bool {
+	if old := e.wr.flips[0]; old != 0 && d.now-old < verdictFlipWindow {
+		d.st.VerdictsHeld++
+		return false
+	}
+	return true
+}
+
+// flipped notes a verdict change at now.
+func (d *Detector) flipped(e *hotEntry) {
+	copy(e.wr.flips[:], e.wr.flips[1:])
+	e.wr.flips[len(e.wr.flips)-1] = d.now
 }
 
 // uncacheableAt is the write rate (per second) at which a key is judged
@@ -41,9 +79,10 @@ func (d *Detector) countWrite(e *hotEntry) bool {
 	at := d.uncacheableAt()
 	// The conservative rate (span at least W/2) only under-reads a young
 	// measurement: a short burst on a quiet key does not flip it.
-	if at == 0 || d.rate(&e.wr.win, e.wr.since, d.win/2) < at {
+	if at == 0 || d.rate(&e.wr.win, e.wr.since, d.win/2) < at || !d.mayFlip(e) {
 		return false
 	}
+	d.flipped(e)
 	e.wr.uncacheable = true
 	e.pending = false // the verdict's hot event drops the copies instead
 	d.st.Verdicts++
@@ -62,9 +101,10 @@ func (d *Detector) judgeWrites(e *hotEntry) {
 		return
 	}
 	at := d.uncacheableAt()
-	if at > 0 && d.rate(&e.wr.win, e.wr.since, d.win/2) >= at/2 {
+	if at > 0 && d.rate(&e.wr.win, e.wr.since, d.win/2) >= at/2 || !d.mayFlip(e) {
 		return
 	}
+	d.flipped(e)
 	e.wr.uncacheable = false
 	d.st.Verdicts++
 	d.verdict(e)
@@ -81,7 +121,7 @@ func (d *Detector) verdict(e *hotEntry) {
 // resetWrites restarts e's write measurement at ts (epoch ep), keeping the
 // verdict: it is re-judged from the new measurement.
 func (e *hotEntry) resetWrites(ts, ep int64) {
-	e.wr = writes{since: ts, uncacheable: e.wr.uncacheable, win: window{epoch: ep}}
+	e.wr = writes{since: ts, uncacheable: e.wr.uncacheable, flips: e.wr.flips, win: window{epoch: ep}}
 }
 
 // flushPending sends the merged invalidates still waiting for their gap:

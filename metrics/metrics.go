@@ -107,14 +107,15 @@ type Sampling struct {
 // Absorbed counts absorbed-demand reports: those credited, the local reads
 // they added to keys' demand, and those not credited, by reason
 // ("malformed", "unpaired", "not_hot", "capped": credited only up to the
-// per-key bound).
+// per-key or per-client bound, "held": from a client that alone held the
+// key hot past absorbed_hold).
 type Absorbed struct {
 	Reports, Hits uint64
 	Rejected      map[string]uint64
 }
 
 // AbsorbedReasons are the values of the reason label, always exported.
-var AbsorbedReasons = []string{"malformed", "unpaired", "not_hot", "capped"}
+var AbsorbedReasons = []string{"malformed", "unpaired", "not_hot", "capped", "held"}
 
 // Collector is a prometheus.Collector over the last Snapshot.
 type Collector struct {

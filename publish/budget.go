@@ -1,7 +1,6 @@
 package publish
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -121,19 +120,6 @@ func (p *Publisher) messages(n int) int {
 		return n
 	}
 	return (n + p.opt.MaxBatch - 1) / p.opt.MaxBatch
-}
-
-// encodeBatch is the v2 message for evs, all from this node.
-func (p *Publisher) encodeBatch(evs []queued) ([]byte, error) {
-	b := event.Batch{V: event.BatchVersion, Node: p.opt.Node, Events: make([]*event.Event, len(evs))}
-	for i, q := range evs {
-		b.Events[i] = q.ev
-	}
-	m, err := json.Marshal(&b)
-	if err != nil {
-		return nil, fmt.Errorf("encode batch: %w", err)
-	}
-	return m, nil
 }
 
 // budgetWait is how long the next message must wait for the budget.

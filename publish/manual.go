@@ -20,6 +20,8 @@ type ManualOptions struct {
 	Node    string
 	Sharded *bool // nil: sharded on a cluster client
 	Now     func() time.Time
+	// Secret signs the message and the snapshot (Options.Secret).
+	Secret []byte
 }
 
 // ManualNode is the default node name of operator events from this host.
@@ -87,13 +89,17 @@ func Manual(ctx context.Context, rdb redis.UniversalClient, opt ManualOptions, e
 		keys:  []*event.Event{&c},
 		seq:   c.Seq, ts: now, node: c.Node,
 	}
-	if err := writeSection(ctx, rdb, opt.Channel, s); err != nil {
+	if err := writeSection(ctx, rdb, opt.Channel, s, opt.Secret); err != nil {
 		return nil, err
 	}
 	b, err := c.MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("encode event: %w", err)
 	}
+	if len(b) > room(opt.Secret) {
+		return nil, fmt.Errorf("publish manual event: %w (%d bytes, at most %d)", errOversize, len(b), room(opt.Secret))
+	}
+	b = seal(opt.Secret, b)
 	var cmd *redis.IntCmd
 	if sharded {
 		cmd = rdb.SPublish(ctx, opt.Channel, b)

@@ -66,7 +66,10 @@ type Options struct {
 	// time in Unix microseconds, so seq keeps growing across restarts and a
 	// restart shows to subscribers as a forward jump.
 	StartSeq uint64
-	Logger   *slog.Logger
+	// Secret, when set, signs every message and the snapshot document
+	// (--channel-secret-file; docs/channel-protocol.md, "Trust model").
+	Secret []byte
+	Logger *slog.Logger
 	// Now is the clock (tests).
 	Now func() time.Time
 }
@@ -150,6 +153,8 @@ type Stats struct {
 	// Shed counts refreshes left out because the message budget was spent;
 	// Delayed counts events that waited for it.
 	Shed, Delayed uint64
+	// Oversize counts events too long for any channel message: dropped.
+	Oversize uint64
 	// LastLag is the time from Emit to Redis's acknowledgement for the
 	// oldest event of the last batch published.
 	LastLag time.Duration
@@ -167,28 +172,29 @@ type Publisher struct {
 	log   *slog.Logger
 	queue chan queued
 
-	mu      sync.Mutex // guards seq, set, dirty, closed and the queue order
-	seq     uint64
-	set     *hotSet
-	dirty   bool
-	closed  bool
-	stop    chan context.Context
-	done    chan struct{}
-	ctx     context.Context // cancelled when Close gives up
-	cancel  context.CancelFunc
-	pub     [3]atomic.Uint64 // hot, cold, invalidate
-	errs    atomic.Uint64
-	drops   atomic.Uint64
-	batches atomic.Uint64
-	snaps   atomic.Uint64
-	recon   atomic.Uint64
-	lag     atomic.Int64
-	up      atomic.Bool
-	bud     budget        // guarded by mu
-	kick    chan struct{} // UpdateRates changed the set: a snapshot is due
-	msgs    atomic.Uint64
-	shed    atomic.Uint64
-	delayed atomic.Uint64
+	mu       sync.Mutex // guards seq, set, dirty, closed and the queue order
+	seq      uint64
+	set      *hotSet
+	dirty    bool
+	closed   bool
+	stop     chan context.Context
+	done     chan struct{}
+	ctx      context.Context // cancelled when Close gives up
+	cancel   context.CancelFunc
+	pub      [3]atomic.Uint64 // hot, cold, invalidate
+	errs     atomic.Uint64
+	drops    atomic.Uint64
+	batches  atomic.Uint64
+	snaps    atomic.Uint64
+	recon    atomic.Uint64
+	lag      atomic.Int64
+	up       atomic.Bool
+	bud      budget        // guarded by mu
+	kick     chan struct{} // UpdateRates changed the set: a snapshot is due
+	msgs     atomic.Uint64
+	shed     atomic.Uint64
+	delayed  atomic.Uint64
+	oversize atomic.Uint64
 }
 
 // New starts a publisher. It does not need Redis to be up.
@@ -278,6 +284,7 @@ func (p *Publisher) Stats() Stats {
 		HotKeys: n, Seq: seq, Connected: p.up.Load(),
 		LastLag:  time.Duration(p.lag.Load()),
 		Messages: p.msgs.Load(), Shed: p.shed.Load(), Delayed: p.delayed.Load(),
+		Oversize: p.oversize.Load(),
 	}
 }
 
@@ -459,43 +466,49 @@ func (p *Publisher) flush(ctx context.Context, batch []queued, snap bool) error 
 	if len(batch) == 0 {
 		return nil
 	}
-	cmds, err := p.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		send := func(b []byte) {
-			if *p.opt.Sharded {
-				pipe.SPublish(ctx, p.opt.Channel, b)
-			} else {
-				pipe.Publish(ctx, p.opt.Channel, b)
-			}
-		}
-		if p.opt.Format == FormatV2 {
-			for i := 0; i < len(batch); i += p.opt.MaxBatch {
-				b, err := p.encodeBatch(batch[i:min(i+p.opt.MaxBatch, len(batch))])
-				if err != nil {
-					return err
-				}
-				send(b)
-			}
-			return nil
-		}
-		for _, q := range batch {
-			b, err := q.ev.MarshalJSON()
-			if err != nil {
-				return fmt.Errorf("encode event: %w", err)
-			}
-			send(b)
-		}
-		return nil
-	})
+	evs := make([]*event.Event, len(batch))
+	for i, q := range batch {
+		evs[i] = q.ev
+	}
+	sent := make([]bool, len(batch))
+	msgs, err := encodeMessages(evs, p.opt.Format, p.opt.Node, p.opt.MaxBatch, p.opt.Secret, sent)
 	if err != nil {
 		p.budgetRefund(len(batch))
-		for _, c := range cmds {
-			if c.Err() != nil {
-				return fmt.Errorf("publish on %s: %w", p.opt.Channel, c.Err())
+		return err
+	}
+	for i, ok := range sent {
+		if !ok {
+			if p.oversize.Add(1) == 1 {
+				p.log.Warn("event too long for a channel message: dropped (subscribers see a seq gap and reload the snapshot)",
+					"key_bytes", len(evs[i].Key), "limit", event.MaxMessageBytes)
 			}
 		}
-		return fmt.Errorf("publish on %s: %w", p.opt.Channel, err)
 	}
-	for _, q := range batch {
+	if len(msgs) > 0 {
+		cmds, err := p.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for _, b := range msgs {
+				if *p.opt.Sharded {
+					pipe.SPublish(ctx, p.opt.Channel, b)
+				} else {
+					pipe.Publish(ctx, p.opt.Channel, b)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			p.budgetRefund(len(batch))
+			for _, c := range cmds {
+				if c.Err() != nil {
+					return fmt.Errorf("publish on %s: %w", p.opt.Channel, c.Err())
+				}
+			}
+			return fmt.Errorf("publish on %s: %w", p.opt.Channel, err)
+		}
+	}
+	for i, q := range batch {
+		if !sent[i] {
+			continue
+		}
 		switch q.ev.Type {
 		case event.TypeHot:
 			p.pub[0].Add(1)
@@ -506,7 +519,7 @@ func (p *Publisher) flush(ctx context.Context, batch []queued, snap bool) error 
 		}
 	}
 	p.batches.Add(1)
-	p.msgs.Add(uint64(p.messages(len(batch))))
+	p.msgs.Add(uint64(len(msgs)))
 	p.lag.Store(int64(time.Since(batch[0].at)))
 	return nil
 }
@@ -527,7 +540,7 @@ func (p *Publisher) writeSnapshot(ctx context.Context) error {
 		meta:  &event.SnapshotNode{Node: p.opt.Node, Seq: seq, TS: now.UTC().Format(event.TSFormat), Keys: len(keys)},
 		keys:  keys, seq: seq, ts: now, node: p.opt.Node,
 	}
-	if err := writeSection(ctx, p.rdb, p.opt.Channel, s); err != nil {
+	if err := writeSection(ctx, p.rdb, p.opt.Channel, s, p.opt.Secret); err != nil {
 		p.markDirty()
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/event/envelope"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -86,10 +87,40 @@ local doc = '{"v":1,"seq":' .. ARGV[6] .. ',"ts":"' .. ARGV[7] .. '","node":' ..
 local ttl = maxexp - now
 if ttl <= 0 then ttl = tonumber(ARGV[3]) end
 if ttl <= 0 then ttl = 60000 end
-redis.call('SET', KEYS[1], doc, 'PX', ttl)
 if #all > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+if ARGV[9] == 'sign' then
+  local gen = redis.call('INCR', KEYS[3])
+  redis.call('PEXPIRE', KEYS[3], ttl)
+  return {doc, ttl, gen}
+end
+redis.call('SET', KEYS[1], doc, 'PX', ttl)
 return #metas
 `)
+
+// storeSignedScript stores a signed snapshot document only if no writer
+// merged since the document was built (the generation counter is still
+// the one merge returned): a later writer's document includes every
+// section this one had, and is stored by that writer.
+//
+// KEYS[1] snapshot key, KEYS[2] generation key.
+// ARGV[1] generation; ARGV[2] signed document; ARGV[3] ttl in ms.
+var storeSignedScript = redis.NewScript(`
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+`)
+
+// GenKey counts the merges of the snapshot, for signed documents; same
+// slot and prefix as the snapshot key (see SectionsKey).
+func GenKey(channel string) string {
+	k := SnapshotKey(channel)
+	if hasHashTag(k) {
+		return k + ":gen"
+	}
+	return k + ":gen:{" + k + "}"
+}
 
 // forever stands for "no expiry" in a section: a manual key added with
 // --ttl 0 stays until removed (a century is as good as never).
@@ -109,7 +140,8 @@ type section struct {
 }
 
 // writeSection runs the merge script for s.
-func writeSection(ctx context.Context, rdb redis.UniversalClient, channel string, s *section) error {
+// With a secret the document is signed (sign.go).
+func writeSection(ctx context.Context, rdb redis.UniversalClient, channel string, s *section, secret []byte) error {
 	var meta []byte
 	if s.meta != nil {
 		var err error
@@ -137,9 +169,32 @@ func writeSection(ctx context.Context, rdb redis.UniversalClient, channel string
 	if ttl <= 0 || ttl > forever {
 		ttl = forever
 	}
-	err := mergeScript.Run(ctx, rdb, []string{SnapshotKey(channel), SectionsKey(channel)},
+	mode := ""
+	if secret != nil {
+		// The document is built by the script from every writer's
+		// section; it is signed here, where the secret is, and stored
+		// unless another writer merged meanwhile.
+		mode = "sign"
+	}
+	keys := []string{SnapshotKey(channel), SectionsKey(channel), GenKey(channel)}
+	res, err := mergeScript.Run(ctx, rdb, keys,
 		op, s.field, strconv.FormatInt(ttl.Milliseconds(), 10), string(meta), ents.String(),
-		strconv.FormatUint(s.seq, 10), s.ts.UTC().Format(event.TSFormat), string(node)).Err()
+		strconv.FormatUint(s.seq, 10), s.ts.UTC().Format(event.TSFormat), string(node), mode).Result()
+	if err != nil {
+		return fmt.Errorf("write snapshot %s: %w", SnapshotKey(channel), err)
+	}
+	if secret == nil {
+		return nil
+	}
+	r, ok := res.([]any)
+	if !ok || len(r) != 3 {
+		return fmt.Errorf("write snapshot %s: unexpected merge reply %T", SnapshotKey(channel), res)
+	}
+	doc, _ := r[0].(string)
+	ttlMS, _ := r[1].(int64)
+	gen, _ := r[2].(int64)
+	err = storeSignedScript.Run(ctx, rdb, []string{SnapshotKey(channel), GenKey(channel)},
+		strconv.FormatInt(gen, 10), seal(secret, []byte(doc)), strconv.FormatInt(max(ttlMS, 1), 10)).Err()
 	if err != nil {
 		return fmt.Errorf("write snapshot %s: %w", SnapshotKey(channel), err)
 	}
@@ -155,6 +210,9 @@ func ReadSnapshot(ctx context.Context, rdb redis.UniversalClient, channel string
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("read snapshot %s: %w", SnapshotKey(channel), err)
+	}
+	if body, ok := envelope.Unwrap(b); ok {
+		b = body // signed: read unverified (subscribers verify)
 	}
 	s = new(event.Snapshot)
 	if err := json.Unmarshal(b, s); err != nil {

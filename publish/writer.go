@@ -106,6 +106,10 @@ func (w *Writer) text(e *event.Event) {
 			// `hotsniff top` marks it.
 			qps = "~" + qps
 		}
+		if e.Capped {
+			// Reported demand was cut to a bound: at least this much.
+			qps += "+"
+		}
 	}
 	// Every field may come from whoever can PUBLISH on the channel: each is
 	// escaped, so no control sequence reaches the terminal.

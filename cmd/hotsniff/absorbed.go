@@ -15,6 +15,7 @@ func absorbedMetrics(st detect.Stats) metrics.Absorbed {
 			"unpaired":  st.AbsorbedUnpaired,
 			"not_hot":   st.AbsorbedNotHot,
 			"capped":    st.AbsorbedCapped,
+			"held":      st.AbsorbedHeld,
 		},
 	}
 }

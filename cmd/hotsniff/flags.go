@@ -21,7 +21,7 @@ var (
 	httpSettings    = config.Section(config.SecHTTP)
 	// redisSettings reach the channel's Redis; publishSettings add how a
 	// publisher sends.
-	redisSettings   = []string{"redis-url", "channel", "redis-ca-file", "redis-cert-file", "redis-key-file", "redis-insecure-skip-verify"}
+	redisSettings   = []string{"redis-url", "channel", "redis-ca-file", "redis-cert-file", "redis-key-file", "redis-insecure-skip-verify", "channel-secret-file"}
 	publishSettings = append(slices.Clone(redisSettings), "channel-format", "channel-budget")
 )
 
@@ -83,4 +83,17 @@ func allFlags(root *cobra.Command) []string {
 	}
 	walk(root)
 	return out
+}
+
+// loadSecret reads --channel-secret-file: nil when unset; a file that
+// cannot be read is a usage error.
+func loadSecret(p config.Publish) ([]byte, error) {
+	if p.SecretFile == "" {
+		return nil, nil
+	}
+	s, err := publish.LoadSecret(p.SecretFile)
+	if err != nil {
+		return nil, usagef("--channel-secret-file: %v", err)
+	}
+	return s, nil
 }

@@ -80,6 +80,9 @@ func oneKey(verb string) cobra.PositionalArgs {
 }
 
 func (f *hotkeysFlags) run(cmd *cobra.Command, arg, typ string, ttl time.Duration) error {
+	if err := loadSettings(cmd, f.cfg); err != nil {
+		return err
+	}
 	key := []byte(arg)
 	if f.keyB64 {
 		k, err := base64.StdEncoding.DecodeString(arg)
@@ -117,10 +120,11 @@ func (f *hotkeysFlags) run(cmd *cobra.Command, arg, typ string, ttl time.Duratio
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	quietRedisLogs()
-	if err := loadSettings(cmd, f.cfg); err != nil {
+	secret, err := loadSecret(f.cfg.Publish)
+	if err != nil {
 		return err
 	}
+	quietRedisLogs()
 	rdb, err := connectRedis(ctx, f.cfg.Publish)
 	if err != nil {
 		return err
@@ -130,7 +134,7 @@ func (f *hotkeysFlags) run(cmd *cobra.Command, arg, typ string, ttl time.Duratio
 		Type: typ, Proto: f.proto, Server: f.server, NS: ns, Key: key,
 		TTLms: ttl.Milliseconds(), TS: time.Now(), Source: event.SourceManual,
 	}
-	res, err := publish.Manual(ctx, rdb, publish.ManualOptions{Channel: f.cfg.Publish.Channel, Node: f.node}, e)
+	res, err := publish.Manual(ctx, rdb, publish.ManualOptions{Channel: f.cfg.Publish.Channel, Node: f.node, Secret: secret}, e)
 	if err != nil {
 		return err
 	}

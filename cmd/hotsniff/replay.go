@@ -76,11 +76,15 @@ are also published on the channel and kept in the snapshot. No root needed.`,
 					return err
 				}
 				defer rdb.Close()
+				secret, err := loadSecret(cfg.Publish)
+				if err != nil {
+					return err
+				}
 				opt, err := publishOptions(cfg.Publish)
 				if err != nil {
 					return err
 				}
-				opt.Node = cfg.Detect.Node
+				opt.Node, opt.Secret = cfg.Detect.Node, secret
 				// The budget is in wall time and replay runs on packet
 				// time: it applies only when asked for.
 				if !cmd.Flags().Changed("channel-budget") {

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -30,6 +27,7 @@ import (
 	"github.com/hotsniff/hotsniff/config"
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/httpserve"
 	"github.com/hotsniff/hotsniff/internal/webview"
 	"github.com/hotsniff/hotsniff/metrics"
 	"github.com/hotsniff/hotsniff/pipeline"
@@ -72,6 +70,9 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 				}
 			}
 			if err := checkWebConfig(cfg.HTTP.WebConfig); err != nil {
+				return err
+			}
+			if _, err := loadSecret(cfg.Publish); err != nil {
 				return err
 			}
 			if check {
@@ -143,11 +144,15 @@ func (d *daemon) run(ctx context.Context) error {
 		defer rdb.Close()
 		// Redis may be down now: the publisher queues (bounded) and
 		// reconnects with backoff; capture starts regardless.
+		secret, err := loadSecret(d.cfg.Publish)
+		if err != nil {
+			return err
+		}
 		opt, err := publishOptions(d.cfg.Publish)
 		if err != nil {
 			return err
 		}
-		opt.Node, opt.Logger = d.cfg.Detect.Node, d.base
+		opt.Node, opt.Logger, opt.Secret = d.cfg.Detect.Node, d.base, secret
 		pub, err = publish.New(rdb, opt)
 		if err != nil {
 			return err
@@ -195,7 +200,7 @@ func (d *daemon) run(ctx context.Context) error {
 	d.samp = d.startSampler()
 	defer d.samp.close()
 
-	var srv *http.Server
+	var srv *httpserve.Server
 	if d.cfg.HTTP.Listen != "" {
 		srv, err = d.serve()
 		if err != nil {
@@ -208,6 +213,9 @@ func (d *daemon) run(ctx context.Context) error {
 	done := make(chan error, 1)
 	d.beat.Store(time.Now().UnixNano()) // /healthz is ok before the first tick
 	go func() {
+		// On its own thread, so the CPU budget measures the pipeline
+		// alone (sampling.go), not HTTP or the publisher.
+		runtime.LockOSThread()
 		done <- pl.Run(d.cap, pipeline.LiveOptions{TickEvery: tickEvery, OnTick: func(_, now time.Time) { d.tick(now, pub) }})
 	}()
 	d.running.Store(true)
@@ -356,8 +364,9 @@ func (d *daemon) openCapture() error {
 	return nil
 }
 
-// serve starts the HTTP endpoints: metrics, the hot set, health.
-func (d *daemon) serve() (*http.Server, error) {
+// serve starts the HTTP endpoints: metrics, the hot set, health
+// (internal/httpserve bounds connections, timeouts and failed logins).
+func (d *daemon) serve() (*httpserve.Server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(d.col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
@@ -372,24 +381,25 @@ func (d *daemon) serve() (*http.Server, error) {
 	mux.Handle(webview.IndexPath, webview.Handler())
 	mux.Handle(webview.AssetsPath, webview.Handler())
 	mux.HandleFunc("/readyz", d.readyz)
-	l, err := net.Listen("tcp", d.cfg.HTTP.Listen)
+	log := d.base.With("component", "http")
+	srv, err := httpserve.Listen(httpserve.Options{Addr: d.cfg.HTTP.Listen, Handler: mux, WebConfig: d.cfg.HTTP.WebConfig,
+		MaxConns: d.cfg.HTTP.MaxConns, IdleTimeout: d.cfg.HTTP.IdleTimeout, Logger: log})
 	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", d.cfg.HTTP.Listen, err)
+		return nil, err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go serveWeb(l, srv, d.cfg.HTTP.WebConfig, d.base.With("component", "http"))
+	go srv.Serve()
 	if d.cfg.HTTP.Health != "" {
-		hl, err := net.Listen("tcp", d.cfg.HTTP.Health)
-		if err != nil {
-			srv.Close()
-			return nil, fmt.Errorf("listen %s (--health-listen): %w", d.cfg.HTTP.Health, err)
-		}
 		hmux := http.NewServeMux()
 		hmux.HandleFunc("/healthz", d.healthz)
 		hmux.HandleFunc("/readyz", d.readyz)
-		hsrv := &http.Server{Handler: hmux, ReadHeaderTimeout: 5 * time.Second}
-		go hsrv.Serve(hl)
-		srv.RegisterOnShutdown(func() { hsrv.Close() })
+		hsrv, err := httpserve.Listen(httpserve.Options{Addr: d.cfg.HTTP.Health, Handler: hmux,
+			MaxConns: httpserve.HealthMaxConns, IdleTimeout: d.cfg.HTTP.IdleTimeout, Logger: log})
+		if err != nil {
+			srv.Close()
+			return nil, fmt.Errorf("--health-listen: %w", err)
+		}
+		go hsrv.Serve()
+		srv.OnShutdown(hsrv.Close)
 	}
 	return srv, nil
 }
@@ -411,26 +421,20 @@ func (d *daemon) readyz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(w, "ready: capturing with %s\n", d.cap.Mode())
 }
 
-// hotkeysDoc is the /hotkeys document: the current hot set as events.
+// hotkeysDoc is the /hotkeys document as a reader decodes it.
 type hotkeysDoc struct {
-	V      int            `json:"v"`
-	Node   string         `json:"node"`
-	TS     string         `json:"ts"`
-	HotQPS float64        `json:"hot_qps"`
-	Keys   []*event.Event `json:"keys"`
+	httpserve.HotkeysHead
+	Keys      []*event.Event `json:"keys"`
+	Truncated int            `json:"truncated,omitempty"`
 }
 
 func (d *daemon) hotkeys(w http.ResponseWriter, _ *http.Request) {
 	d.hotMu.Lock()
-	doc := hotkeysDoc{V: event.Version, Node: d.cfg.Detect.Node, TS: time.Now().UTC().Format(event.TSFormat), HotQPS: d.cfg.Detect.HotQPS, Keys: make([]*event.Event, len(d.hot))}
-	for i := range d.hot {
-		e := d.hot[i]
-		e.Node = d.cfg.Detect.Node
-		doc.Keys[i] = &e
-	}
+	keys := make([]event.Event, len(d.hot))
+	copy(keys, d.hot)
 	d.hotMu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	bw := bufio.NewWriter(w)
-	json.NewEncoder(bw).Encode(&doc)
-	bw.Flush()
+	for i := range keys {
+		keys[i].Node = d.cfg.Detect.Node
+	}
+	httpserve.WriteHotkeys(w, httpserve.HotkeysHead{V: event.Version, Node: d.cfg.Detect.Node, TS: time.Now().UTC().Format(event.TSFormat), HotQPS: d.cfg.Detect.HotQPS}, keys, httpserve.HotkeysLimit)
 }

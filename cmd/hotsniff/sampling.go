@@ -97,7 +97,9 @@ func (s *sampler) step(d *daemon, det *detect.Detector, now time.Time) {
 		s.begun = now
 	}
 	s.lastStep = now
-	proc, err := budget.ProcessCPU()
+	// The pipeline's own thread (this goroutine is locked to it): HTTP
+	// handlers and the publisher run elsewhere and do not count.
+	proc, err := budget.ThreadCPU()
 	if err != nil {
 		d.log.Warn("measure CPU", "err", err)
 		return

@@ -68,7 +68,10 @@ func newSubscribeCmd() *cobra.Command {
 		Long: `Subscribes to the hot-key channel, reads the snapshot (<channel>:snapshot),
 prints its entries, then prints every message as it arrives, one per line.
 On a seq gap or a reconnect the snapshot is read and printed again.
-Stops cleanly on SIGINT or SIGTERM.`,
+Messages over 1 MiB, with values out of range, or (with
+--channel-secret-file) not signed with the secret are rejected and counted,
+never printed; the counts are printed on stderr when it stops. Stops cleanly
+on SIGINT or SIGTERM.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := loadSettings(cmd, cfg); err != nil {
@@ -80,6 +83,10 @@ Stops cleanly on SIGINT or SIGTERM.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			secret, err := loadSecret(cfg.Publish)
+			if err != nil {
+				return err
+			}
 			quietRedisLogs()
 			rdb, err := connectRedis(ctx, cfg.Publish)
 			if err != nil {
@@ -88,8 +95,9 @@ Stops cleanly on SIGINT or SIGTERM.`,
 			defer rdb.Close()
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			sub := client.New(rdb, client.Options{
-				Channel: cfg.Publish.Channel,
-				Logger:  log,
+				Channel:       cfg.Publish.Channel,
+				Logger:        log,
+				ChannelSecret: secret,
 				Handler: client.HandlerFuncs{
 					OnSnapshot: func(s *event.Snapshot) {
 						for _, e := range s.Keys {
@@ -101,8 +109,10 @@ Stops cleanly on SIGINT or SIGTERM.`,
 					OnEvent: w.Emit,
 				},
 			})
-			if err := sub.Run(ctx); err != nil {
-				return err
+			runErr := sub.Run(ctx)
+			reportBad(log, sub.Stats())
+			if runErr != nil {
+				return runErr
 			}
 			if err := w.Err(); err != nil && !errors.Is(err, syscall.EPIPE) {
 				return err
@@ -112,4 +122,20 @@ Stops cleanly on SIGINT or SIGTERM.`,
 	}
 	cfg = registerSettings(cmd.Flags(), redisSettings, []string{"output"})
 	return cmd
+}
+
+// reportBad prints, when subscribe stops, how many channel messages were
+// rejected and why (the bad_message reasons of every subscriber).
+func reportBad(log *slog.Logger, st client.Stats) {
+	var attrs []any
+	var n uint64
+	for i, c := range st.Bad {
+		if c > 0 {
+			attrs = append(attrs, client.BadReasons[i], c)
+			n += c
+		}
+	}
+	if n > 0 {
+		log.Warn(fmt.Sprintf("rejected %d channel message(s)", n), attrs...)
+	}
 }

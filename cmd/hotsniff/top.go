@@ -142,6 +142,10 @@ func runTop(cmd *cobra.Command, f *topFlags, args []string) error {
 	)
 	switch {
 	case fleet:
+		secret, err := loadSecret(f.cfg.Publish)
+		if err != nil {
+			return err
+		}
 		quietRedisLogs()
 		rdb, err := connectRedis(ctx, f.cfg.Publish)
 		if err != nil {
@@ -149,7 +153,7 @@ func runTop(cmd *cobra.Command, f *topFlags, args []string) error {
 		}
 		defer rdb.Close()
 		label = "channel " + f.cfg.Publish.Channel
-		cs, err := topview.NewChannelSource(rdb, f.cfg.Publish.Channel, label, f.interval, nil)
+		cs, err := topview.NewSignedChannelSource(rdb, f.cfg.Publish.Channel, label, f.interval, nil, secret)
 		if err != nil {
 			return usageError{err}
 		}

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"math"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -159,4 +160,49 @@ func TestControllerNoBudget(t *testing.T) {
 	if l != 0 {
 		t.Fatalf("level %d after 20 s, want 0", l)
 	}
+}
+
+// ThreadCPU counts the calling thread's work and not another thread's: a
+// goroutine burning CPU on its own thread does not show in it, this
+// thread's own work does.
+func TestThreadCPUIsThisThread(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	measure := func(work func()) (thread, proc time.Duration) {
+		t0, err := ThreadCPU()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p0, _ := ProcessCPU()
+		work()
+		t1, _ := ThreadCPU()
+		p1, _ := ProcessCPU()
+		return t1 - t0, p1 - p0
+	}
+	th, pr := measure(func() {
+		done := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			spin(1e8)
+			close(done)
+		}()
+		<-done
+	})
+	if pr < 20*time.Millisecond || th > pr/5 {
+		t.Errorf("another thread's work: this thread %v, process %v; want the thread's share under 20 %%", th, pr)
+	}
+	th, pr = measure(func() { spin(1e8) })
+	if pr < 20*time.Millisecond || th < pr*7/10 {
+		t.Errorf("this thread's work: thread %v, process %v; want most of it on the thread", th, pr)
+	}
+}
+
+var sink uint64
+
+func spin(n int) {
+	x := uint64(1)
+	for i := 0; i < n; i++ {
+		x = x*6364136223846793005 + 1442695040888963407
+	}
+	sink += x
 }

@@ -16,3 +16,17 @@ func ProcessCPU() (time.Duration, error) {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
+
+// ThreadCPU is the user and system time of the calling OS thread
+// (CLOCK_THREAD_CPUTIME_ID). The daemon's pipeline goroutine is locked to
+// its thread and calls it from there: the budget then measures the capture
+// pipeline alone, so HTTP clients (a login flood: bcrypt costs tens of
+// milliseconds per attempt) or the publisher cannot push the capture into
+// sampling.
+func ThreadCPU() (time.Duration, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		return 0, fmt.Errorf("read thread CPU time: %w", err)
+	}
+	return time.Duration(ts.Nano()), nil
+}

@@ -33,13 +33,19 @@ type ChannelSource struct {
 // NewChannelSource starts following channel on rdb; label names it in the
 // header. Close stops it.
 func NewChannelSource(rdb redis.UniversalClient, channel, label string, interval time.Duration, log *slog.Logger) (*ChannelSource, error) {
+	return NewSignedChannelSource(rdb, channel, label, interval, log, nil)
+}
+
+// NewSignedChannelSource is NewChannelSource accepting only messages and
+// snapshots signed with secret (nil: any, envelopes unwrapped).
+func NewSignedChannelSource(rdb redis.UniversalClient, channel, label string, interval time.Duration, log *slog.Logger, secret []byte) (*ChannelSource, error) {
 	if interval <= 0 {
 		return nil, fmt.Errorf("interval %v: must be positive", interval)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	sub := client.New(rdb, client.Options{Channel: channel, Logger: log})
+	sub := client.New(rdb, client.Options{Channel: channel, Logger: log, ChannelSecret: secret})
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &ChannelSource{rdb: rdb, channel: channel, sub: sub, label: label, interval: interval, cancel: cancel, done: make(chan error, 1)}
 	go func() { c.done <- sub.Run(ctx) }()
@@ -104,7 +110,7 @@ func (c *ChannelSource) overlayRates(ctx context.Context, s *Snapshot) {
 		k := &s.Keys[i]
 		if f, ok := fresh[rowID(k)]; ok && f.Prefix == k.Prefix {
 			k.QPS, k.WriteQPS, k.AbsorbedQPS = f.QPS, f.WriteQPS, f.AbsorbedQPS
-			k.BytesPS, k.Sample, k.QPSLowerBound = f.BytesPS, f.Sample, f.QPSLowerBound
+			k.BytesPS, k.Sample, k.QPSLowerBound, k.Capped = f.BytesPS, f.Sample, f.QPSLowerBound, f.Capped
 		}
 	}
 }

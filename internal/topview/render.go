@@ -292,6 +292,9 @@ func (m *Model) cells(r *row) []string {
 // up from sampled connections (an estimate).
 func (m *Model) rateText(r *row) string {
 	q := fmtRate(r.ev.QPS)
+	if q != "-" && r.ev.Capped {
+		q += "+" // absorbed demand cut to a bound: a lower bound
+	}
 	switch {
 	case q == "-":
 	case r.hot && r.ev.QPSLowerBound:

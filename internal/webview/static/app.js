@@ -155,9 +155,11 @@
       // A key caught faster than its rate can be timed: the figure is a
       // floor until the daemon measures it (qps_lower_bound).
       const low = r.hot && r.ev.qps_lower_bound === true && num(r.ev.qps) > 0;
-      const q = cell(tr, "num qps", r.hot ? (low ? "≥" : est ? "~" : "") + fmtRate(num(r.ev.qps)) : "–");
+      const capped = r.hot && r.ev.capped === true;
+      const q = cell(tr, "num qps", r.hot ? (low ? "≥" : est ? "~" : "") + fmtRate(num(r.ev.qps)) + (capped ? "+" : "") : "–");
       if (low) q.title = "at least this: the key crossed the threshold faster than its rate can be timed; the next refresh measures it";
       else if (est) q.title = "estimated from " + fmtSample(sample(r.ev)) + " of connections";
+      if (capped) q.title = (q.title ? q.title + "; " : "") + "at least: reported demand was cut to a bound";
       cell(tr, "num sample", r.hot ? fmtSample(sample(r.ev)) : "–");
       const hasAbs = typeof r.ev.absorbed_qps === "number";
       cell(tr, "num absorbed", hasAbs && r.hot ? fmtRate(num(r.ev.absorbed_qps)) : "–");
