@@ -61,6 +61,8 @@ type cacheEntry struct {
 	sized atomic.Bool
 	// rep counts local reads for the absorbed-demand report (report.go).
 	rep absorbed
+	// trackedOnce: registered for server-assisted invalidation before.
+	trackedOnce atomic.Bool
 }
 
 // action is what a read of one key does.
@@ -202,6 +204,7 @@ func (s *Shim) admit(key string, kind uint8, now int64) (action, *value, ticket)
 	token := max(now, 1)
 	e.refreshing.Store(token)
 	s.entries[key] = e
+	s.trackers.kick() // register it for server-assisted invalidation
 	s.m.admissions.Add(1)
 	s.m.refreshes.Add(1)
 	return actFetch, nil, ticket{e: e, token: token}
@@ -273,6 +276,23 @@ func (s *Shim) invalidateEntry(e *cacheEntry) {
 	e.gen.Add(1)
 	e.val.Store(nil)
 	e.mu.Unlock()
+}
+
+// tracked is told that key is now tracked at one master, by a registration
+// sent at sent: from its second registration on (the first is the admission
+// itself, racing only its own first fetch, as any write would within
+// LocalTTL), a value fetched before that may have missed a write there.
+func (s *Shim) tracked(key string, sent int64) {
+	s.mu.RLock()
+	e := s.entries[key]
+	s.mu.RUnlock()
+	if e == nil || !e.trackedOnce.Swap(true) {
+		return
+	}
+	if v := e.val.Load(); v != nil && v.expires-int64(s.opt.LocalTTL) < sent {
+		s.invalidateEntry(e)
+		s.m.invalidations[invalTracking].Add(1)
+	}
 }
 
 // invalidateAll drops every cached value, keeping the entries.

@@ -54,6 +54,10 @@ type ShimOptions struct {
 	// TrackingCheck is how often the tracking connection is checked
 	// (default 1s).
 	TrackingCheck time.Duration
+	// MaxTrackedKeys caps the keys registered for server-assisted
+	// invalidation per master (default 1024): the cached keys up to the cap;
+	// the others are bounded by LocalTTL and the channel's invalidates.
+	MaxTrackedKeys int
 	// ChannelSecret is the daemons' shared secret (--channel-secret-file):
 	// set, only signed channel messages and snapshots are applied.
 	ChannelSecret []byte
@@ -89,6 +93,9 @@ func (o *ShimOptions) defaults() {
 	}
 	if o.TrackingCheck <= 0 {
 		o.TrackingCheck = time.Second
+	}
+	if o.MaxTrackedKeys <= 0 {
+		o.MaxTrackedKeys = 1024
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -461,13 +468,28 @@ func (s *Shim) housekeep(ctx context.Context) {
 	}
 }
 
-// hotKeys lists the keys hot for this client (for tracking).
-func (s *Shim) hotKeys() []string {
+// trackedKeys picks the keys one master should track: cached keys it owns,
+// those already registered first (no churn), at most MaxTrackedKeys.
+func (s *Shim) trackedKeys(registered map[string]struct{}, owns func(string) bool) map[string]struct{} {
 	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]string, 0, len(s.hot))
-	for k := range s.hot {
-		out = append(out, k)
+	keys := make([]string, 0, min(len(s.entries), 4*s.opt.MaxTrackedKeys))
+	for k := range s.entries {
+		keys = append(keys, k)
+	}
+	s.mu.RUnlock()
+	out := make(map[string]struct{}, min(len(keys), s.opt.MaxTrackedKeys))
+	for _, k := range keys {
+		if _, ok := registered[k]; ok && len(out) < s.opt.MaxTrackedKeys && owns(k) {
+			out[k] = struct{}{}
+		}
+	}
+	for _, k := range keys {
+		if len(out) >= s.opt.MaxTrackedKeys {
+			break
+		}
+		if _, ok := out[k]; !ok && owns(k) {
+			out[k] = struct{}{}
+		}
 	}
 	return out
 }
