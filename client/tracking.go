@@ -54,7 +54,10 @@ type tracker struct {
 
 	// Owned by the ctl goroutine. cn is ctl's one connection: tracking is
 	// a property of a connection, so every command goes through it.
-	cn         *redis.Conn
+	cn *redis.Conn
+	// registered: keys the server tracks for us, until it sends their
+	// invalidation (it forgets them then); kept at most MaxTrackedKeys,
+	// cached or not, since a key cannot be unregistered otherwise.
 	registered map[string]struct{}
 	redirect   int64
 	epoch      uint64
@@ -242,17 +245,18 @@ func (t *tracker) sync(ctx context.Context) {
 	clear(t.rearm)
 	t.rearmMu.Unlock()
 	want := t.s.trackedKeys(t.registered, t.owns)
-	for k := range t.registered {
-		if _, ok := want[k]; !ok {
-			// No longer cached here (the server may still send one
-			// spurious invalidation for it; harmless).
-			delete(t.registered, k)
-		}
-	}
+	// Keys no longer cached stay registered at the server until written
+	// (then one spurious invalidation frees them): they keep counting
+	// against the cap, which so bounds what the server holds for us.
+	room := t.s.opt.MaxTrackedKeys - len(t.registered)
 	var add []string
 	for k := range want {
+		if room <= 0 {
+			break
+		}
 		if _, ok := t.registered[k]; !ok {
 			add = append(add, k)
+			room--
 		}
 	}
 	for len(add) > 0 {
