@@ -44,6 +44,15 @@ type ShimOptions struct {
 	MaxEntries int
 	// MaxHashFields: a hash with more fields is not cached (default 1000).
 	MaxHashFields int
+	// MaxBytes bounds the bytes of the cached values (keys, values, hash
+	// fields; default 64 MiB): past it a fetched value is not kept.
+	MaxBytes int64
+	// MaxValueBytes: a value (a whole hash) larger than this is not cached
+	// (default 1 MiB).
+	MaxValueBytes int
+	// MaxKeyBytes: keys longer than this are never cached nor held as hot
+	// (default 16 KiB).
+	MaxKeyBytes int
 	// HotModeLinger ends hot-running mode this long after the last hot
 	// message (default 2m, above the daemon's 60s ttl_ms refreshes); keys
 	// with ttl_ms 0 (manual, until cold) keep the mode on.
@@ -88,6 +97,15 @@ func (o *ShimOptions) defaults() {
 	if o.MaxHashFields <= 0 {
 		o.MaxHashFields = 1000
 	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 64 << 20
+	}
+	if o.MaxValueBytes <= 0 {
+		o.MaxValueBytes = 1 << 20
+	}
+	if o.MaxKeyBytes <= 0 {
+		o.MaxKeyBytes = 16 << 10
+	}
 	if o.HotModeLinger <= 0 {
 		o.HotModeLinger = 2 * time.Minute
 	}
@@ -116,6 +134,8 @@ type Shim struct {
 
 	// active is hot-running mode: false makes the hook a pass-through.
 	active atomic.Bool
+	// bytes: the cached values' size (value.size summed).
+	bytes atomic.Int64
 	// chanDown: the channel is down; held keys do not lapse meanwhile
 	// (their values are still refreshed every LocalTTL).
 	chanDown atomic.Bool
@@ -252,6 +272,9 @@ func (s *Shim) Close() error {
 	s.cancel()
 	s.wg.Wait()
 	s.mu.Lock()
+	for _, e := range s.entries {
+		s.setVal(e, nil)
+	}
 	clear(s.entries)
 	clear(s.seen)
 	s.mu.Unlock()
@@ -284,7 +307,7 @@ func normAddr(a string) string {
 // matches reports whether an event is for this client: proto redis, our
 // DB, and our server (or a manual event naming none).
 func (s *Shim) matches(e *event.Event) bool {
-	if e.Proto != "redis" || e.NS != s.ns || e.Prefix {
+	if e.Proto != "redis" || e.NS != s.ns || e.Prefix || len(e.Key) > s.opt.MaxKeyBytes {
 		return false
 	}
 	if s.opt.AnyServer || e.Server == "" {
@@ -402,7 +425,10 @@ func (s *Shim) updateMode(now int64) {
 	if was := s.active.Swap(on); was && !on {
 		s.log.Info("hot-running mode ended")
 		s.mu.Lock()
-		for k := range s.entries {
+		for k, e := range s.entries {
+			e.mu.Lock()
+			s.setVal(e, nil)
+			e.mu.Unlock()
 			delete(s.entries, k)
 			s.m.evictions[evictModeEnd].Add(1)
 		}

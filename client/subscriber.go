@@ -89,6 +89,10 @@ type Options struct {
 	// --channel-secret-file: only messages and snapshots signed with it are
 	// applied. Without it a signed message is unwrapped unverified.
 	ChannelSecret []byte
+	// MaxHotEntries bounds the hot-set entries held (default 131072; a
+	// daemon publishes at most --max-hot keys): past it new entries are
+	// refused and counted (Stats.HotSetFull).
+	MaxHotEntries int
 	Now           func() time.Time
 }
 
@@ -123,6 +127,8 @@ type Stats struct {
 	Bad [nBad]uint64
 	// ChannelUp: subscribed and the last snapshot read succeeded.
 	ChannelUp bool
+	// HotSetFull counts hot entries refused past MaxHotEntries.
+	HotSetFull uint64
 }
 
 // Subscriber follows one channel. Hot, HotSet and Stats may be called from
@@ -197,6 +203,9 @@ func New(rdb redis.UniversalClient, opt Options) *Subscriber {
 	if opt.PingInterval <= 0 {
 		opt.PingInterval = 15 * time.Second
 	}
+	if opt.MaxHotEntries <= 0 {
+		opt.MaxHotEntries = 1 << 17
+	}
 	if opt.ConfirmTimeout <= 0 {
 		opt.ConfirmTimeout = 5 * time.Second
 	}
@@ -206,7 +215,7 @@ func New(rdb redis.UniversalClient, opt Options) *Subscriber {
 	return &Subscriber{
 		rdb: rdb, opt: opt, sharded: sharded,
 		log: opt.Logger.With("component", "client", "channel", opt.Channel),
-		set: newHotSet(), last: map[string]uint64{}, pending: map[string]uint64{}, logFloor: map[string]uint64{},
+		set: newHotSet(opt.MaxHotEntries), last: map[string]uint64{}, pending: map[string]uint64{}, logFloor: map[string]uint64{},
 		pendingSince: map[string]time.Time{}, flap: newFlapGuard(),
 		synced: make(chan struct{}),
 	}
@@ -260,13 +269,13 @@ func (s *Subscriber) HotSet() []*event.Event {
 // Stats returns the counters.
 func (s *Subscriber) Stats() Stats {
 	s.mu.RLock()
-	n := len(s.set.m)
+	n, full := len(s.set.m), s.set.full
 	s.mu.RUnlock()
 	st := Stats{
 		Messages: s.messages.Load(), Stale: s.stale.Load(), Invalid: s.invalid.Load(),
 		Gaps: s.gaps.Load(), Restarts: s.restarts.Load(), Reloads: s.reloads.Load(),
 		ReloadErrors: s.reloadErrs.Load(), Reconnects: s.reconnects.Load(),
-		LogDropped: s.logDropped.Load(), HotKeys: n, ChannelUp: s.up.Load(),
+		LogDropped: s.logDropped.Load(), HotKeys: n, ChannelUp: s.up.Load(), HotSetFull: uint64(full),
 	}
 	for i := range st.Bad {
 		st.Bad[i] = s.bad[i].Load()
@@ -606,7 +615,8 @@ func (s *Subscriber) reload(ctx context.Context) {
 	for _, n := range snap.Nodes {
 		sec[n.Node] = n.Seq
 	}
-	set := newHotSet()
+	set := newHotSet(s.opt.MaxHotEntries)
+	set.full = s.set.full // cumulative
 	for _, e := range snap.Keys {
 		if e != nil && e.Type != event.TypeCold {
 			set.put(e, now)
