@@ -161,7 +161,7 @@ type Subscriber struct {
 	syncedOnce sync.Once
 
 	messages, stale, invalid, gaps, restarts, reloads, reloadErrs, reconnects, logDropped atomic.Uint64
-	bad                                                                                  [nBad]atomic.Uint64
+	bad                                                                                   [nBad]atomic.Uint64
 
 	// pendingSince: when each pending[node] was first set (Run goroutine).
 	pendingSince map[string]time.Time
