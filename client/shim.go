@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/client/event"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -3,7 +3,7 @@ package client
 import (
 	"time"
 
-	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/client/event"
 )
 
 // entryID identifies one hot-set entry. Detected entries belong to the node

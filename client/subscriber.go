@@ -14,8 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hotsniff/hotsniff/event"
-	"github.com/hotsniff/hotsniff/event/envelope"
+	"github.com/hotsniff/hotsniff/client/event"
+	"github.com/hotsniff/hotsniff/client/event/envelope"
 	"github.com/redis/go-redis/v9"
 )
 

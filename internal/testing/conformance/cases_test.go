@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/client/event"
 )
 
 // tcase is one row of the conformance table in docs/client-shim.md.
@@ -692,7 +692,7 @@ func TestConformance(t *testing.T) {
 // TestTableListsEveryCase keeps docs/client-shim.md's conformance table in
 // step with the cases.
 func TestTableListsEveryCase(t *testing.T) {
-	b, err := os.ReadFile("../../docs/client-shim.md")
+	b, err := os.ReadFile("../../../docs/client-shim.md")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package client_test
+package shimtest
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/hotsniff/hotsniff/client"
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/detect"
-	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/client/event"
 	"github.com/hotsniff/hotsniff/publish"
 )
 

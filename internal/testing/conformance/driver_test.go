@@ -26,7 +26,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/client/event"
 	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
 	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 	"github.com/redis/go-redis/v9"
@@ -58,7 +58,7 @@ var (
 
 func repoDir(t testing.TB, rel string) string {
 	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", rel))
+	p, err := filepath.Abs(filepath.Join("../../../client", rel))
 	if err != nil {
 		t.Fatal(err)
 	}
