@@ -673,7 +673,7 @@ var cases = []tcase{
 }
 
 func TestConformance(t *testing.T) {
-	only := os.Getenv("HOTSNIFF_CONFORMANCE_SHIMS") // e.g. "go,python"; empty: all
+	only := os.Getenv("HOTSNIFF_CONFORMANCE_SHIMS")      // e.g. "go,python"; empty: all
 	onlyModes := os.Getenv("HOTSNIFF_CONFORMANCE_MODES") // e.g. "pool,sync"; empty: all
 	for _, l := range langs(t) {
 		if only != "" && !strings.Contains(","+only+",", ","+l.name+",") {

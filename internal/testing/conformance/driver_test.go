@@ -289,10 +289,10 @@ var caseSeq atomic.Int64
 
 // env is one case: its channel, its scripted publisher and its adapter.
 type env struct {
-	t       *testing.T
-	lang    shimLang
-	mode    string
-	s       *servers
+	t    *testing.T
+	lang shimLang
+	mode string
+	s    *servers
 	// chanC is where the scripted publisher writes (the shared channel
 	// server unless the case has its own).
 	chanC   *redis.Client

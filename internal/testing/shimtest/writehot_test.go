@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/hotsniff/hotsniff/client"
+	"github.com/hotsniff/hotsniff/client/event"
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/detect"
-	"github.com/hotsniff/hotsniff/client/event"
 	"github.com/hotsniff/hotsniff/publish"
 )
 
