@@ -595,6 +595,13 @@ func (s *Subscriber) reload(ctx context.Context) {
 			s.log.Warn("bad snapshot ignored; keeping the current hot set", "err", err)
 		}
 		s.reloadFailing = true
+		// The channel itself works: follow its messages meanwhile, and do
+		// not keep an application waiting for a first sync that a broken
+		// or hostile document would never give.
+		if s.subscribed {
+			s.setUp(true)
+		}
+		s.syncedOnce.Do(func() { close(s.synced) })
 		return
 	}
 	if err != nil {

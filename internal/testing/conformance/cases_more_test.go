@@ -188,6 +188,19 @@ var moreCases = []tcase{
 				e.t.Errorf("the bad entry was not counted")
 			}
 		}},
+	{name: "hostile-snapshot-document", what: "a snapshot document that does not parse is counted and ignored: the shim still starts, follows the channel's messages, and keeps retrying the snapshot",
+		setup: func(e *env) {
+			e.snapWrap = func([]byte) []byte { return []byte(`{"v":1,"keys":[{"v":1,"ttl_ms":`) }
+		},
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			if n := e.bad("undecodable") + e.bad("out_of_range"); n < 1 {
+				e.t.Errorf("the broken snapshot was not counted")
+			}
+		}},
 	{name: "oversized-message", what: "a 22 MB batch is rejected by its size before parsing (too_large), counted once; the shim keeps serving and the next message applies",
 		run: func(e *env) {
 			e.set("k", "v1")
