@@ -378,7 +378,7 @@ var moreCases = []tcase{
 				e.t.Errorf("channel down: %v reads, %d reached the server; want most served locally and refreshes going on", reads, d["get"])
 			}
 			if up, ok := e.a.do(map[string]any{"op": "stats"})["channel_up"].(bool); !ok || up {
-				e.t.Errorf("channel_up = %v during the outage, want false", up)
+				e.t.Errorf("stats channel_up = %v (reported: %v) during the outage, want false", up, ok)
 			}
 			// The bound holds: another client's write is seen within
 			// LocalTTL + grace.
