@@ -393,6 +393,11 @@ func (s *Subscriber) Run(ctx context.Context) error {
 // anything else, then its signature, then its JSON and ranges.
 func (s *Subscriber) onMessage(ctx context.Context, payload string) {
 	s.messages.Add(1)
+	if len(payload) > event.MaxMessageBytes+envelope.Overhead {
+		// Before even copying it.
+		s.badMessage(fmt.Errorf("message of %d bytes: %w", len(payload), event.ErrTooLarge))
+		return
+	}
 	body, err := s.open([]byte(payload), event.MaxMessageBytes)
 	if err != nil {
 		s.badMessage(err)
