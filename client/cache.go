@@ -326,17 +326,28 @@ func (s *Shim) invalidateEntry(e *cacheEntry) {
 }
 
 // tracked is told that key is now tracked at one master, by a registration
-// sent at sent: from its second registration on (the first is the admission
-// itself, racing only its own first fetch, as any write would within
-// LocalTTL), a value fetched before that may have missed a write there.
-func (s *Shim) tracked(key string, sent int64) {
+// whose reply arrived at done. When it is registered again (after its
+// invalidation, or at a cluster master its slot moved to), a value fetched
+// before that, or a fetch still in flight, may have missed a write there.
+// The first registration only races the admission's own first fetch, as any
+// write may within LocalTTL.
+func (s *Shim) tracked(key string, done int64, rearmed bool) {
 	s.mu.RLock()
 	e := s.entries[key]
 	s.mu.RUnlock()
-	if e == nil || !e.trackedOnce.Swap(true) {
+	if e == nil {
 		return
 	}
-	if v := e.val.Load(); v != nil && v.expires-int64(s.opt.LocalTTL) < sent {
+	first := !e.trackedOnce.Swap(true)
+	// Re-registered after its invalidation here, or on a cluster at a new
+	// owner (a ring's shards and a plain server register each key once per
+	// master from the start: nothing moved).
+	if !rearmed && (first || s.topo.kind != topoCluster) {
+		return
+	}
+	v := e.val.Load()
+	if v == nil || v.expires-int64(s.opt.LocalTTL) < done || e.refreshing.Load() != 0 {
+		// gen moves too, so a fetch in flight does not store.
 		s.invalidateEntry(e)
 		s.m.invalidations[invalTracking].Add(1)
 	}

@@ -239,8 +239,10 @@ func (t *tracker) sync(ctx context.Context) {
 		}
 	}
 	t.rearmMu.Lock()
+	rearmed := make(map[string]struct{}, len(t.rearm))
 	for k := range t.rearm {
 		delete(t.registered, k)
+		rearmed[k] = struct{}{}
 	}
 	clear(t.rearm)
 	t.rearmMu.Unlock()
@@ -271,13 +273,17 @@ func (t *tracker) sync(ctx context.Context) {
 		if err != nil && ctx.Err() != nil {
 			return
 		}
+		// A read sent after the registrations' replies came back runs
+		// after them at the server; one sent before may not.
+		sent = nanotime()
 		for i, c := range cmds {
 			if c.Err() == nil {
 				t.registered[add[i]] = struct{}{}
 				// A value fetched before the key was tracked here again (after
 				// an invalidation, or at a new owner after a slot moved) may
 				// have missed a write: drop it, the next read refreshes.
-				t.s.tracked(add[i], sent)
+				_, re := rearmed[add[i]]
+				t.s.tracked(add[i], sent, re)
 			}
 		}
 		if err != nil && (len(cmds) == 0 || isConnErr(err)) {
