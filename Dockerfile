@@ -27,6 +27,8 @@ WORKDIR /src
 ENV CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 # Dependencies first, so a source change does not re-download modules.
 COPY go.mod go.sum ./
+# The client shim is a module of its own, replaced by its directory.
+COPY client/go.mod client/go.sum ./client/
 RUN --mount=type=cache,target=/go/pkg/mod \
     go mod download
 COPY . .

@@ -22,9 +22,14 @@ build:
 
 # Everything, privileged tests included: they need root and skip without it
 # (except under CI=true, where a skipped capability test fails).
+# The Go client shim is a module of its own (client/go.mod): its unit tests
+# run there; its tests against daemons run in this module
+# (internal/testing/shimtest, internal/testing/conformance).
 test:
 	$(GO) vet $(PKGS)
+	cd client && $(GO) vet ./...
 	$(GO) test -count=1 -timeout 15m $(PKGS)
+	cd client && $(GO) test -count=1 -timeout 5m ./...
 
 # Only the tests that need root: eBPF, AF_PACKET, network namespaces.
 test-privileged:
@@ -44,15 +49,16 @@ bench:
 
 # Every native fuzz target for FUZZTIME each.
 fuzz:
-	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+	@set -e; for dir in . client; do (cd $$dir; for pkg in $$($(GO) list ./...); do \
 	  for t in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
 	    echo "== $$pkg $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \
-	done
+	done); done
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	cd client && $(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
 
 # Re-capture the fixtures from real servers (root; ports 6379/11211 free).

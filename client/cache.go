@@ -36,6 +36,35 @@ type value struct {
 	exists  bool  // kindString: false caches a missing key (redis.Nil)
 	str     string
 	hash    map[string]string // kindHash; empty map: missing key
+	size    int64             // bytes counted against MaxBytes
+}
+
+// valueOverhead approximates what a cached value costs beyond its bytes
+// (the value struct, a map bucket share per hash field).
+const valueOverhead, fieldOverhead = 64, 48
+
+func (v *value) bytes(key string) int64 {
+	n := int64(len(key) + len(v.str) + valueOverhead)
+	for f, x := range v.hash {
+		n += int64(len(f) + len(x) + fieldOverhead)
+	}
+	return n
+}
+
+// setVal swaps e's value and keeps the byte count (callers hold e.mu or
+// own e outright).
+func (s *Shim) setVal(e *cacheEntry, v *value) {
+	old := e.val.Swap(v)
+	var d int64
+	if v != nil {
+		d += v.size
+	}
+	if old != nil {
+		d -= old.size
+	}
+	if d != 0 {
+		s.bytes.Add(d)
+	}
 }
 
 // cacheEntry is a hot key admitted to the local cache.
@@ -61,6 +90,8 @@ type cacheEntry struct {
 	sized atomic.Bool
 	// rep counts local reads for the absorbed-demand report (report.go).
 	rep absorbed
+	// trackedOnce: registered for server-assisted invalidation before.
+	trackedOnce atomic.Bool
 }
 
 // action is what a read of one key does.
@@ -202,6 +233,7 @@ func (s *Shim) admit(key string, kind uint8, now int64) (action, *value, ticket)
 	token := max(now, 1)
 	e.refreshing.Store(token)
 	s.entries[key] = e
+	s.trackers.kick() // register it for server-assisted invalidation
 	s.m.admissions.Add(1)
 	s.m.refreshes.Add(1)
 	return actFetch, nil, ticket{e: e, token: token}
@@ -227,6 +259,9 @@ func (s *Shim) evictOneLocked(now int64) {
 		}
 	}
 	if victim != nil {
+		victim.mu.Lock()
+		s.setVal(victim, nil)
+		victim.mu.Unlock()
 		delete(s.entries, victim.key)
 		s.m.evictions[evictCapacity].Add(1)
 	}
@@ -240,9 +275,24 @@ func (s *Shim) store(t ticket, v *value) {
 	e := t.e
 	if v != nil {
 		v.expires = t.token + int64(s.opt.LocalTTL)
+		v.size = v.bytes(e.key)
+		var old int64
+		if o := e.val.Load(); o != nil {
+			old = o.size
+		}
+		switch {
+		case v.size > int64(s.opt.MaxValueBytes):
+			// Too big to hold: every read goes to Redis, as if not hot.
+			s.m.tooBig.Add(1)
+			v = nil
+		case s.bytes.Load()-old+v.size > s.opt.MaxBytes:
+			// The cache is full by bytes: this key is not cached now.
+			s.m.evictions[evictBytes].Add(1)
+			v = nil
+		}
 		e.mu.Lock()
 		if e.gen.Load() == t.gen {
-			e.val.Store(v)
+			s.setVal(e, v)
 		}
 		e.mu.Unlock()
 	}
@@ -271,8 +321,36 @@ func (s *Shim) invalidate(key string, reason int) {
 func (s *Shim) invalidateEntry(e *cacheEntry) {
 	e.mu.Lock()
 	e.gen.Add(1)
-	e.val.Store(nil)
+	s.setVal(e, nil)
 	e.mu.Unlock()
+}
+
+// tracked is told that key is now tracked at one master, by a registration
+// whose reply arrived at done. When it is registered again (after its
+// invalidation, or at a cluster master its slot moved to), a value fetched
+// before that, or a fetch still in flight, may have missed a write there.
+// The first registration only races the admission's own first fetch, as any
+// write may within LocalTTL.
+func (s *Shim) tracked(key string, done int64, rearmed bool) {
+	s.mu.RLock()
+	e := s.entries[key]
+	s.mu.RUnlock()
+	if e == nil {
+		return
+	}
+	first := !e.trackedOnce.Swap(true)
+	// Re-registered after its invalidation here, or on a cluster at a new
+	// owner (a ring's shards and a plain server register each key once per
+	// master from the start: nothing moved).
+	if !rearmed && (first || s.topo.kind != topoCluster) {
+		return
+	}
+	v := e.val.Load()
+	if v == nil || v.expires-int64(s.opt.LocalTTL) < done || e.refreshing.Load() != 0 {
+		// gen moves too, so a fetch in flight does not store.
+		s.invalidateEntry(e)
+		s.m.invalidations[invalTracking].Add(1)
+	}
 }
 
 // invalidateAll drops every cached value, keeping the entries.

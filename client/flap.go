@@ -3,7 +3,7 @@ package client
 import (
 	"time"
 
-	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/client/event"
 )
 
 // Flapping verdicts (docs/channel-protocol.md §9): once a key's cacheable

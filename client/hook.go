@@ -263,7 +263,7 @@ func (s *Shim) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 			// The shim's own read-then-report pipeline (sameconn.go).
 			return next(ctx, cmds)
 		}
-		if sel, other := pipelineSession(cmds); sel || other {
+		if sel, other := pipelineSession(cmds, s.db); sel || other {
 			switch {
 			case main || tx:
 				if sel {
@@ -286,15 +286,19 @@ func (s *Shim) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 	}
 }
 
-// pipelineSession reports whether cmds select another DB (sel) or hold
-// another session command than a MULTI/EXEC wrapper (other).
-func pipelineSession(cmds []redis.Cmder) (sel, other bool) {
+// pipelineSession reports whether cmds select another DB than db (sel) or
+// hold another session command than a MULTI/EXEC wrapper (other). A SELECT
+// of the client's own DB changes nothing the shim relies on: go-redis sends
+// one in the pipeline that opens each connection of a client on DB > 0.
+func pipelineSession(cmds []redis.Cmder, db int64) (sel, other bool) {
 	tx := isTx(cmds)
 	for i, c := range cmds {
 		switch sessionOp(c.Args()) {
 		case sessNone:
 		case sessSelect:
-			sel = true
+			if selectedDB(c.Args()) != db {
+				sel = true
+			}
 		case sessMulti, sessEnd:
 			if tx && (i == 0 || i == len(cmds)-1) {
 				continue

@@ -1,23 +1,67 @@
 package client
 
 import (
+	_ "embed"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
-
-	dredis "github.com/hotsniff/hotsniff/decode/redis"
 )
 
+// writesJSON is the table of written keys the three shims share, generated
+// from redis-server's COMMAND key specs (tools/gen/shimwrites; a test in the
+// daemon's module keeps it current). Embedded, so the shim needs nothing of
+// the daemon.
+//
+//go:embed writes.json
+var writesJSON []byte
+
+// writeSpec is one key spec that writes, as the table states it (the rules
+// to read it are writespec's, the generator's package).
+type writeSpec struct {
+	Begin     string `json:"begin"`
+	Index     int    `json:"index"`
+	Keyword   string `json:"keyword"`
+	StartFrom int    `json:"startfrom"`
+	Find      string `json:"find"`
+	LastKey   int    `json:"lastkey"`
+	Step      int    `json:"step"`
+	Limit     int    `json:"limit"`
+	KeyNumIdx int    `json:"keynumidx"`
+	FirstKey  int    `json:"firstkey"`
+}
+
+type writeCommand struct {
+	All       bool        `json:"all"`
+	SortStore bool        `json:"sort_store"`
+	Specs     []writeSpec `json:"specs"`
+}
+
+// writeTable maps a lower-case command name to what it writes; commands
+// that write no key are absent.
+var writeTable = func() map[string]writeCommand {
+	var doc struct {
+		Commands map[string]writeCommand `json:"commands"`
+	}
+	if err := json.Unmarshal(writesJSON, &doc); err != nil {
+		panic(fmt.Sprintf("client: embedded writes.json: %v", err))
+	}
+	m := make(map[string]writeCommand, len(doc.Commands))
+	for name, c := range doc.Commands {
+		m[strings.ToLower(name)] = c
+	}
+	return m
+}()
+
 // writtenKeys appends to dst the keys a command may modify, from redis-server's own
-// key specs (the table decode/redis generated from COMMAND): every key whose
-// spec is not read-only. That covers DEL, SET, HSET, EXPIRE, RENAME (both
-// keys), MSET (every key), SUNIONSTORE (the destination only), EVAL/FCALL
-// (their declared keys) and PFCOUNT (it rewrites its HLL's cached count),
-// without a hand-kept list. all is true when the keys cannot be told
-// (FLUSHDB, FLUSHALL, SWAPDB: a write with no key spec), so every cached
-// value must go. Commands the table does not know (modules) are passed by:
-// the shim only caches strings and hashes, which module commands do not
-// write.
+// key specs (the table above): every key whose spec is not read-only. That
+// covers DEL, SET, HSET, EXPIRE, RENAME (both keys), MSET (every key),
+// SUNIONSTORE (the destination only), EVAL/FCALL (their declared keys) and
+// PFCOUNT (it rewrites its HLL's cached count), without a hand-kept list.
+// all is true when the keys cannot be told (FLUSHDB, FLUSHALL, SWAPDB: a
+// write with no key spec), so every cached value must go. Commands the table
+// does not know (modules, containers such as CLIENT) are passed by: the shim
+// only caches strings and hashes, which they do not write.
 func writtenKeys(args []any, dst []string) (keys []string, all bool) {
 	if len(args) == 0 {
 		return dst, false
@@ -26,59 +70,54 @@ func writtenKeys(args []any, dst []string) (keys []string, all bool) {
 	if !ok {
 		return dst, false
 	}
-	c, ok := dredis.Lookup([]byte(name))
-	if !ok || c.SubHi > c.SubLo {
-		// Unknown, or a container (CLIENT, CONFIG, OBJECT, ...): none of
-		// their subcommands writes a key the shim caches.
-		return dst, false
-	}
-	if len(c.KeySpecs) == 0 {
-		return dst, c.Flags&dredis.FlagWrite != 0
-	}
-	const writes = dredis.KeyRW | dredis.KeyOW | dredis.KeyRM | dredis.KeyInsert | dredis.KeyUpdate | dredis.KeyDelete
-	argc := len(args)
-	for i := range c.KeySpecs {
-		ks := &c.KeySpecs[i]
-		if ks.Flags&writes == 0 || ks.Flags&dredis.KeyNotKey != 0 {
-			continue
+	c, ok := writeTable[name]
+	if !ok {
+		// go-redis writes names in lower case; anything else is rare.
+		if c, ok = writeTable[strings.ToLower(name)]; !ok {
+			return dst, false
 		}
+	}
+	if c.All {
+		return dst, true
+	}
+	argc := len(args)
+	if c.SortStore {
+		if p := keywordPos(args, "STORE", 2); p >= 0 && p+1 < argc {
+			dst = append(dst, argString(args[p+1]))
+		}
+	}
+	for i := range c.Specs {
+		ks := &c.Specs[i]
 		first := -1
 		switch ks.Begin {
-		case dredis.BeginIndex:
-			first = int(ks.Index)
-		case dredis.BeginKeyword:
-			first = keywordPos(args, ks.Keyword, int(ks.StartFrom))
+		case "index":
+			first = ks.Index
+		case "keyword":
+			first = keywordPos(args, ks.Keyword, ks.StartFrom)
 			if first < 0 {
 				continue // the optional keyword is absent: no key
 			}
 			first++
 		default:
-			// Only SORT ... STORE dst has no spec for its written key.
-			if strings.EqualFold(name, "sort") {
-				if p := keywordPos(args, "STORE", 2); p >= 0 && p+1 < argc {
-					dst = append(dst, argString(args[p+1]))
-				}
-				continue
-			}
 			return dst, true
 		}
 		if first <= 0 || first >= argc {
 			continue
 		}
-		step := max(int(ks.KeyStep), 1)
+		step := max(ks.Step, 1)
 		last := first
 		switch ks.Find {
-		case dredis.FindRange:
+		case "range":
 			switch {
 			case ks.LastKey >= 0:
-				last = first + int(ks.LastKey)
+				last = first + ks.LastKey
 			case ks.Limit > 0:
-				last = first + (argc-first)/int(ks.Limit) - 1
+				last = first + (argc-first)/ks.Limit - 1
 			default:
-				last = argc + int(ks.LastKey)
+				last = argc + ks.LastKey
 			}
-		case dredis.FindKeyNum:
-			ni := first + int(ks.KeyNumIdx)
+		case "keynum":
+			ni := first + ks.KeyNumIdx
 			if ni >= argc {
 				continue
 			}
@@ -86,7 +125,7 @@ func writtenKeys(args []any, dst []string) (keys []string, all bool) {
 			if err != nil || n < 0 {
 				continue
 			}
-			first += int(ks.FirstKey)
+			first += ks.FirstKey
 			last = first + (n-1)*step
 		default:
 			return dst, true

@@ -46,10 +46,3 @@ func TestWrittenKeys(t *testing.T) {
 		}
 	}
 }
-
-func TestMinimalPrefixes(t *testing.T) {
-	got := minimalPrefixes([]string{"item:10", "item:1", "a", "ab", "b"})
-	if want := []string{"a", "b", "item:1"}; !reflect.DeepEqual(got, want) {
-		t.Errorf("got %q want %q", got, want)
-	}
-}

@@ -25,14 +25,15 @@ const (
 	evictNotHot          // the key is no longer hot
 	evictIdle            // not read for a while
 	evictModeEnd         // hot-running mode ended
+	evictBytes           // MaxBytes reached: a fetched value was not kept
 	numEvict
 )
 
-var evictNames = [numEvict]string{"capacity", "not_hot", "idle", "mode_end"}
+var evictNames = [numEvict]string{"capacity", "not_hot", "idle", "mode_end", "bytes"}
 
 type metrics struct {
 	hits, staleHits, misses, admissions, refreshes, fetchErrors, uncacheable atomic.Uint64
-	reports, reportedHits                                                    atomic.Uint64
+	reports, reportedHits, tooBig                                            atomic.Uint64
 	invalidations                                                            [numInval]atomic.Uint64
 	evictions                                                                [numEvict]atomic.Uint64
 
@@ -40,7 +41,7 @@ type metrics struct {
 	dInval, dEvict, dEntries, dHotKeys, dActive, dTracking                      *prometheus.Desc
 	dReloads, dGaps, dReconnects, dMessages                                     *prometheus.Desc
 	dReports, dReportedHits, dReporting                                         *prometheus.Desc
-	dBad, dChannelUp, dWithoutChannel                                           *prometheus.Desc
+	dBad, dChannelUp, dWithoutChannel, dBytes, dTooBig                          *prometheus.Desc
 }
 
 func (m *metrics) init() {
@@ -66,6 +67,8 @@ func (m *metrics) init() {
 	m.dMessages = d("channel_messages_total", "Messages received on the channel.")
 	m.dReports = d("absorbed_reports_total", "Absorbed-demand reports sent (an ECHO after a refresh read).")
 	m.dReportedHits = d("absorbed_hits_total", "Local reads reported to the daemon in absorbed-demand reports.")
+	m.dBytes = d("bytes", "Bytes of the cached values (keys, values, hash fields, with an estimate of their overhead), bounded by MaxBytes.")
+	m.dTooBig = d("too_big_total", "Fetched values larger than MaxValueBytes, not cached.")
 	m.dBad = d("bad_messages_total", "Channel messages and snapshot entries rejected, by reason (too_large, out_of_range, undecodable, bad_signature, unconfirmed_seq, flapping).", "reason")
 	m.dChannelUp = d("channel_up", "1 while the channel is followed (subscribed and the snapshot read); 0 during an outage, when held keys are served on.")
 	m.dWithoutChannel = d("served_without_channel", "Keys held and served while the channel is down (0 while it is up).")
@@ -77,7 +80,7 @@ func (s *Shim) Describe(ch chan<- *prometheus.Desc) {
 	m := &s.m
 	for _, d := range []*prometheus.Desc{m.dHits, m.dStale, m.dMisses, m.dAdmissions, m.dRefreshes, m.dFetchErrors, m.dUncacheable,
 		m.dInval, m.dEvict, m.dEntries, m.dHotKeys, m.dActive, m.dTracking, m.dReloads, m.dGaps, m.dReconnects, m.dMessages,
-		m.dReports, m.dReportedHits, m.dReporting, m.dBad, m.dChannelUp, m.dWithoutChannel} {
+		m.dReports, m.dReportedHits, m.dReporting, m.dBad, m.dChannelUp, m.dWithoutChannel, m.dBytes, m.dTooBig} {
 		ch <- d
 	}
 }
@@ -123,6 +126,8 @@ func (s *Shim) Collect(ch chan<- prometheus.Metric) {
 		c(m.dBad, n, BadReasons[i])
 	}
 	g(m.dChannelUp, b2f(st.ChannelUp))
+	g(m.dBytes, float64(s.bytes.Load()))
+	c(m.dTooBig, m.tooBig.Load())
 	without := 0
 	if !st.ChannelUp {
 		without = hot
@@ -156,6 +161,10 @@ type ShimStats struct {
 	// then the number of keys held and served on.
 	ChannelUp            bool
 	ServedWithoutChannel int
+	// Bytes is the cached values' size; TooBig counts values over
+	// MaxValueBytes left uncached.
+	Bytes  int64
+	TooBig uint64
 }
 
 // Stats returns the counters.
@@ -184,6 +193,7 @@ func (s *Shim) Stats() ShimStats {
 		st.Bad[BadReasons[i]] = n
 	}
 	st.ChannelUp = sub.ChannelUp
+	st.Bytes, st.TooBig = s.bytes.Load(), m.tooBig.Load()
 	if !st.ChannelUp {
 		st.ServedWithoutChannel = st.HotKeys
 	}

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/client/event"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -44,6 +44,15 @@ type ShimOptions struct {
 	MaxEntries int
 	// MaxHashFields: a hash with more fields is not cached (default 1000).
 	MaxHashFields int
+	// MaxBytes bounds the bytes of the cached values (keys, values, hash
+	// fields; default 64 MiB): past it a fetched value is not kept.
+	MaxBytes int64
+	// MaxValueBytes: a value (a whole hash) larger than this is not cached
+	// (default 1 MiB).
+	MaxValueBytes int
+	// MaxKeyBytes: keys longer than this are never cached nor held as hot
+	// (default 16 KiB).
+	MaxKeyBytes int
 	// HotModeLinger ends hot-running mode this long after the last hot
 	// message (default 2m, above the daemon's 60s ttl_ms refreshes); keys
 	// with ttl_ms 0 (manual, until cold) keep the mode on.
@@ -54,6 +63,10 @@ type ShimOptions struct {
 	// TrackingCheck is how often the tracking connection is checked
 	// (default 1s).
 	TrackingCheck time.Duration
+	// MaxTrackedKeys caps the keys registered for server-assisted
+	// invalidation per master (default 1024): the cached keys up to the cap;
+	// the others are bounded by LocalTTL and the channel's invalidates.
+	MaxTrackedKeys int
 	// ChannelSecret is the daemons' shared secret (--channel-secret-file):
 	// set, only signed channel messages and snapshots are applied.
 	ChannelSecret []byte
@@ -84,11 +97,23 @@ func (o *ShimOptions) defaults() {
 	if o.MaxHashFields <= 0 {
 		o.MaxHashFields = 1000
 	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 64 << 20
+	}
+	if o.MaxValueBytes <= 0 {
+		o.MaxValueBytes = 1 << 20
+	}
+	if o.MaxKeyBytes <= 0 {
+		o.MaxKeyBytes = 16 << 10
+	}
 	if o.HotModeLinger <= 0 {
 		o.HotModeLinger = 2 * time.Minute
 	}
 	if o.TrackingCheck <= 0 {
 		o.TrackingCheck = time.Second
+	}
+	if o.MaxTrackedKeys <= 0 {
+		o.MaxTrackedKeys = 1024
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -109,6 +134,8 @@ type Shim struct {
 
 	// active is hot-running mode: false makes the hook a pass-through.
 	active atomic.Bool
+	// bytes: the cached values' size (value.size summed).
+	bytes atomic.Int64
 	// chanDown: the channel is down; held keys do not lapse meanwhile
 	// (their values are still refreshed every LocalTTL).
 	chanDown atomic.Bool
@@ -245,6 +272,9 @@ func (s *Shim) Close() error {
 	s.cancel()
 	s.wg.Wait()
 	s.mu.Lock()
+	for _, e := range s.entries {
+		s.setVal(e, nil)
+	}
 	clear(s.entries)
 	clear(s.seen)
 	s.mu.Unlock()
@@ -277,7 +307,7 @@ func normAddr(a string) string {
 // matches reports whether an event is for this client: proto redis, our
 // DB, and our server (or a manual event naming none).
 func (s *Shim) matches(e *event.Event) bool {
-	if e.Proto != "redis" || e.NS != s.ns || e.Prefix {
+	if e.Proto != "redis" || e.NS != s.ns || e.Prefix || len(e.Key) > s.opt.MaxKeyBytes {
 		return false
 	}
 	if s.opt.AnyServer || e.Server == "" {
@@ -395,7 +425,10 @@ func (s *Shim) updateMode(now int64) {
 	if was := s.active.Swap(on); was && !on {
 		s.log.Info("hot-running mode ended")
 		s.mu.Lock()
-		for k := range s.entries {
+		for k, e := range s.entries {
+			e.mu.Lock()
+			s.setVal(e, nil)
+			e.mu.Unlock()
 			delete(s.entries, k)
 			s.m.evictions[evictModeEnd].Add(1)
 		}
@@ -461,13 +494,28 @@ func (s *Shim) housekeep(ctx context.Context) {
 	}
 }
 
-// hotKeys lists the keys hot for this client (for tracking).
-func (s *Shim) hotKeys() []string {
+// trackedKeys picks the keys one master should track: cached keys it owns,
+// those already registered first (no churn), at most MaxTrackedKeys.
+func (s *Shim) trackedKeys(registered map[string]struct{}, owns func(string) bool) map[string]struct{} {
 	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]string, 0, len(s.hot))
-	for k := range s.hot {
-		out = append(out, k)
+	keys := make([]string, 0, min(len(s.entries), 4*s.opt.MaxTrackedKeys))
+	for k := range s.entries {
+		keys = append(keys, k)
+	}
+	s.mu.RUnlock()
+	out := make(map[string]struct{}, min(len(keys), s.opt.MaxTrackedKeys))
+	for _, k := range keys {
+		if _, ok := registered[k]; ok && len(out) < s.opt.MaxTrackedKeys && owns(k) {
+			out[k] = struct{}{}
+		}
+	}
+	for _, k := range keys {
+		if len(out) >= s.opt.MaxTrackedKeys {
+			break
+		}
+		if _, ok := out[k]; !ok && owns(k) {
+			out[k] = struct{}{}
+		}
 	}
 	return out
 }

@@ -3,7 +3,7 @@ package client
 import (
 	"time"
 
-	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/client/event"
 )
 
 // entryID identifies one hot-set entry. Detected entries belong to the node
@@ -36,15 +36,25 @@ type entry struct {
 type hotSet struct {
 	m      map[string]entry
 	lookup map[string]map[string]struct{} // lookupID -> entry IDs
+	// max bounds the entries (0: no bound); full counts the new entries
+	// refused past it.
+	max  int
+	full int
 }
 
-func newHotSet() *hotSet {
-	return &hotSet{m: make(map[string]entry), lookup: make(map[string]map[string]struct{})}
+func newHotSet(max int) *hotSet {
+	return &hotSet{m: make(map[string]entry), lookup: make(map[string]map[string]struct{}), max: max}
 }
 
 func (h *hotSet) put(e *event.Event, now time.Time) {
 	id := entryID(e)
 	if _, ok := h.m[id]; !ok {
+		if h.max > 0 && len(h.m) >= h.max {
+			// A hot set this large is a runaway or forged publisher: keep
+			// what is held, refuse the rest (counted).
+			h.full++
+			return
+		}
 		l := lookupID(e.Proto, e.NS, e.Key)
 		ids := h.lookup[l]
 		if ids == nil {

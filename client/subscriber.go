@@ -14,8 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hotsniff/hotsniff/event"
-	"github.com/hotsniff/hotsniff/event/envelope"
+	"github.com/hotsniff/hotsniff/client/event"
+	"github.com/hotsniff/hotsniff/client/event/envelope"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -89,6 +89,10 @@ type Options struct {
 	// --channel-secret-file: only messages and snapshots signed with it are
 	// applied. Without it a signed message is unwrapped unverified.
 	ChannelSecret []byte
+	// MaxHotEntries bounds the hot-set entries held (default 131072; a
+	// daemon publishes at most --max-hot keys): past it new entries are
+	// refused and counted (Stats.HotSetFull).
+	MaxHotEntries int
 	Now           func() time.Time
 }
 
@@ -123,6 +127,8 @@ type Stats struct {
 	Bad [nBad]uint64
 	// ChannelUp: subscribed and the last snapshot read succeeded.
 	ChannelUp bool
+	// HotSetFull counts hot entries refused past MaxHotEntries.
+	HotSetFull uint64
 }
 
 // Subscriber follows one channel. Hot, HotSet and Stats may be called from
@@ -155,7 +161,7 @@ type Subscriber struct {
 	syncedOnce sync.Once
 
 	messages, stale, invalid, gaps, restarts, reloads, reloadErrs, reconnects, logDropped atomic.Uint64
-	bad                                                                                  [nBad]atomic.Uint64
+	bad                                                                                   [nBad]atomic.Uint64
 
 	// pendingSince: when each pending[node] was first set (Run goroutine).
 	pendingSince map[string]time.Time
@@ -197,6 +203,9 @@ func New(rdb redis.UniversalClient, opt Options) *Subscriber {
 	if opt.PingInterval <= 0 {
 		opt.PingInterval = 15 * time.Second
 	}
+	if opt.MaxHotEntries <= 0 {
+		opt.MaxHotEntries = 1 << 17
+	}
 	if opt.ConfirmTimeout <= 0 {
 		opt.ConfirmTimeout = 5 * time.Second
 	}
@@ -206,7 +215,7 @@ func New(rdb redis.UniversalClient, opt Options) *Subscriber {
 	return &Subscriber{
 		rdb: rdb, opt: opt, sharded: sharded,
 		log: opt.Logger.With("component", "client", "channel", opt.Channel),
-		set: newHotSet(), last: map[string]uint64{}, pending: map[string]uint64{}, logFloor: map[string]uint64{},
+		set: newHotSet(opt.MaxHotEntries), last: map[string]uint64{}, pending: map[string]uint64{}, logFloor: map[string]uint64{},
 		pendingSince: map[string]time.Time{}, flap: newFlapGuard(),
 		synced: make(chan struct{}),
 	}
@@ -260,13 +269,13 @@ func (s *Subscriber) HotSet() []*event.Event {
 // Stats returns the counters.
 func (s *Subscriber) Stats() Stats {
 	s.mu.RLock()
-	n := len(s.set.m)
+	n, full := len(s.set.m), s.set.full
 	s.mu.RUnlock()
 	st := Stats{
 		Messages: s.messages.Load(), Stale: s.stale.Load(), Invalid: s.invalid.Load(),
 		Gaps: s.gaps.Load(), Restarts: s.restarts.Load(), Reloads: s.reloads.Load(),
 		ReloadErrors: s.reloadErrs.Load(), Reconnects: s.reconnects.Load(),
-		LogDropped: s.logDropped.Load(), HotKeys: n, ChannelUp: s.up.Load(),
+		LogDropped: s.logDropped.Load(), HotKeys: n, ChannelUp: s.up.Load(), HotSetFull: uint64(full),
 	}
 	for i := range st.Bad {
 		st.Bad[i] = s.bad[i].Load()
@@ -384,6 +393,11 @@ func (s *Subscriber) Run(ctx context.Context) error {
 // anything else, then its signature, then its JSON and ranges.
 func (s *Subscriber) onMessage(ctx context.Context, payload string) {
 	s.messages.Add(1)
+	if len(payload) > event.MaxMessageBytes+envelope.Overhead {
+		// Before even copying it.
+		s.badMessage(fmt.Errorf("message of %d bytes: %w", len(payload), event.ErrTooLarge))
+		return
+	}
 	body, err := s.open([]byte(payload), event.MaxMessageBytes)
 	if err != nil {
 		s.badMessage(err)
@@ -586,6 +600,13 @@ func (s *Subscriber) reload(ctx context.Context) {
 			s.log.Warn("bad snapshot ignored; keeping the current hot set", "err", err)
 		}
 		s.reloadFailing = true
+		// The channel itself works: follow its messages meanwhile, and do
+		// not keep an application waiting for a first sync that a broken
+		// or hostile document would never give.
+		if s.subscribed {
+			s.setUp(true)
+		}
+		s.syncedOnce.Do(func() { close(s.synced) })
 		return
 	}
 	if err != nil {
@@ -606,7 +627,8 @@ func (s *Subscriber) reload(ctx context.Context) {
 	for _, n := range snap.Nodes {
 		sec[n.Node] = n.Seq
 	}
-	set := newHotSet()
+	set := newHotSet(s.opt.MaxHotEntries)
+	set.full = s.set.full // cumulative
 	for _, e := range snap.Keys {
 		if e != nil && e.Type != event.TypeCold {
 			set.put(e, now)

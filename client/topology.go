@@ -241,6 +241,22 @@ func (t *topology) masters(ctx context.Context) map[string]*redis.Options {
 	return out
 }
 
+// owner reports whether the master at addr holds key now: on a cluster by
+// go-redis's slot map, elsewhere every master may (a ring's shards are
+// cheap to over-register on).
+func (t *topology) owner(key, addr string) bool {
+	if t.kind != topoCluster {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c, err := t.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return true // unknown: register, a MOVED reply only costs a round trip
+	}
+	return c.Options().Addr == addr
+}
+
 // crossSlot reports whether a cluster command's keys span hash slots
 // (go-redis sends such an MGET as one command, which Redis refuses).
 func (t *topology) crossSlot(keys []any) bool {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,19 +21,22 @@ const invalidateChannel = "__redis__:invalidate"
 // connections to the cache server,
 //
 //   - sub, subscribed to __redis__:invalidate: it receives the invalidations;
-//   - ctl, which runs CLIENT TRACKING ON REDIRECT <sub's id> BCAST PREFIX k…
-//     with one prefix per hot key.
+//   - ctl, which runs CLIENT TRACKING ON REDIRECT <sub's id> (default mode)
+//     and then reads each tracked key once (EXISTS k), which makes the
+//     server remember that key for this client.
 //
-// BCAST mode reports writes by any client to keys starting with a prefix,
-// so Redis needs no knowledge of what was read; a prefix equal to a hot key
-// also matches longer keys, which only costs a spurious invalidation.
-// Redis rejects overlapping prefixes, so a key already covered by a shorter
-// one is not added, and a key that is a prefix of a tracked one forces a
-// rebuild (OFF, then ON with the minimal set). Whenever tracking may have
-// lapsed (either connection replaced, a rebuild) every cached value is
-// dropped; the local expiry bounds staleness in the meantime regardless.
+// Default mode costs the server one lookup per write whatever the number of
+// tracked keys, where BCAST prefixes cost a scan of every prefix on every
+// write (1,024 prefixes cut a server's SET rate about fourfold). The keys
+// tracked are the cached ones, at most MaxTrackedKeys: keys beyond the cap
+// rely on the channel's invalidate events and the local expiry, which bounds
+// staleness for every key anyway. The server forgets a key once it has sent
+// its invalidation, so an invalidated key is registered again. Whenever
+// tracking may have lapsed (either connection replaced) every cached value is
+// dropped.
 type tracker struct {
 	s        *Shim
+	addr     string
 	sub, ctl *redis.Client
 
 	subID    atomic.Int64  // CLIENT ID of sub's connection, once subscribed
@@ -45,14 +47,25 @@ type tracker struct {
 	established atomic.Bool
 	disabled    bool // the server refused tracking: stop trying
 
-	// Owned by the ctl goroutine.
-	prefixes map[string]struct{}
-	redirect int64
-	epoch    uint64
+	// rearm: keys whose invalidation arrived, to register again (listen
+	// goroutine adds, ctl goroutine takes).
+	rearmMu sync.Mutex
+	rearm   map[string]struct{}
+
+	// Owned by the ctl goroutine. cn is ctl's one connection: tracking is
+	// a property of a connection, so every command goes through it.
+	cn *redis.Conn
+	// registered: keys the server tracks for us, until it sends their
+	// invalidation (it forgets them then); kept at most MaxTrackedKeys,
+	// cached or not, since a key cannot be unregistered otherwise.
+	registered map[string]struct{}
+	redirect   int64
+	epoch      uint64
 }
 
 func newTracker(s *Shim, o *redis.Options) *tracker {
-	t := &tracker{s: s, kicks: make(chan struct{}, 1), prefixes: map[string]struct{}{}}
+	t := &tracker{s: s, addr: o.Addr, kicks: make(chan struct{}, 1),
+		registered: map[string]struct{}{}, rearm: map[string]struct{}{}}
 	base := *o
 	base.Protocol = 2 // so invalidations arrive as pub/sub messages
 	base.PoolSize = 1
@@ -88,6 +101,8 @@ func newTracker(s *Shim, o *redis.Options) *tracker {
 }
 
 func (t *tracker) close() error {
+	// cn belongs to the ctl goroutine, which has ended: closing ctl's pool
+	// closes it too.
 	return errors.Join(t.sub.Close(), t.ctl.Close())
 }
 
@@ -103,6 +118,7 @@ func (t *tracker) run(ctx context.Context) {
 	done := make(chan struct{})
 	go func() { defer close(done); t.listen(ctx) }()
 	defer func() { <-done }()
+	defer t.resetConn()
 	tick := time.NewTicker(t.s.opt.TrackingCheck)
 	defer tick.Stop()
 	for {
@@ -116,9 +132,13 @@ func (t *tracker) run(ctx context.Context) {
 			}
 			// A PING both keeps ctl's connection and notices it was
 			// replaced (OnConnect moves the epoch): then re-establish.
-			pctx, cancel := context.WithTimeout(ctx, time.Second)
-			_ = t.ctl.Ping(pctx).Err()
-			cancel()
+			if t.cn != nil {
+				pctx, cancel := context.WithTimeout(ctx, time.Second)
+				if t.cn.Ping(pctx).Err() != nil && ctx.Err() == nil {
+					t.resetConn()
+				}
+				cancel()
+			}
 		}
 		if !t.disabled {
 			t.sync(ctx)
@@ -165,95 +185,118 @@ func (t *tracker) listen(ctx context.Context) {
 				t.kick()
 			}
 		case *redis.Message:
-			if m.PayloadSlice == nil {
-				t.s.invalidate(m.Payload, invalTracking)
+			keys := m.PayloadSlice
+			if keys == nil {
+				keys = []string{m.Payload}
 			}
-			for _, k := range m.PayloadSlice {
+			t.rearmMu.Lock()
+			for _, k := range keys {
 				t.s.invalidate(k, invalTracking)
+				// The server has forgotten k for us: register it again.
+				t.rearm[k] = struct{}{}
 			}
+			t.rearmMu.Unlock()
+			t.kick()
 		}
 	}
 }
 
-// sync brings the server's prefixes up to date with the hot keys.
+// registerBatch bounds one pipeline of EXISTS, so registering many keys
+// never holds the server's event loop for long.
+const registerBatch = 256
+
+// sync makes the server track the keys the shim caches (up to the cap).
 func (t *tracker) sync(ctx context.Context) {
 	id := t.subID.Load()
 	if id == 0 {
 		return // not subscribed yet
 	}
-	want := t.s.hotKeys()
 	epoch := t.ctlEpoch.Load()
 	full := !t.established.Load() || id != t.redirect || epoch != t.epoch
-	var add []string
-	if !full {
-		stale := 0
-		for p := range t.prefixes {
-			if !coveredBy(p, want) {
-				stale++
-			}
-		}
-		for _, k := range minimalPrefixes(want) {
-			if _, ok := t.prefixes[k]; ok || hasPrefixIn(k, t.prefixes) {
-				continue
-			}
-			if isPrefixOfAny(k, t.prefixes) {
-				full = true
-				break
-			}
-			add = append(add, k)
-		}
-		// Keys that went cold stay tracked (spurious invalidations only)
-		// until they outnumber the live ones.
-		if stale > len(want)+16 {
-			full = true
-		}
-	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if full {
-		_ = t.ctl.Do(cctx, "client", "tracking", "off").Err()
-		t.prefixes = map[string]struct{}{}
 		t.established.Store(false)
-		add = minimalPrefixes(want)
-		if len(add) == 0 {
-			// BCAST with no prefix would track every key.
-			t.redirect, t.epoch = id, epoch
-			t.established.Store(true)
-			t.s.invalidateAll(invalFlush)
+		clear(t.registered)
+		t.resetConn()
+		t.cn = t.ctl.Conn()
+		err := t.cn.Do(cctx, "client", "tracking", "on", "redirect", id).Err()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			var rerr redis.Error
+			if errors.As(err, &rerr) && !strings.Contains(err.Error(), "redirect") {
+				// An old server, or ACLs without CLIENT: channel invalidate
+				// messages and the local expiry remain.
+				t.disabled = true
+				t.s.log.Info("server-assisted invalidation unavailable", "err", err)
+				return
+			}
+			t.s.log.Debug("client tracking", "err", err)
+			t.resetConn()
 			return
 		}
 	}
-	if len(add) == 0 {
-		return
+	t.rearmMu.Lock()
+	rearmed := make(map[string]struct{}, len(t.rearm))
+	for k := range t.rearm {
+		delete(t.registered, k)
+		rearmed[k] = struct{}{}
 	}
-	args := []any{"client", "tracking", "on", "redirect", id, "bcast"}
-	for _, k := range add {
-		args = append(args, "prefix", k)
+	clear(t.rearm)
+	t.rearmMu.Unlock()
+	want := t.s.trackedKeys(t.registered, t.owns)
+	// Keys no longer cached stay registered at the server until written
+	// (then one spurious invalidation frees them): they keep counting
+	// against the cap, which so bounds what the server holds for us.
+	room := t.s.opt.MaxTrackedKeys - len(t.registered)
+	var add []string
+	for k := range want {
+		if room <= 0 {
+			break
+		}
+		if _, ok := t.registered[k]; !ok {
+			add = append(add, k)
+			room--
+		}
 	}
-	if err := t.ctl.Do(cctx, args...).Err(); err != nil {
-		if ctx.Err() != nil {
+	for len(add) > 0 {
+		n := min(len(add), registerBatch)
+		sent := nanotime()
+		cmds, err := t.cn.Pipelined(cctx, func(p redis.Pipeliner) error {
+			for _, k := range add[:n] {
+				p.Exists(cctx, k)
+			}
+			return nil
+		})
+		if err != nil && ctx.Err() != nil {
 			return
 		}
-		var rerr redis.Error
-		if errors.As(err, &rerr) && !strings.Contains(err.Error(), "redirect") && !strings.Contains(err.Error(), "overlap") {
-			// An old server, or ACLs without CLIENT: channel invalidate
-			// messages and the local expiry remain.
-			t.disabled = true
-			t.s.log.Info("server-assisted invalidation unavailable", "err", err)
+		// A read sent after the registrations' replies came back runs
+		// after them at the server; one sent before may not.
+		sent = nanotime()
+		for i, c := range cmds {
+			if c.Err() == nil {
+				t.registered[add[i]] = struct{}{}
+				// A value fetched before the key was tracked here again (after
+				// an invalidation, or at a new owner after a slot moved) may
+				// have missed a write: drop it, the next read refreshes.
+				_, re := rearmed[add[i]]
+				t.s.tracked(add[i], sent, re)
+			}
+		}
+		if err != nil && (len(cmds) == 0 || isConnErr(err)) {
+			t.established.Store(false)
+			t.resetConn()
 			return
 		}
-		t.s.log.Debug("client tracking", "err", err)
-		t.established.Store(false)
-		return
+		add = add[n:]
 	}
 	if t.ctlEpoch.Load() != epoch {
-		// ctl reconnected under us: the command ran on a fresh connection
-		// that lacks the earlier prefixes. Rebuild next time.
+		// ctl reconnected under us: tracking is off on the new connection.
 		t.established.Store(false)
 		return
-	}
-	for _, k := range add {
-		t.prefixes[k] = struct{}{}
 	}
 	if full {
 		t.redirect, t.epoch = id, epoch
@@ -263,50 +306,24 @@ func (t *tracker) sync(ctx context.Context) {
 	}
 }
 
-// minimalPrefixes drops keys that have another key of the list as a
-// prefix (Redis rejects overlapping BCAST prefixes; the shorter one covers
-// the longer).
-func minimalPrefixes(keys []string) []string {
-	sorted := append([]string(nil), keys...)
-	sort.Strings(sorted)
-	out := sorted[:0]
-	for _, k := range sorted {
-		// In sorted order a prefix comes right before the keys it covers,
-		// so comparing with the last kept key is enough.
-		if len(out) > 0 && strings.HasPrefix(k, out[len(out)-1]) {
-			continue
-		}
-		out = append(out, k)
+// resetConn drops ctl's connection (tracking ends with it).
+func (t *tracker) resetConn() {
+	if t.cn != nil {
+		_ = t.cn.Close()
+		t.cn = nil
 	}
-	return out
+	t.established.Store(false)
 }
 
-func hasPrefixIn(k string, prefixes map[string]struct{}) bool {
-	for p := range prefixes {
-		if strings.HasPrefix(k, p) {
-			return true
-		}
-	}
-	return false
+// isConnErr tells a lost connection from a command's own error reply.
+func isConnErr(err error) bool {
+	var rerr redis.Error
+	return err != nil && !errors.As(err, &rerr)
 }
 
-func isPrefixOfAny(k string, prefixes map[string]struct{}) bool {
-	for p := range prefixes {
-		if strings.HasPrefix(p, k) {
-			return true
-		}
-	}
-	return false
-}
-
-func coveredBy(p string, keys []string) bool {
-	for _, k := range keys {
-		if strings.HasPrefix(k, p) {
-			return true
-		}
-	}
-	return false
-}
+// owns reports whether this master holds key now (a cluster's slot map;
+// every master otherwise): a key is registered where it can be written.
+func (t *tracker) owns(key string) bool { return t.s.topo.owner(key, t.addr) }
 
 // trackers runs one tracker per master the client writes to (one for a
 // plain client; every master of a cluster, every shard of a ring), adding

@@ -1,9 +1,9 @@
-// Command shimwrites writes the table of written keys that the Python and
-// Node client shims use to drop cached keys on writes, derived from the
+// Command shimwrites writes the table of written keys that the Go (embedded),
+// Python and Node client shims use to drop cached keys on writes, derived from the
 // redis-server COMMAND table in decode/redis, so every shim agrees with the
 // Go shim's writtenKeys.
 //
-//	go run ./tools/gen/shimwrites -out client/python/hotsniff_shim/writes.json -out client/node/src/writes.json
+//	go run ./tools/gen/shimwrites -out client/writes.json -out client/python/hotsniff_shim/writes.json -out client/node/src/writes.json
 package main
 
 import (
@@ -12,7 +12,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/hotsniff/hotsniff/client/writespec"
+	"github.com/hotsniff/hotsniff/tools/gen/shimwrites/writespec"
 )
 
 type outs []string

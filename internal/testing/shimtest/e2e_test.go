@@ -1,4 +1,4 @@
-package client_test
+package shimtest
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/hotsniff/hotsniff/client"
-	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/client/event"
 	"github.com/redis/go-redis/v9"
 )
 

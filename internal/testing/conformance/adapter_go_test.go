@@ -32,6 +32,17 @@ type adapterConfig struct {
 	StaleGraceMs int      `json:"stale_grace_ms,omitempty"`
 	LingerMs     int      `json:"linger_ms,omitempty"`
 	MaxEntries   int      `json:"max_entries,omitempty"`
+	// Mode is the client form the adapter drives (each shim lists its
+	// modes; empty: its first).
+	Mode string `json:"mode,omitempty"`
+	// ClusterAddrs are the cluster's nodes in mode "cluster" (Cache is one
+	// of them).
+	ClusterAddrs []string `json:"cluster_addrs,omitempty"`
+	// PoolSize, when set, bounds the client's connection pool (the
+	// namespace cases use 1, so that a SELECT reaches every later read).
+	PoolSize int `json:"pool_size,omitempty"`
+	// ChannelSecret (hex) is the channel's shared secret, if any.
+	ChannelSecret string `json:"channel_secret,omitempty"`
 }
 
 // request is one adapter request line; the fields used depend on Op.
@@ -48,6 +59,7 @@ type request struct {
 	N       int      `json:"n,omitempty"`
 	Ms      int      `json:"ms,omitempty"`
 	Threads int      `json:"threads,omitempty"`
+	DB      int      `json:"db,omitempty"`
 }
 
 func (r *request) key() string {
@@ -66,9 +78,31 @@ func runGoAdapter(cfgJSON string, in io.Reader, out io.Writer) error {
 		return fmt.Errorf("parse config: %w", err)
 	}
 	ctx := context.Background()
-	opt := &redis.Options{Addr: cfg.Cache, DB: cfg.DB, Username: cfg.Username, Password: cfg.Password}
-	rdb := redis.NewClient(opt)
-	plain := redis.NewClient(opt)
+	opt := &redis.Options{Addr: cfg.Cache, DB: cfg.DB, Username: cfg.Username, Password: cfg.Password, PoolSize: cfg.PoolSize}
+	// installed is the client the shim is installed on; rdb is what the
+	// application calls (the client itself, or one Conn of it).
+	var installed redis.UniversalClient
+	var rdb redis.Cmdable
+	var plain redis.Cmdable
+	var conn *redis.Conn
+	var watch func(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error
+	switch cfg.Mode {
+	case "", "pool", "conn":
+		c := redis.NewClient(opt)
+		installed, rdb, watch = c, c, c.Watch
+		plain = redis.NewClient(opt)
+		if cfg.Mode == "conn" {
+			// Installed first: the hook applies to Conns made afterwards.
+			defer func() { _ = conn.Close() }()
+		}
+	case "cluster":
+		co := &redis.ClusterOptions{Addrs: cfg.ClusterAddrs, Username: cfg.Username, Password: cfg.Password}
+		c := redis.NewClusterClient(co)
+		installed, rdb, watch = c, c, c.Watch
+		plain = redis.NewClusterClient(co)
+	default:
+		return fmt.Errorf("unknown mode %q (pool, conn, cluster)", cfg.Mode)
+	}
 	ch := redis.NewClient(&redis.Options{Addr: cfg.ChannelAddr})
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	so := client.ShimOptions{
@@ -76,13 +110,23 @@ func runGoAdapter(cfgJSON string, in io.Reader, out io.Writer) error {
 		LocalTTL: ms(cfg.LocalTTLms), StaleGrace: ms(cfg.StaleGraceMs), HotModeLinger: ms(cfg.LingerMs),
 		MaxEntries: cfg.MaxEntries,
 		Logger:     slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		ChannelSecret: func() []byte {
+			if cfg.ChannelSecret == "" {
+				return nil
+			}
+			return []byte(cfg.ChannelSecret)
+		}(),
 		// Server-assisted invalidation is a Go-only extra: the suite checks
 		// what every shim does.
 		DisableTracking: true,
 	}
-	shim, err := client.Install(rdb, so)
+	shim, err := client.Install(installed, so)
 	if err != nil {
 		return fmt.Errorf("install shim: %w", err)
+	}
+	if cfg.Mode == "conn" {
+		conn = installed.(*redis.Client).Conn()
+		rdb = conn
 	}
 	enc := json.NewEncoder(out)
 	select {
@@ -131,7 +175,11 @@ func runGoAdapter(cfgJSON string, in io.Reader, out io.Writer) error {
 			for i, a := range req.Args {
 				args[i] = a
 			}
-			err = rdb.Do(ctx, args...).Err()
+			c := redis.NewCmd(ctx, args...)
+			_ = rdb.(interface {
+				Process(context.Context, redis.Cmder) error
+			}).Process(ctx, c)
+			err = c.Err()
 			if errors.Is(err, redis.Nil) {
 				err = nil
 			}
@@ -159,8 +207,26 @@ func runGoAdapter(cfgJSON string, in io.Reader, out io.Writer) error {
 			if err == nil || errors.Is(err, redis.Nil) {
 				res["value"], err = str(c.Result())
 			}
+		case "select":
+			// Through the client the application uses: on a pool it moves
+			// one pooled connection, on a Conn the connection.
+			c := redis.NewCmd(ctx, "select", req.DB)
+			_ = rdb.(interface {
+				Process(context.Context, redis.Cmder) error
+			}).Process(ctx, c)
+			err = c.Err()
+		case "pipeline_select_get":
+			var c *redis.StringCmd
+			_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Do(ctx, "select", req.DB)
+				c = p.Get(ctx, k)
+				return nil
+			})
+			if err == nil || errors.Is(err, redis.Nil) {
+				res["value"], err = str(c.Result())
+			}
 		case "watch_get":
-			err = rdb.Watch(ctx, func(tx *redis.Tx) error {
+			err = watch(ctx, func(tx *redis.Tx) error {
 				v, gerr := str(tx.Get(ctx, k).Result())
 				if gerr != nil {
 					return gerr
@@ -189,6 +255,7 @@ func runGoAdapter(cfgJSON string, in io.Reader, out io.Writer) error {
 			sub := shim.Subscriber().Stats()
 			res["entries"], res["hot_keys"], res["hot_mode"] = st.Entries, st.HotKeys, st.HotMode
 			res["hits"], res["reloads"], res["messages"] = st.Hits+st.StaleHits, sub.Reloads, sub.Messages
+			res["bad_messages"], res["channel_up"] = st.Bad, st.ChannelUp
 		case "watch":
 			end := time.Now().Add(ms(req.Ms))
 			reads, lastBad := 0, int64(0)
@@ -233,7 +300,7 @@ func hotFor(s *client.Shim, key string) bool {
 	return false
 }
 
-func goLoad(rdb *redis.Client, k string, want *string, d time.Duration, threads int) (int, int) {
+func goLoad(rdb redis.Cmdable, k string, want *string, d time.Duration, threads int) (int, int) {
 	ctx := context.Background()
 	end := time.Now().Add(d)
 	var mu sync.Mutex

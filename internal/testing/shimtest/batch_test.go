@@ -1,4 +1,4 @@
-package client_test
+package shimtest
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/hotsniff/hotsniff/client"
-	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/client/event"
 	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 	"github.com/hotsniff/hotsniff/publish"
 )

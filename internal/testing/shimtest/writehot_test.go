@@ -1,4 +1,4 @@
-package client_test
+package shimtest
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/hotsniff/hotsniff/client"
+	"github.com/hotsniff/hotsniff/client/event"
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/detect"
-	"github.com/hotsniff/hotsniff/event"
 	"github.com/hotsniff/hotsniff/publish"
 )
 

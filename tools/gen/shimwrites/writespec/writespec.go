@@ -1,7 +1,7 @@
 // Package writespec renders the written-key rules of redis-server's COMMAND
-// table (decode/redis) as the JSON document the Python and Node shims load,
-// so that every shim drops the same keys on the same writes as the Go
-// shim's hook. tools/gen/shimwrites writes it; a test keeps the committed
+// table (decode/redis) as the JSON document the shims load (the Go shim
+// embeds it, the Python and Node shims read it), so that every shim drops
+// the same keys on the same writes. tools/gen/shimwrites writes it; a test keeps the committed
 // copies current.
 package writespec
 

@@ -1,4 +1,4 @@
-package client_test
+package shimtest
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/hotsniff/hotsniff/client"
-	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/client/event"
 	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 	"github.com/hotsniff/hotsniff/publish"
 	"github.com/redis/go-redis/v9"

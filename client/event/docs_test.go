@@ -11,7 +11,7 @@ import (
 // row in docs/events.md, so a new optional field (qps_lower_bound, sample,
 // ...) cannot reach subscribers undocumented.
 func TestFieldsDocumented(t *testing.T) {
-	b, err := os.ReadFile("../docs/events.md")
+	b, err := os.ReadFile("../../docs/events.md")
 	if err != nil {
 		t.Fatal(err)
 	}

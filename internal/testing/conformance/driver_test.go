@@ -26,7 +26,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/client/event"
 	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
 	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 	"github.com/redis/go-redis/v9"
@@ -45,7 +45,13 @@ func TestMain(m *testing.M) {
 
 // shimLang is one shim under test: how to start its adapter.
 type shimLang struct {
-	name    string
+	name string
+	// label is the shim's name in the docs' table.
+	label string
+	// modes are the client forms its adapter drives ("mode" in the
+	// adapter's configuration), the standalone ones first; a mode named
+	// "cluster" runs the cluster cases against a real cluster.
+	modes   []string
 	prepare func(t testing.TB) // checks the runtime once, builds what needs building
 	argv    func(cfg string) []string
 	env     []string
@@ -58,7 +64,7 @@ var (
 
 func repoDir(t testing.TB, rel string) string {
 	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", rel))
+	p, err := filepath.Abs(filepath.Join("../../../client", rel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,13 +81,19 @@ func langs(t testing.TB) []shimLang {
 	nodeDir := repoDir(t, "node")
 	return []shimLang{
 		{
-			name:    "go",
+			name: "go", label: "Go",
+			// pool: a *redis.Client; conn: one *redis.Conn of it (a single
+			// connection); cluster: a *redis.ClusterClient.
+			modes:   []string{"pool", "conn", "cluster"},
 			prepare: func(testing.TB) {},
 			argv:    func(cfg string) []string { return []string{self, "-test.run=^$", cfg} },
 			env:     []string{"HOTSNIFF_CONFORMANCE_ADAPTER=1"},
 		},
 		{
-			name: "python",
+			name: "python", label: "Python",
+			// sync: redis.Redis (pooled); single: single_connection_client;
+			// asyncio: redis.asyncio.Redis; cluster: RedisCluster.
+			modes: []string{"sync", "single", "asyncio", "cluster"},
 			prepare: func(t testing.TB) {
 				t.Helper()
 				out, err := exec.Command(py, "-c", "import redis; print(redis.__version__)").CombinedOutput()
@@ -92,15 +104,15 @@ func langs(t testing.TB) []shimLang {
 			argv: func(cfg string) []string { return []string{py, "-m", "hotsniff_shim.conformance_adapter", cfg} },
 			env:  []string{"PYTHONPATH=" + pyDir, "PYTHONDONTWRITEBYTECODE=1"},
 		},
-		nodeLang("node-ioredis", "ioredis", nodeDir),
-		nodeLang("node-redis", "node-redis", nodeDir),
+		nodeLang("node-ioredis", "ioredis", nodeDir, "Node (ioredis)", []string{"single", "cluster"}),
+		nodeLang("node-redis", "node-redis", nodeDir, "Node (node-redis)", []string{"single", "pool", "cluster"}),
 	}
 }
 
 // nodeLang is the Node shim on one client library.
-func nodeLang(name, lib, nodeDir string) shimLang {
+func nodeLang(name, lib, nodeDir, label string, modes []string) shimLang {
 	return shimLang{
-		name: name,
+		name: name, label: label, modes: modes,
 		prepare: func(t testing.TB) {
 			t.Helper()
 			if _, err := exec.LookPath("node"); err != nil {
@@ -244,6 +256,23 @@ func (a *adapter) do(req map[string]any) map[string]any {
 type servers struct {
 	cache, chanSrv *testutil.Redis
 	cacheC, chanC  *redis.Client
+	// cluster is started the first time a cluster mode needs it.
+	clusterOnce sync.Once
+	cluster     *testutil.Cluster
+	clusterC    *redis.ClusterClient
+}
+
+// startCluster returns the shim's 3-master cluster, starting it once.
+func (s *servers) startCluster(t testing.TB) *testutil.Cluster {
+	s.clusterOnce.Do(func() {
+		s.cluster = testutil.StartCluster(t, 3)
+		s.clusterC = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.cluster.Addrs})
+		t.Cleanup(func() { s.clusterC.Close() })
+	})
+	if s.cluster == nil {
+		t.Fatal("cluster did not start")
+	}
+	return s.cluster
 }
 
 func startServers(t testing.TB) *servers {
@@ -260,9 +289,13 @@ var caseSeq atomic.Int64
 
 // env is one case: its channel, its scripted publisher and its adapter.
 type env struct {
-	t       *testing.T
-	lang    shimLang
-	s       *servers
+	t    *testing.T
+	lang shimLang
+	mode string
+	s    *servers
+	// chanC is where the scripted publisher writes (the shared channel
+	// server unless the case has its own).
+	chanC   *redis.Client
 	channel string
 	node    string
 	seq     uint64
@@ -280,16 +313,23 @@ type env struct {
 	lastFetch time.Time
 	deadline  time.Time
 	slipped   bool
+	// snapWrap, when set, transforms the snapshot document before it is
+	// stored (signing it); msgWrap likewise each channel message.
+	snapWrap, msgWrap func([]byte) []byte
+	// cluster: the case runs against the shim's cluster.
+	cluster bool
+	// outage is the case's own channel server, for the case that stops it.
+	outage *testutil.Redis
 }
 
-func newEnv(t *testing.T, l shimLang, s *servers) *env {
+func newEnv(t *testing.T, l shimLang, mode string, s *servers) *env {
 	n := caseSeq.Add(1)
 	e := &env{
-		t: t, lang: l, s: s,
+		t: t, lang: l, mode: mode, s: s, chanC: s.chanC,
 		channel: fmt.Sprintf("hk%d", n), node: "sniffer-1", seq: uint64(time.Now().UnixMicro()),
 		snap: map[string]*event.Event{},
 		cfg: adapterConfig{Cache: s.cache.Addr, ChannelAddr: s.chanSrv.Addr,
-			LocalTTLms: 5000, StaleGraceMs: 100, LingerMs: 120000},
+			LocalTTLms: 5000, StaleGraceMs: 100, LingerMs: 120000, Mode: mode},
 	}
 	e.cfg.Channel = e.channel
 	ctx := context.Background()
@@ -304,7 +344,11 @@ func (e *env) start() { e.t.Helper(); e.a = startAdapter(e.t, e.lang, e.cfg) }
 
 // ev builds an event about key at the cache server from the scripted node.
 func (e *env) ev(typ, key string) *event.Event {
-	ev := &event.Event{V: 1, Type: typ, Proto: "redis", Server: e.s.cache.Addr, NS: "0", Key: []byte(key),
+	server := e.s.cache.Addr
+	if e.cluster {
+		server = e.owner(key)
+	}
+	ev := &event.Event{V: 1, Type: typ, Proto: "redis", Server: server, NS: "0", Key: []byte(key),
 		TTLms: 60000, TS: time.Now(), Source: event.SourceDetected, Node: e.node}
 	if typ == event.TypeHot {
 		ev.QPS = 1500
@@ -344,7 +388,10 @@ func (e *env) track(ev *event.Event) {
 
 func (e *env) raw(msg string) {
 	e.t.Helper()
-	if err := e.s.chanC.Publish(context.Background(), e.channel, msg).Err(); err != nil {
+	if e.msgWrap != nil {
+		msg = string(e.msgWrap([]byte(msg)))
+	}
+	if err := e.chanC.Publish(context.Background(), e.channel, msg).Err(); err != nil {
 		e.t.Fatal(err)
 	}
 	e.sent++
@@ -378,7 +425,10 @@ func (e *env) writeSnapshot() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := e.s.chanC.Set(context.Background(), e.channel+":snapshot", b, 0).Err(); err != nil {
+	if e.snapWrap != nil {
+		b = e.snapWrap(b)
+	}
+	if err := e.chanC.Set(context.Background(), e.channel+":snapshot", b, 0).Err(); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -425,7 +475,24 @@ func (e *env) stat(name string) float64 {
 // calls and rejected_calls.
 func (e *env) cmdstats() map[string][2]int {
 	e.t.Helper()
-	info, err := e.s.cacheC.Info(context.Background(), "commandstats").Result()
+	if !e.cluster {
+		return e.cmdstatsOf(e.s.cacheC)
+	}
+	// A cluster's reads are counted where they land: sum the masters.
+	out := map[string][2]int{}
+	for _, a := range e.s.cluster.Addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		for k, v := range e.cmdstatsOf(c) {
+			out[k] = [2]int{out[k][0] + v[0], out[k][1] + v[1]}
+		}
+		c.Close()
+	}
+	return out
+}
+
+func (e *env) cmdstatsOf(c *redis.Client) map[string][2]int {
+	e.t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -515,9 +582,58 @@ func (e *env) warm(key string, want any) {
 
 func (e *env) set(key, val string) {
 	e.t.Helper()
-	if err := e.s.cacheC.Set(context.Background(), key, val, 0).Err(); err != nil {
+	var c redis.Cmdable = e.s.cacheC
+	if e.cluster {
+		c = e.s.clusterC
+	}
+	if err := c.Set(context.Background(), key, val, 0).Err(); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// setDB writes key in another DB of the cache server.
+func (e *env) setDB(db int, key, val string) {
+	e.t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: e.s.cache.Addr, DB: db})
+	defer c.Close()
+	if err := c.Set(context.Background(), key, val, 0).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// useCluster points the case at the shim's cluster (mode "cluster").
+func (e *env) useCluster() {
+	e.t.Helper()
+	cl := e.s.startCluster(e.t)
+	e.cluster = true
+	e.cfg.Cache, e.cfg.ClusterAddrs = cl.Addrs[0], cl.Addrs
+	ctx := context.Background()
+	if err := e.s.clusterC.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		if err := c.FlushAll(ctx).Err(); err != nil {
+			return err
+		}
+		return c.ConfigResetStat(ctx).Err()
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// owner is the cluster master holding key now.
+func (e *env) owner(key string) string {
+	e.t.Helper()
+	c, err := e.s.clusterC.MasterForKey(context.Background(), key)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c.Options().Addr
+}
+
+// bad returns the adapter's count of bad channel messages for reason.
+func (e *env) bad(reason string) float64 {
+	e.t.Helper()
+	m, _ := e.a.do(map[string]any{"op": "stats"})["bad_messages"].(map[string]any)
+	v, _ := m[reason].(float64)
+	return v
 }
 
 // monitor streams the cache server's MONITOR lines until stopped.
