@@ -10,7 +10,6 @@
 package pipeline
 
 import (
-
 	"github.com/hotsniff/hotsniff/bpf/samplelevel"
 
 	"github.com/hotsniff/hotsniff/capture"
