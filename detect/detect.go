@@ -70,6 +70,11 @@ type Stats struct {
 	AbsorbedUnpaired  uint64 // not right after a read of its key on its connection
 	AbsorbedNotHot    uint64 // for a key that is not hot
 	AbsorbedCapped    uint64 // cut to the per-key bound
+
+	// Incomplete evidence (incomplete.go): spans the capture reported as
+	// missed, and cold verdicts held because the window held such a span.
+	IncompleteSpans uint64
+	ColdHeld        uint64
 }
 
 // Detector is a decode.Sink that detects hot keys.
@@ -117,6 +122,9 @@ type Detector struct {
 	refresh   int64
 	invGap    int64
 	lifetime  int64
+	// holdUntil: until this packet time the window holds a span of missed
+	// requests, and hot keys are not turned cold on their rate.
+	holdUntil int64
 }
 
 const (
@@ -342,6 +350,9 @@ func (d *Detector) scan() {
 			cold = d.now-e.lastSeen >= d.lifetime || d.rate(&e.win, e.since, d.win/2) < d.cfg.ColdRatio*e.thr
 			if cold && e.bthr > 0 && d.now-e.lastSeen < d.lifetime {
 				cold = d.rate(&e.bwin, e.bsince, d.win/2) < d.cfg.ColdRatio*e.bthr
+			}
+			if cold && d.holdCold(e) {
+				cold = false
 			}
 		} else {
 			cold = d.now >= e.expires
