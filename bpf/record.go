@@ -82,3 +82,15 @@ func monotonicNow() int64 {
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail for this clock
 	return ts.Nano()
 }
+
+var offKernel = unsafe.Offsetof(hotsniffRecHdr{}.Pad2)
+
+// RecordKernelFlags returns a record's kernel-counting flags (RecCounted,
+// RecGap); 0 for a record shorter than its header or without kernel
+// counting.
+func RecordKernelFlags(raw []byte) uint32 {
+	if len(raw) < RecHdrSize {
+		return 0
+	}
+	return binary.LittleEndian.Uint32(raw[offKernel : offKernel+4])
+}
