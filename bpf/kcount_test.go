@@ -191,11 +191,15 @@ func TestKernelCountFamilies(t *testing.T) {
 					resp("PING"),
 					resp("GET", "a", "extra"), // wrong arity: no key
 				}
-				var pipe []byte
+				var pipe, deep []byte
 				for i := range 16 {
 					pipe = append(pipe, resp("GET", fmt.Sprintf("p%d", i))...)
 				}
-				segs = append(segs, pipe)
+				// The deepest pipeline counted whole: KernelMaxKeys GETs.
+				for i := range KernelMaxKeys {
+					deep = append(deep, resp("GET", fmt.Sprintf("d%03d", i))...)
+				}
+				segs = append(segs, pipe, deep)
 				for _, s := range segs {
 					if recs := e.send(prog, c, s); len(recs) != 0 {
 						t.Errorf("%q: %d records copied, want none", s, len(recs))
@@ -209,6 +213,9 @@ func TestKernelCountFamilies(t *testing.T) {
 				w.add(srv, decode.ProtoRedis, 0, "h2", 1)
 				for i := range 16 {
 					w.add(srv, decode.ProtoRedis, 0, fmt.Sprintf("p%d", i), 1)
+				}
+				for i := range KernelMaxKeys {
+					w.add(srv, decode.ProtoRedis, 0, fmt.Sprintf("d%03d", i), 1)
 				}
 				// SELECT is copied, and the GETs after it count in DB 2,
 				// in this segment and the next.

@@ -75,6 +75,9 @@ type Stats struct {
 	// missed, and cold verdicts held because the window held such a span.
 	IncompleteSpans uint64
 	ColdHeld        uint64
+	// KernelSubWindows counts the kernel sub-windows of bucket counts taken
+	// (kernel.go).
+	KernelSubWindows uint64
 }
 
 // Detector is a decode.Sink that detects hot keys.
