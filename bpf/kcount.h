@@ -1020,7 +1020,9 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 	if (reason >= 0) {
 		cnt->fallback[reason & 15]++;
 		// Copied and left to user space; where the next command starts is
-		// no longer known.
+		// no longer known. It starts on a boundary itself: after skipped
+		// segments, user space restarts the stream here.
+		in->rec = fl->gap ? KC_REC_GAP : 0;
 		fl->synced = 0;
 		fl->gap = 0;
 		return 0;

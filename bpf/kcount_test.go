@@ -15,6 +15,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/hotsniff/hotsniff/capture"
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
@@ -408,17 +409,23 @@ func TestKernelCountCopies(t *testing.T) {
 	if recs := e.send(prog, c, resp("SET", "hot", "v")); len(recs) != 1 || recs[0].kernel != RecCounted|RecGap {
 		t.Errorf("write to a hot key: %+v, want one record flagged counted, after a gap", recs)
 	}
+	// A fallback after skipped segments carries the gap flag too.
+	e.send(prog, c, resp("GET", "cold"))
+	if recs := e.send(prog, c, resp("GET", strings.Repeat("k", KernelMaxKey+1))); len(recs) != 1 || recs[0].kernel != RecGap {
+		t.Errorf("fallback after a gap: %+v, want one record flagged gap only", recs)
+	}
+	c = e.newConn(srv4, prog, true)
 	report := append(resp("GET", "cold"), resp("ECHO", "hotsniff:absorbed:1 5 50 cold")...)
 	if recs := e.send(prog, c, report); len(recs) != 1 || !bytes.Equal(recs[0].payload, report) {
 		t.Errorf("absorbed report: %+v, want the segment copied", recs)
 	}
 	st := e.stats()
-	if st.CopyLocated != 1 || st.CopyHot != 1 || st.CopyReport != 1 || st.Skipped != 2 {
+	if st.CopyLocated != 1 || st.CopyHot != 1 || st.CopyReport != 1 || st.Skipped != 3 {
 		t.Errorf("copies: %+v", st)
 	}
 	w := want{}
 	w.add(srv4, decode.ProtoRedis, 0, "hot", 1)
-	w.add(srv4, decode.ProtoRedis, 0, "cold", 2)
+	w.add(srv4, decode.ProtoRedis, 0, "cold", 3)
 	e.check(w)
 }
 
@@ -460,6 +467,26 @@ func TestKernelCountVerifier(t *testing.T) {
 		// verifier explores shows here before it fails to load.
 		if n > 500000 {
 			t.Errorf("%s: %d instructions processed, want at most 500000", name, n)
+		}
+	}
+}
+
+// TestParseRecordKernelFlags: a record's kernel-counting flags reach the
+// segment: counted, and a gap before it restarts the stream (Resumed).
+func TestParseRecordKernelFlags(t *testing.T) {
+	for _, tc := range []struct {
+		flags            uint32
+		counted, resumed bool
+	}{{0, false, false}, {RecCounted, true, false}, {RecGap, false, true}, {RecCounted | RecGap, true, true}} {
+		raw := make([]byte, RecHdrSize)
+		binary.LittleEndian.PutUint32(raw[offKernel:], tc.flags)
+		raw[offFamily] = 4
+		var seg capture.Segment
+		if _, err := ParseRecord(raw, 0, &seg); err != nil {
+			t.Fatal(err)
+		}
+		if seg.KernelCounted != tc.counted || seg.Resumed != tc.resumed {
+			t.Errorf("flags %d: counted %v resumed %v, want %v %v", tc.flags, seg.KernelCounted, seg.Resumed, tc.counted, tc.resumed)
 		}
 	}
 }

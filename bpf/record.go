@@ -72,6 +72,11 @@ func ParseRecord(raw []byte, monoOffset int64, seg *capture.Segment) (Hook, erro
 	sm := raw[offSample]
 	seg.SampleLevel = sm & sampleLevelMask
 	seg.Resumed = sm&sampleResumed != 0
+	// In-kernel counting: segments before a RecGap record were counted and
+	// not copied on purpose, and it starts on a command boundary.
+	kf := le.Uint32(raw[offKernel : offKernel+4])
+	seg.Resumed = seg.Resumed || kf&RecGap != 0
+	seg.KernelCounted = kf&RecCounted != 0
 	end := RecHdrSize + int(n)
 	seg.Payload = raw[RecHdrSize:end:end]
 	return Hook(raw[offHook]), nil

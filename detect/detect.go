@@ -230,6 +230,7 @@ func (d *Detector) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 		}
 	}
 	if d.def != nil {
+		d.def.counted = f.KernelCounted
 		d.def.observe(h, f, r.NS, k, w)
 	} else {
 		d.tair.observe(h, f, r.NS, k, w)

@@ -22,9 +22,10 @@ import "math"
 //	capture.SetLocated(bits)
 //	for _, h := range det.HotHashes(nil) { capture.SetHot(h, true) } // and remove the others
 //
-// and around the reads of each record the programs flagged as counted:
-//
-//	det.CountedInKernel(true); decode(record); det.CountedInKernel(false)
+// and the reads of records the programs flagged as counted reach Key with
+// Flow.KernelCounted set (capture.Segment.KernelCounted, through the stream
+// layer): they go to stages 2 and 3 and the hot list, not into the bucket
+// counts again.
 
 // kernelStage1 is the kernel's bucket counts over the last numSub kernel
 // sub-windows.
@@ -33,16 +34,6 @@ type kernelStage1 struct {
 	next int              // ring slot the next sub-window goes to
 	sum  []uint32         // per bucket: sum over the ring
 	bits []uint64         // located buckets, for the programs
-}
-
-// CountedInKernel tells the detector that the reads decoded until the next
-// call were already counted in the kernel's buckets (records the capture
-// flagged so): they go to stages 2 and 3 and the hot list, not into the
-// bucket counts again. Like Key, it runs on the observing goroutine.
-func (d *Detector) CountedInKernel(on bool) {
-	if d.def != nil {
-		d.def.counted = on
-	}
 }
 
 // KernelCounts takes the kernel's bucket counts of one sub-window

@@ -46,7 +46,7 @@ func (k *kernelSim) read(ts int64, key string) {
 		k.ep++
 	}
 	k.reads++
-	f := decode.Flow{Server: srvA, Proto: decode.ProtoRedis, TS: ts}
+	f := decode.Flow{Server: srvA, Proto: decode.ProtoRedis, TS: ts, KernelCounted: true}
 	h := Identity(srvA, decode.ProtoRedis, 0, []byte(key))
 	b := Bucket(h, k.buckets)
 	k.counts[b]++
@@ -54,9 +54,7 @@ func (k *kernelSim) read(ts int64, key string) {
 		return // counted in the kernel only
 	}
 	k.copied++
-	k.d.CountedInKernel(true)
 	k.d.Key(&f, &decode.Request{Op: "GET"}, decode.Key{Bytes: []byte(key), Weight: 1})
-	k.d.CountedInKernel(false)
 }
 
 // run reads a hot key at hotQPS and nCold keys at coldQPS each, evenly,
