@@ -174,7 +174,7 @@ func kernelCommands() map[hotsniffKcName]hotsniffKcCmd {
 		} else if c.Name == "ECHO" {
 			cmd.Kind = kcEcho
 		} else if c.SubHi > 0 {
-			for j := c.SubLo; j <= c.SubHi; j++ {
+			for j := c.SubLo; j < c.SubHi; j++ {
 				if len(all[j].KeySpecs) > 0 {
 					cmd.Kind = kcComplex
 				}

@@ -490,3 +490,50 @@ func TestParseRecordKernelFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelCountProgramCost logs the programs' in-kernel time per request
+// segment (BPF_PROG_TEST_RUN, hot caches), kernel counting off (the
+// segment is copied to the ring) and on (parsed, counted, not copied), for
+// one GET and for a pipeline of 16. Each run carries the next sequence
+// number, as a connection's segments do. Figures only: timing is not
+// asserted.
+func TestKernelCountProgramCost(t *testing.T) {
+	const n = 20000
+	var one, pipe []byte
+	one = resp("GET", "key:000000000042")
+	for i := range 16 {
+		pipe = append(pipe, resp("GET", fmt.Sprintf("key:%012d", i))...)
+	}
+	for _, kc := range []bool{false, true} {
+		cfg := Config{Ports: []uint16{6379}, RingSize: 64 << 20}
+		if kc {
+			cfg.KernelCount = &KernelCountConfig{SubWindow: 100 * time.Millisecond, Buckets: 4096, Protos: map[uint16]uint8{6379: 1}}
+		}
+		c, objs, rd := openTestConfig(t, cfg)
+		for name, prog := range progsKC(objs) {
+			for _, seg := range []struct {
+				name    string
+				payload []byte
+			}{{"GET", one}, {"16 GETs", pipe}} {
+				e := &kcEnv{t: t, c: c, objs: objs, rd: rd, port: 42000}
+				cn := e.newConn(srv4, prog, true)
+				var total time.Duration
+				for i := range n {
+					p := pkt{src: cn.cli, dst: cn.srv, flags: 0x18, seq: cn.seq, ack: 1, payload: seg.payload}
+					_, d, err := prog.Benchmark(p.bytes(), 1, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					total += d
+					cn.seq += uint32(len(seg.payload))
+					if i%1000 == 999 {
+						e.drain()
+					}
+				}
+				recs := len(e.drain())
+				t.Logf("%-4s kernel-count=%-5v %-8s %4d ns per segment", name, kc, seg.name, total.Nanoseconds()/n)
+				_ = recs
+			}
+		}
+	}
+}

@@ -104,3 +104,7 @@ func (d *Detector) HotHashes(dst []uint64) []uint64 {
 	}
 	return dst
 }
+
+// SubWindow is the length of the detector's sub-windows (window / 8): the
+// sub-window the capture programs count in (bpf.KernelCountConfig).
+func (d *Detector) SubWindow() int64 { return d.sub }
