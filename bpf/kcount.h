@@ -550,6 +550,61 @@ static __always_inline long kc_bad(struct kc_st *st, int reason)
 	return 1;
 }
 
+// kc_resp_bulk takes the bulk string argument of len bytes at off.
+static __always_inline long kc_resp_bulk(struct kc_st *st, __u32 off, __u32 len)
+{
+	if (off + len + 2 > st->end)
+		return kc_bad(st, KR_SPLIT);
+	if (kc_at(st, off + len) != '\r' || kc_at(st, off + len + 1) != '\n')
+		return kc_bad(st, KR_MALFORMED);
+	st->pos = off + len + 2;
+	__u32 ai = st->argi++;
+	st->state = st->argi >= st->argc ? R_CMD : R_BULK;
+	if (ai == 0)
+		return kc_resp_name(st, off, len);
+	if (st->session == KC_S_SELECT && ai == 1) {
+		// SELECT n: the DB of the commands that follow (as the decoder
+		// does, also when queued in MULTI; a DISCARD restores it).
+		st->pos = off;
+		st->tok = off + len;
+		st->num = 0;
+		st->ndig = 0;
+		st->state = R_DB;
+		return 0;
+	}
+	if (st->kind != KC_READ && st->kind != KC_WRITE)
+		return 0;
+	__s32 a = ai;
+	if (a < st->cmd.first || a > st->cmd.last)
+		return 0;
+	if ((__u32)(a - st->cmd.first) % (__u32)st->cmd.step)
+		return 0;
+	return kc_key(st, off, len, st->kind == KC_WRITE, st->weight);
+}
+
+// kc_short reads a header of one or two digits and \r\n at p (after its
+// '*' or '$') in one step: the common case, which the byte-level states
+// would take four or five callback calls for. It returns the value and sets
+// *next past the \r\n, or returns -1 (then the byte-level states take it).
+static __always_inline int kc_short(struct kc_st *st, __u32 p, __u32 *next)
+{
+	if (p + 4 > st->end)
+		return -1;
+	__u32 w = ld32(kc_buf(st)->buf + (p & KC_MASK));
+	__u32 d0 = (w & 0xff) - '0', d1 = ((w >> 8) & 0xff) - '0';
+	if (d0 > 9)
+		return -1;
+	if ((w >> 8 & 0xffff) == 0x0a0d) {
+		*next = p + 3;
+		return d0;
+	}
+	if (d1 <= 9 && (w >> 16) == 0x0a0d && d0 != 0) {
+		*next = p + 4;
+		return d0 * 10 + d1;
+	}
+	return -1;
+}
+
 static long kc_resp_step(__u64 i, struct kc_loop *l)
 {
 	struct kc_st *st = l->st;
@@ -562,6 +617,17 @@ static long kc_resp_step(__u64 i, struct kc_loop *l)
 	case R_CMD:
 		if (c != '*')
 			return kc_bad(st, (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ? KR_INLINE : KR_MALFORMED);
+		{
+			__u32 next;
+			int n = kc_short(st, p + 1, &next);
+			if (n > 0) {
+				st->argc = n;
+				st->argi = 0;
+				st->state = R_BULK;
+				st->pos = next;
+				return 0;
+			}
+		}
 		st->num = 0;
 		st->ndig = 0;
 		st->state = R_ARGC;
@@ -608,6 +674,12 @@ static long kc_resp_step(__u64 i, struct kc_loop *l)
 	case R_BULK:
 		if (c != '$')
 			return kc_bad(st, KR_MALFORMED);
+		{
+			__u32 next;
+			int n = kc_short(st, p + 1, &next);
+			if (n >= 0)
+				return kc_resp_bulk(st, next, n);
+		}
 		st->num = 0;
 		st->ndig = 0;
 		st->state = R_LEN;
@@ -620,34 +692,7 @@ static long kc_resp_step(__u64 i, struct kc_loop *l)
 	// The end of a bulk string's header: its data follows.
 	if (c != '\n')
 		return kc_bad(st, KR_MALFORMED);
-	__u32 off = p + 1, len = st->num;
-	if (off + len + 2 > st->end)
-		return kc_bad(st, KR_SPLIT);
-	if (kc_at(st, off + len) != '\r' || kc_at(st, off + len + 1) != '\n')
-		return kc_bad(st, KR_MALFORMED);
-	st->pos = off + len + 2;
-	__u32 ai = st->argi++;
-	st->state = st->argi >= st->argc ? R_CMD : R_BULK;
-	if (ai == 0)
-		return kc_resp_name(st, off, len);
-	if (st->session == KC_S_SELECT && ai == 1) {
-		// SELECT n: the DB of the commands that follow (as the decoder
-		// does, also when queued in MULTI; a DISCARD restores it).
-		st->pos = off;
-		st->tok = off + len;
-		st->num = 0;
-		st->ndig = 0;
-		st->state = R_DB;
-		return 0;
-	}
-	if (st->kind != KC_READ && st->kind != KC_WRITE)
-		return 0;
-	__s32 a = ai;
-	if (a < st->cmd.first || a > st->cmd.last)
-		return 0;
-	if ((__u32)(a - st->cmd.first) % (__u32)st->cmd.step)
-		return 0;
-	return kc_key(st, off, len, st->kind == KC_WRITE, st->weight);
+	return kc_resp_bulk(st, p + 1, st->num);
 }
 
 // Memcached text, a byte at a time: tokens separated by spaces, lines by
