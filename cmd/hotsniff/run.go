@@ -57,6 +57,7 @@ type captureFlags struct {
 	procs      int
 	nice       int
 	maxCPU     float64
+	kcount     bool
 }
 
 func newRunCmd() *cobra.Command {
@@ -160,6 +161,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	f.IntVar(&cf.nice, "nice", 10, "CPU priority of the daemon's threads, -20 (highest) to 19: by default it yields to the cache server when the CPU is saturated (a daemon started at a higher nice value keeps it)")
 	f.Float64Var(&cf.maxCPU, "max-cpu", 0, "CPU budget as a share of one core (0.05: 5 %), the eBPF programs' run time included: above it the programs copy only part of the connections (in steps of 4 %) and counts are scaled back, thresholds staying in true requests per second; 0: no budget")
 	f.BoolVar(&cf.replies, "capture-replies", false, "eBPF: copy server replies whole (exact reply bytes whatever the traffic; replies are most of the bytes)")
+	f.BoolVar(&cf.kcount, "kernel-count", false, "eBPF: count reads in the kernel and copy only the requests of located buckets, writes to hot keys, session commands and what the programs cannot parse (experimental; no reply bytes: --hot-bytes needs it off)")
 	f.IntVar(&cf.replyCopy, "reply-copy", bpf.DefaultReplyCopy, "eBPF without --capture-replies: copy at most this many bytes of each reply segment, enough to read reply headers and attribute reply bytes to keys (0: copy no reply payload; no reply bytes)")
 	return cmd
 }
@@ -196,6 +198,7 @@ type daemon struct {
 	truncSegs uint64 // segments with bytes the capture did not copy
 	lat       []time.Duration
 	samp      *sampler
+	kc        kernelCount
 
 	col     *metrics.Collector
 	hotMu   sync.Mutex
@@ -236,12 +239,14 @@ func (d *daemon) run(ctx context.Context) error {
 	if err != nil {
 		return usageError{err}
 	}
+	d.kc.det = det
 	if err := d.openCapture(); err != nil {
 		if pub != nil {
 			pub.Close(context.Background())
 		}
 		return err
 	}
+	d.startKernelReader()
 	d.col = metrics.New()
 	d.samp = d.startSampler()
 	defer d.samp.close()
@@ -320,6 +325,9 @@ func (d *daemon) openCapture() error {
 	ports := d.ports.List()
 	cfg := bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Replies: d.cf.replies,
 		ReplyHeads: !d.cf.replies && d.cf.replyCopy > 0, ReplyCopy: uint32(max(d.cf.replyCopy, 0)), Logger: d.base}
+	if err := d.kernelCountConfig(&cfg); err != nil {
+		return usageError{err}
+	}
 	if d.mode != bpf.ModeAFPacket {
 		// Kernels before 5.11 charge BPF maps to the locked memory limit;
 		// later ones ignore it. Without CAP_SYS_RESOURCE this fails and
@@ -469,6 +477,7 @@ func (d *daemon) pipeline(asm *stream.Assembler, counter *decode.Counter, det *d
 func (d *daemon) tick(clock, now time.Time, asm *stream.Assembler, counter *decode.Counter, det *detect.Detector, pub *publish.Publisher, full bool) {
 	ns := clock.UnixNano()
 	asm.Tick(ns)
+	d.stepKernel()
 	det.Tick(ns)
 	d.beat.Store(now.UnixNano())
 	if !full {
