@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/promcheck"
 )
 
 // TestRunKernelCountPrivileged: the daemon with --kernel-count finds a hot
@@ -35,7 +36,16 @@ func TestRunKernelCountPrivileged(t *testing.T) {
 	if !found {
 		t.Fatalf("key:__rand_int__ never hot with --kernel-count\n%s", d.log())
 	}
-	_, m := d.scrape(t)
+	body, m := d.scrape(t)
+	promcheck.Check(t, body)
+	for _, r := range []string{"split", "midstream", "unknown"} {
+		if _, ok := m[`hotsniff_kernel_fallback_total{reason="`+r+`"}`]; !ok {
+			t.Errorf("no hotsniff_kernel_fallback_total{reason=%q}", r)
+		}
+	}
+	if _, ok := m["hotsniff_detect_cold_held_total"]; !ok {
+		t.Error("no hotsniff_detect_cold_held_total")
+	}
 	gets := m[`hotsniff_requests_total{op="GET",proto="redis"}`]
 	t.Logf("GETs decoded in user space: %v of %d sent", gets, hotN+coldN)
 	if gets >= hotN+coldN {

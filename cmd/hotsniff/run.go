@@ -199,6 +199,7 @@ type daemon struct {
 	lat       []time.Duration
 	samp      *sampler
 	kc        kernelCount
+	ev        evidence
 
 	col     *metrics.Collector
 	hotMu   sync.Mutex
@@ -499,6 +500,7 @@ func (d *daemon) tick(clock, now time.Time, asm *stream.Assembler, counter *deco
 		pub.UpdateRates(hot) // the snapshot carries current rates
 	}
 	d.updateMetrics(asm.Stats(), counter, hot, pub)
+	d.noteEvidence(det, asm.Stats().BytesLost, d.captureStats(), ns)
 	ds := det.Stats()
 	d.col.Update(func(s *metrics.Snapshot) { s.Absorbed, s.LateReads = absorbedMetrics(ds), ds.Late })
 }
