@@ -642,6 +642,8 @@ static long kc_resp_step(__u64 i, struct kc_loop *l)
 				st->ndig = 100; // too long: the server rejects it
 				return 0;
 			}
+			if (st->ndig == 1 && st->num == 0 && st->state != R_DB)
+				return kc_bad(st, KR_MALFORMED); // a leading zero: the server rejects it
 			st->num = st->num * 10 + (c - '0');
 			st->ndig++;
 			return 0;

@@ -27,7 +27,7 @@ var (
 )
 
 type kcEnv struct {
-	t    *testing.T
+	t    testing.TB
 	c    *Capture
 	objs *hotsniffObjects
 	rd   testRings
@@ -36,9 +36,13 @@ type kcEnv struct {
 	port uint16 // next client port
 }
 
-func openKC(t *testing.T) *kcEnv {
+func openKC(t testing.TB) *kcEnv {
 	t.Helper()
-	sub := 300 * time.Millisecond
+	return openKCSub(t, 300*time.Millisecond)
+}
+
+func openKCSub(t testing.TB, sub time.Duration) *kcEnv {
+	t.Helper()
 	c, objs, rd := openTestConfig(t, Config{Ports: []uint16{6379, 11211}, RingSize: 1 << 20, KernelCount: &KernelCountConfig{
 		SubWindow: sub, Buckets: 4096, Protos: map[uint16]uint8{6379: uint8(decode.ProtoRedis), 11211: uint8(decode.ProtoMemcache)},
 	}})
