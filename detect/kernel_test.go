@@ -154,3 +154,24 @@ func TestKernelStage1Incomplete(t *testing.T) {
 		t.Fatalf("stats %+v: want incomplete spans and held verdicts", st)
 	}
 }
+
+// TestKernelStage1Fallbacks: reads the programs could not count (a key
+// over their length limit, split commands) reach the detector uncounted
+// and are counted into stage 1 in user space, beside the kernel's counts:
+// such a key is found too, and its rate is its true rate.
+func TestKernelStage1Fallbacks(t *testing.T) {
+	d, rec := newDet(t, Config{HotQPS: T})
+	k := newKernelSim(d)
+	long := string(make([]byte, 300))
+	step := int64(1e9 / (2 * T))
+	for ts := int64(0); ts < int64(3*time.Second); ts += step {
+		// The kernel's sub-windows move on with the other traffic.
+		k.read(base+ts, fmt.Sprintf("cold:%d", ts/step%2000))
+		f := decode.Flow{Server: srvA, Proto: decode.ProtoRedis, TS: base + ts}
+		d.Key(&f, &decode.Request{Op: "GET"}, decode.Key{Bytes: []byte(long), Weight: 1})
+	}
+	hs := d.HotSet()
+	if len(hs) != 1 || string(hs[0].Key) != long || hs[0].QPS < 1.9*T || hs[0].QPS > 2.1*T {
+		t.Fatalf("hot set %+v, want the long key at 2×; events %d", hs, len(rec.ev))
+	}
+}
