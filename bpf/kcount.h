@@ -452,7 +452,7 @@ static __always_inline void kc_reseed(struct kc_st *st)
 #define R_LEN_LF 5
 #define R_DB 6     // digits of SELECT's argument
 
-// kc_fold_name looks up the command name of len (1..15) bytes at off:
+// kc_lookup_name looks up the command name of len (1..15) bytes at off:
 // letters folded to upper case a word at a time (clearing 0x20 in every
 // byte with 0x40 set: only case variants of a name fold onto it).
 static __always_inline struct kc_cmd *kc_lookup_name(struct kc_st *st, __u32 off, __u32 len)
