@@ -795,6 +795,9 @@ static __always_inline int sample_skip(struct rec_hdr *h, struct parsed *p)
 	h->sample = r;
 	return 0;
 }
+// In-kernel counting (--kernel-count): kcount.h.
+#include "kcount.h"
+
 // reply_heads trims a reply segment to what reply parsing needs
 // (REPLIES_HEADS): bytes inside the skip user space registered for the flow
 // are dropped (the segment starts after them, or yields nothing), and at
@@ -880,14 +883,16 @@ static __always_inline void handle_skb(struct __sk_buff *skb, __u32 hook)
 	if (ret != 0)
 		return;
 	cnt->matched++;
-	if (sample_skip(&h, &p))
-		return;
-	h.ifindex = skb->ifindex;
-	h.hook = hook;
 	h.pad2 = 0;
 	__u32 len = skb->len;
 	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;
 	__u32 wire = p.pay_len == 0xffffffff ? avail : p.pay_len;
+	if (kc_on && !p.reply && kc_handle(skb, 0, &h, p.pay_off, avail, wire))
+		return; // counted here, not needed in user space
+	if (sample_skip(&h, &p))
+		return;
+	h.ifindex = skb->ifindex;
+	h.hook = hook;
 	__u32 uncopied = 0, tail = 0;
 	if (p.reply && replies == REPLIES_HEADS) {
 		reply_heads(&h, cnt, &p.pay_off, &avail, &wire, &uncopied, &tail);
@@ -937,14 +942,16 @@ int hotsniff_xdp(struct xdp_md *ctx)
 	if (ret != 0)
 		return XDP_PASS;
 	cnt->matched++;
-	if (sample_skip(&h, &p))
-		return XDP_PASS;
-	h.ifindex = ctx->ingress_ifindex;
-	h.hook = HOOK_XDP;
 	h.pad2 = 0;
 	__u32 len = bpf_xdp_get_buff_len(ctx);
 	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;
 	__u32 wire = p.pay_len == 0xffffffff ? avail : p.pay_len;
+	if (kc_on && !p.reply && kc_handle(ctx, 1, &h, p.pay_off, avail, wire))
+		return XDP_PASS;
+	if (sample_skip(&h, &p))
+		return XDP_PASS;
+	h.ifindex = ctx->ingress_ifindex;
+	h.hook = HOOK_XDP;
 	__u32 uncopied = 0, tail = 0;
 	if (p.reply && replies == REPLIES_HEADS) {
 		reply_heads(&h, cnt, &p.pay_off, &avail, &wire, &uncopied, &tail);

@@ -27,6 +27,113 @@ type hotsniffCounters struct {
 	ReplyBytes  uint64
 }
 
+type hotsniffKcCmd struct {
+	_       structs.HostLayout
+	Kind    uint8
+	Fieldw  uint8
+	Session uint8
+	Pad     uint8
+	Arity   int16
+	First   int16
+	Last    int16
+	Step    int16
+}
+
+type hotsniffKcFlow struct {
+	_        structs.HostLayout
+	NextSeq  uint32
+	Db       int32
+	DbBefore int32
+	Synced   uint8
+	InMulti  uint8
+	Gap      uint8
+	Pad      uint8
+}
+
+type hotsniffKcLocated struct {
+	_    structs.HostLayout
+	Bits [64]uint64
+}
+
+type hotsniffKcName struct {
+	_ structs.HostLayout
+	N [16]uint8
+}
+
+type hotsniffKcScratch struct {
+	_  structs.HostLayout
+	St struct {
+		_        structs.HostLayout
+		AddrLo   uint64
+		AddrHi   uint64
+		Seed     uint64
+		Pos      uint32
+		End      uint32
+		Nkeys    uint32
+		Argc     uint32
+		Argi     uint32
+		Weight   uint32
+		Copy     uint32
+		Reason   int32
+		Reqs     uint32
+		Nk       uint32
+		Db       int32
+		DbBefore int32
+		Port     uint16
+		Proto    uint8
+		InMulti  uint8
+		Session  uint8
+		Kind     uint8
+		State    uint8
+		Ndig     uint8
+		Num      uint32
+		Tok      uint32
+		Toklen   uint32
+		Ntok     uint32
+		Tnum     uint32
+		Tdig     uint8
+		Pad2     [3]uint8
+		Cmd      hotsniffKcCmd
+		_        [4]byte
+	}
+	In struct {
+		_      structs.HostLayout
+		K      hotsniffSkipKey
+		Seq    uint32
+		PayOff uint32
+		Len    uint32
+		Family uint8
+		Flags  uint8
+		Xdp    uint8
+		Pad    uint8
+		Rec    uint32
+	}
+	Buf [4608]uint8
+	Kh  [128]uint64
+	Kw  [128]uint32
+}
+
+type hotsniffKcSlot struct {
+	_     structs.HostLayout
+	Epoch uint64
+	C     [4096]uint32
+}
+
+type hotsniffKcStats struct {
+	_           structs.HostLayout
+	Fallback    [11]uint64
+	Segments    uint64
+	Counted     uint64
+	Skipped     uint64
+	Requests    uint64
+	Keys        uint64
+	Reads       uint64
+	CopyLocated uint64
+	CopyHot     uint64
+	CopySession uint64
+	CopyReport  uint64
+}
+
 type hotsniffPortBitmap struct {
 	_    structs.HostLayout
 	Bits [8192]uint8
@@ -88,6 +195,14 @@ type hotsniffSkipRange struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	hotsniffMapKcCmds                 = "kc_cmds"
+	hotsniffMapKcCounts               = "kc_counts"
+	hotsniffMapKcFlows                = "kc_flows"
+	hotsniffMapKcHot                  = "kc_hot"
+	hotsniffMapKcLocated              = "kc_located"
+	hotsniffMapKcProto                = "kc_proto"
+	hotsniffMapKcScratch              = "kc_scratch"
+	hotsniffMapKcStat                 = "kc_stat"
 	hotsniffMapPorts                  = "ports"
 	hotsniffMapReplySkips             = "reply_skips"
 	hotsniffMapRings                  = "rings"
@@ -100,11 +215,20 @@ const (
 	hotsniffProgHotsniffTcEgress      = "hotsniff_tc_egress"
 	hotsniffProgHotsniffTcIngress     = "hotsniff_tc_ingress"
 	hotsniffProgHotsniffXdp           = "hotsniff_xdp"
+	hotsniffVarKcOn                   = "kc_on"
+	hotsniffVarKcShift                = "kc_shift"
+	hotsniffVarKcSubNs                = "kc_sub_ns"
 	hotsniffVarMaxCopy                = "max_copy"
 	hotsniffVarRawIp                  = "raw_ip"
 	hotsniffVarReplies                = "replies"
 	hotsniffVarReplyCopy              = "reply_copy"
 	hotsniffVarUnusedCounters         = "unused_counters"
+	hotsniffVarUnusedKcCmd            = "unused_kc_cmd"
+	hotsniffVarUnusedKcFlow           = "unused_kc_flow"
+	hotsniffVarUnusedKcLocated        = "unused_kc_located"
+	hotsniffVarUnusedKcName           = "unused_kc_name"
+	hotsniffVarUnusedKcSlot           = "unused_kc_slot"
+	hotsniffVarUnusedKcStats          = "unused_kc_stats"
 	hotsniffVarUnusedPortBitmap       = "unused_port_bitmap"
 	hotsniffVarUnusedRecHdr           = "unused_rec_hdr"
 	hotsniffVarUnusedSampleCounts     = "unused_sample_counts"
@@ -168,6 +292,14 @@ type hotsniffProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hotsniffMapSpecs struct {
+	KcCmds     *ebpf.MapSpec `ebpf:"kc_cmds"`
+	KcCounts   *ebpf.MapSpec `ebpf:"kc_counts"`
+	KcFlows    *ebpf.MapSpec `ebpf:"kc_flows"`
+	KcHot      *ebpf.MapSpec `ebpf:"kc_hot"`
+	KcLocated  *ebpf.MapSpec `ebpf:"kc_located"`
+	KcProto    *ebpf.MapSpec `ebpf:"kc_proto"`
+	KcScratch  *ebpf.MapSpec `ebpf:"kc_scratch"`
+	KcStat     *ebpf.MapSpec `ebpf:"kc_stat"`
 	Ports      *ebpf.MapSpec `ebpf:"ports"`
 	ReplySkips *ebpf.MapSpec `ebpf:"reply_skips"`
 	Rings      *ebpf.MapSpec `ebpf:"rings"`
@@ -181,11 +313,20 @@ type hotsniffMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hotsniffVariableSpecs struct {
+	KcOn               *ebpf.VariableSpec `ebpf:"kc_on"`
+	KcShift            *ebpf.VariableSpec `ebpf:"kc_shift"`
+	KcSubNs            *ebpf.VariableSpec `ebpf:"kc_sub_ns"`
 	MaxCopy            *ebpf.VariableSpec `ebpf:"max_copy"`
 	RawIp              *ebpf.VariableSpec `ebpf:"raw_ip"`
 	Replies            *ebpf.VariableSpec `ebpf:"replies"`
 	ReplyCopy          *ebpf.VariableSpec `ebpf:"reply_copy"`
 	UnusedCounters     *ebpf.VariableSpec `ebpf:"unused_counters"`
+	UnusedKcCmd        *ebpf.VariableSpec `ebpf:"unused_kc_cmd"`
+	UnusedKcFlow       *ebpf.VariableSpec `ebpf:"unused_kc_flow"`
+	UnusedKcLocated    *ebpf.VariableSpec `ebpf:"unused_kc_located"`
+	UnusedKcName       *ebpf.VariableSpec `ebpf:"unused_kc_name"`
+	UnusedKcSlot       *ebpf.VariableSpec `ebpf:"unused_kc_slot"`
+	UnusedKcStats      *ebpf.VariableSpec `ebpf:"unused_kc_stats"`
 	UnusedPortBitmap   *ebpf.VariableSpec `ebpf:"unused_port_bitmap"`
 	UnusedRecHdr       *ebpf.VariableSpec `ebpf:"unused_rec_hdr"`
 	UnusedSampleCounts *ebpf.VariableSpec `ebpf:"unused_sample_counts"`
@@ -216,6 +357,14 @@ func (o *hotsniffObjects) Close() error {
 //
 // It can be passed to loadHotsniffObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hotsniffMaps struct {
+	KcCmds     *ebpf.Map `ebpf:"kc_cmds"`
+	KcCounts   *ebpf.Map `ebpf:"kc_counts"`
+	KcFlows    *ebpf.Map `ebpf:"kc_flows"`
+	KcHot      *ebpf.Map `ebpf:"kc_hot"`
+	KcLocated  *ebpf.Map `ebpf:"kc_located"`
+	KcProto    *ebpf.Map `ebpf:"kc_proto"`
+	KcScratch  *ebpf.Map `ebpf:"kc_scratch"`
+	KcStat     *ebpf.Map `ebpf:"kc_stat"`
 	Ports      *ebpf.Map `ebpf:"ports"`
 	ReplySkips *ebpf.Map `ebpf:"reply_skips"`
 	Rings      *ebpf.Map `ebpf:"rings"`
@@ -227,6 +376,14 @@ type hotsniffMaps struct {
 
 func (m *hotsniffMaps) Close() error {
 	return _HotsniffClose(
+		m.KcCmds,
+		m.KcCounts,
+		m.KcFlows,
+		m.KcHot,
+		m.KcLocated,
+		m.KcProto,
+		m.KcScratch,
+		m.KcStat,
 		m.Ports,
 		m.ReplySkips,
 		m.Rings,
@@ -241,11 +398,20 @@ func (m *hotsniffMaps) Close() error {
 //
 // It can be passed to loadHotsniffObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hotsniffVariables struct {
+	KcOn               *ebpf.Variable `ebpf:"kc_on"`
+	KcShift            *ebpf.Variable `ebpf:"kc_shift"`
+	KcSubNs            *ebpf.Variable `ebpf:"kc_sub_ns"`
 	MaxCopy            *ebpf.Variable `ebpf:"max_copy"`
 	RawIp              *ebpf.Variable `ebpf:"raw_ip"`
 	Replies            *ebpf.Variable `ebpf:"replies"`
 	ReplyCopy          *ebpf.Variable `ebpf:"reply_copy"`
 	UnusedCounters     *ebpf.Variable `ebpf:"unused_counters"`
+	UnusedKcCmd        *ebpf.Variable `ebpf:"unused_kc_cmd"`
+	UnusedKcFlow       *ebpf.Variable `ebpf:"unused_kc_flow"`
+	UnusedKcLocated    *ebpf.Variable `ebpf:"unused_kc_located"`
+	UnusedKcName       *ebpf.Variable `ebpf:"unused_kc_name"`
+	UnusedKcSlot       *ebpf.Variable `ebpf:"unused_kc_slot"`
+	UnusedKcStats      *ebpf.Variable `ebpf:"unused_kc_stats"`
 	UnusedPortBitmap   *ebpf.Variable `ebpf:"unused_port_bitmap"`
 	UnusedRecHdr       *ebpf.Variable `ebpf:"unused_rec_hdr"`
 	UnusedSampleCounts *ebpf.Variable `ebpf:"unused_sample_counts"`

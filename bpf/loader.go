@@ -123,6 +123,9 @@ type Config struct {
 	ReplyCopy uint32
 	// Logger receives one line per attachment; default slog.Default().
 	Logger *slog.Logger
+	// KernelCount, when set, counts reads in the kernel and copies only
+	// what user space needs (kcount.go); nil copies every request.
+	KernelCount *KernelCountConfig
 }
 
 // Ring sizes are small on purpose. The programs' cost is mostly the record
@@ -162,6 +165,10 @@ type Capture struct {
 	sampling  *ebpf.Map // shared flow sampling state (sampling.go)
 	sampled   *ebpf.Map // per CPU: segments of sampled-out flows
 	skips     *ebpf.Map // reply ranges user space skips (ReplyHeads)
+	// Kernel counting (kcount.go), shared by every attachment.
+	kcMaps                                              map[string]*ebpf.Map
+	kcCounts, kcLocated, kcHot, kcCmds, kcProto, kcStat *ebpf.Map
+	kcBuf                                               []hotsniffKcSlot
 
 	mu     sync.Mutex
 	ifaces []*Attachment
@@ -241,6 +248,14 @@ func Open(cfg Config) (*Capture, error) {
 	if err := spec.Variables[hotsniffVarReplyCopy].Set(cfg.ReplyCopy); err != nil {
 		return nil, fmt.Errorf("set reply_copy: %w", err)
 	}
+	if cfg.KernelCount != nil {
+		if err := cfg.KernelCount.validate(); err != nil {
+			return nil, err
+		}
+	}
+	if err := setKernelVars(spec, cfg.KernelCount); err != nil {
+		return nil, err
+	}
 	c := &Capture{cfg: cfg, log: cfg.Logger.With("component", "bpf"), spec: spec, fullRings: nOnline}
 	if err := c.createMaps(online); err != nil {
 		c.Close()
@@ -305,7 +320,18 @@ func (c *Capture) createMaps(online []bool) error {
 	if c.skips, err = ebpf.NewMap(c.spec.Maps[hotsniffMapReplySkips]); err != nil {
 		return fmt.Errorf("create reply skips map: %w", err)
 	}
-	return nil
+	c.kcMaps = make(map[string]*ebpf.Map)
+	for _, name := range []string{hotsniffMapKcCounts, hotsniffMapKcLocated, hotsniffMapKcHot, hotsniffMapKcCmds,
+		hotsniffMapKcProto, hotsniffMapKcStat, hotsniffMapKcFlows, hotsniffMapKcScratch} {
+		m, err := ebpf.NewMap(c.spec.Maps[name])
+		if err != nil {
+			return fmt.Errorf("create map %s: %w", name, err)
+		}
+		c.kcMaps[name] = m
+	}
+	c.kcCounts, c.kcLocated, c.kcHot = c.kcMaps[hotsniffMapKcCounts], c.kcMaps[hotsniffMapKcLocated], c.kcMaps[hotsniffMapKcHot]
+	c.kcCmds, c.kcProto, c.kcStat = c.kcMaps[hotsniffMapKcCmds], c.kcMaps[hotsniffMapKcProto], c.kcMaps[hotsniffMapKcStat]
+	return c.initKernelMaps()
 }
 
 // onlineCPUs reports which of the possible CPUs are online, from
@@ -374,16 +400,18 @@ func (c *Capture) loadInto(to any, rawIP bool) error {
 	if err := spec.Variables[hotsniffVarRawIp].Set(raw); err != nil {
 		return fmt.Errorf("set raw_ip: %w", err)
 	}
-	err := spec.LoadAndAssign(to, &ebpf.CollectionOptions{
-		MapReplacements: map[string]*ebpf.Map{
-			hotsniffMapRings:      c.rings,
-			hotsniffMapPorts:      c.ports,
-			hotsniffMapWake:       c.wake,
-			hotsniffMapSampling:   c.sampling,
-			hotsniffMapSampledOut: c.sampled,
-			hotsniffMapReplySkips: c.skips,
-		},
-	})
+	repl := map[string]*ebpf.Map{
+		hotsniffMapRings:      c.rings,
+		hotsniffMapPorts:      c.ports,
+		hotsniffMapWake:       c.wake,
+		hotsniffMapSampling:   c.sampling,
+		hotsniffMapSampledOut: c.sampled,
+		hotsniffMapReplySkips: c.skips,
+	}
+	for name, m := range c.kcMaps {
+		repl[name] = m
+	}
+	err := spec.LoadAndAssign(to, &ebpf.CollectionOptions{MapReplacements: repl})
 	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -706,6 +734,9 @@ func (c *Capture) Close() error {
 	}
 	if c.skips != nil {
 		errs = append(errs, c.skips.Close())
+	}
+	for _, m := range c.kcMaps {
+		errs = append(errs, m.Close())
 	}
 	if c.rings != nil {
 		errs = append(errs, c.rings.Close())

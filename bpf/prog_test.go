@@ -88,7 +88,7 @@ func openTest(t *testing.T, maxCopy uint32) (*Capture, *hotsniffObjects, testRin
 // testRings reads every CPU's ring; [0] is CPU 0's.
 type testRings []*ringbuf.Reader
 
-func openTestConfig(t *testing.T, cfg Config) (*Capture, *hotsniffObjects, testRings) {
+func openTestConfig(t testing.TB, cfg Config) (*Capture, *hotsniffObjects, testRings) {
 	t.Helper()
 	netnstest.RequireRoot(t)
 	c, err := Open(cfg)

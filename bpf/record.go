@@ -52,7 +52,10 @@ type Record struct {
 	Missing     uint32
 	Resumed     bool
 	SampleLevel uint8
-	Hook        Hook
+	// KernelCounted: the programs counted this segment's reads already
+	// (in-kernel counting).
+	KernelCounted bool
+	Hook          Hook
 }
 
 // ParseRecord fills seg from one ring record. monoOffset converts the
@@ -85,6 +88,11 @@ func ParseRecord(raw []byte, monoOffset int64, seg *Record) (Hook, error) {
 	sm := raw[offSample]
 	seg.SampleLevel = sm & sampleLevelMask
 	seg.Resumed = sm&sampleResumed != 0
+	// In-kernel counting: segments before a RecGap record were counted and
+	// not copied on purpose, and it starts on a command boundary.
+	kf := le.Uint32(raw[offKernel : offKernel+4])
+	seg.Resumed = seg.Resumed || kf&RecGap != 0
+	seg.KernelCounted = kf&RecCounted != 0
 	end := RecHdrSize + int(n)
 	seg.Payload = raw[RecHdrSize:end:end]
 	seg.Hook = Hook(raw[offHook])
@@ -95,4 +103,16 @@ func monotonicNow() int64 {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail for this clock
 	return ts.Nano()
+}
+
+var offKernel = unsafe.Offsetof(hotsniffRecHdr{}.Pad2)
+
+// RecordKernelFlags returns a record's kernel-counting flags (RecCounted,
+// RecGap); 0 for a record shorter than its header or without kernel
+// counting.
+func RecordKernelFlags(raw []byte) uint32 {
+	if len(raw) < RecHdrSize {
+		return 0
+	}
+	return binary.LittleEndian.Uint32(raw[offKernel : offKernel+4])
 }

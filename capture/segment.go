@@ -40,6 +40,10 @@ type Segment struct {
 	// between what the stream layer saw last and this segment were not
 	// lost, so it restarts the direction here without counting a gap.
 	Resumed bool
+	// KernelCounted says the capture programs already counted this
+	// segment's reads in their bucket counts (in-kernel counting): the
+	// detector takes them to its later stages only.
+	KernelCounted bool
 	// SampleLevel is the flow sampling in effect when the segment was
 	// copied: about 2^(-SampleLevel/16) of the connections are seen
 	// (SampleRate gives the exact fraction; 0: all).

@@ -39,6 +39,8 @@ type Capture struct {
 	Procs      int
 	Nice       int
 	MaxCPU     float64
+	// KernelCount counts reads in the eBPF programs (experimental).
+	KernelCount bool
 }
 
 // Stream is the port map and the reassembly bounds.

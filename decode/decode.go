@@ -85,6 +85,9 @@ type Flow struct {
 	// TS is the packet time (Unix ns) of the segment being parsed; the stream
 	// layer sets it before every Parse call.
 	TS int64
+	// KernelCounted: the segment being parsed was counted by the capture
+	// programs (capture.Segment.KernelCounted); set with TS.
+	KernelCounted bool
 	// Pending holds the connection's requests awaiting replies when the
 	// stream layer decodes replies (nil otherwise).
 	Pending *Pending

@@ -76,6 +76,14 @@ type Stats struct {
 	VerdictsHeld uint64
 	// AbsorbedHeldClients counts the clients held so (per key).
 	AbsorbedHeldClients uint64
+
+	// Incomplete evidence (incomplete.go): spans the capture reported as
+	// missed, and cold verdicts held because the window held such a span.
+	IncompleteSpans uint64
+	ColdHeld        uint64
+	// KernelSubWindows counts the kernel sub-windows of bucket counts taken
+	// (kernel.go).
+	KernelSubWindows uint64
 }
 
 // Detector is a decode.Sink that detects hot keys.
@@ -123,6 +131,9 @@ type Detector struct {
 	refresh   int64
 	invGap    int64
 	lifetime  int64
+	// holdUntil: until this packet time the window holds a span of missed
+	// requests, and hot keys are not turned cold on their rate.
+	holdUntil int64
 }
 
 const (
@@ -225,6 +236,7 @@ func (d *Detector) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 		}
 	}
 	if d.def != nil {
+		d.def.counted = f.KernelCounted
 		d.def.observe(h, f, r.NS, k, w)
 	} else {
 		d.tair.observe(h, f, r.NS, k, w)
@@ -351,6 +363,9 @@ func (d *Detector) scan() {
 			cold = d.now-e.lastSeen >= d.lifetime || d.rate(&e.win, e.since, d.win/2) < d.cfg.ColdRatio*e.thr
 			if cold && e.bthr > 0 && d.now-e.lastSeen < d.lifetime {
 				cold = d.rate(&e.bwin, e.bsince, d.win/2) < d.cfg.ColdRatio*e.bthr
+			}
+			if cold && d.holdCold(e) {
+				cold = false
 			}
 		} else {
 			cold = d.now >= e.expires

@@ -100,6 +100,10 @@ type windowed struct {
 	minThr  float64  // lowest threshold (per second)
 	// bytes: this instance counts reply bytes (detect/bytes.go), not reads.
 	bytes bool
+	// kern: the kernel's bucket counts (kernel.go), nil without kernel
+	// counting; counted: the reads now observed are already in them.
+	kern    *kernelStage1
+	counted bool
 }
 
 func newWindowed(d *Detector, c Config) *windowed {
@@ -144,18 +148,20 @@ func (w *windowed) observe(h uint64, f *decode.Flow, ns int32, k decode.Key, n u
 		w.roll(ep)
 	}
 	bi := h >> w.shift
-	c := satAdd(w.cur[bi], n)
-	w.cur[bi] = c
+	c := w.cur[bi]
+	if !w.counted {
+		c = satAdd(c, n)
+		w.cur[bi] = c
+	}
 	sum := uint64(w.prev[bi]) + uint64(c)
+	if w.kern != nil {
+		sum += uint64(w.kern.sum[bi])
+	}
 	if !w.active[bi] {
 		if sum < w.trig {
 			return
 		}
-		w.active[bi] = true
-		w.decay[bi] = ep
-		lo := bi * slotsPerBucket
-		clear(w.sh[lo : lo+slotsPerBucket])
-		clear(w.se[lo : lo+slotsPerBucket])
+		w.activate(bi)
 	} else if sum < w.trig/2 {
 		// Hysteresis: stay located down to half the trigger, so a key near
 		// the threshold does not lose its count to noise.
@@ -211,6 +217,15 @@ func (w *windowed) observe(h uint64, f *decode.Flow, ns int32, k decode.Key, n u
 		// The entry measures it from now on: free the slot.
 		sh[i], se[i] = 0, 0
 	}
+}
+
+// activate locates bucket bi: its slots start counting keys.
+func (w *windowed) activate(bi uint64) {
+	w.active[bi] = true
+	w.decay[bi] = w.d.epoch
+	lo := bi * slotsPerBucket
+	clear(w.sh[lo : lo+slotsPerBucket])
+	clear(w.se[lo : lo+slotsPerBucket])
 }
 
 // confirm promotes the slot's key if its own rate reaches its threshold.

@@ -86,6 +86,14 @@ type Snapshot struct {
 	// DetectionLatency holds onset-to-event latencies (seconds) observed
 	// since the previous Update; they feed a histogram.
 	DetectionLatency []float64
+	// IncompleteSpans counts the times the capture missed requests (ring
+	// drops, stream holes, sampling steps, kernel counts read too late)
+	// and the detector was told; ColdHeld the cold verdicts it held
+	// because its window held such a span.
+	IncompleteSpans, ColdHeld uint64
+	// KernelFallback counts request segments the eBPF programs copied
+	// without counting them (--kernel-count), by reason; nil when off.
+	KernelFallback map[string]uint64
 }
 
 // Sampling is the state of flow sampling under a CPU budget (--max-cpu).
@@ -127,6 +135,7 @@ type Collector struct {
 	flows, buffered, evicted, hot, published, pubErrs, pubDropped, pubLag *prometheus.Desc
 	sampleRate, sampledOut, sampleRaises, cpuShare, cpuBudget, reportable  *prometheus.Desc
 	pubMsgs, pubOverflow                                                   *prometheus.Desc
+	incomplete, coldHeld, kernelFallback                                   *prometheus.Desc
 	absReports, absHits, absRejected, lateReads                            *prometheus.Desc
 	replyBytes, replyUnpaired, pendingDropped, pendingDesyncs, pendingHeld *prometheus.Desc
 }
@@ -170,9 +179,13 @@ func New() *Collector {
 		cpuShare:     d("cpu_share", "Measured cost of hotsniff as a share of one core: user and system time plus eBPF program run time."),
 		cpuBudget:    d("cpu_budget", "The --max-cpu budget as a share of one core (0: none)."),
 		reportable:   d("detect_reportable_qps", "Lowest rate (requests per second) at which a key is reported under the sampling in effect: the lowest threshold, or higher when sampling is too deep to tell keys near it apart."),
-		pubMsgs:      d("publish_messages_total", "Channel messages sent (one PUBLISH each; a v2 message carries a batch of events)."),
-		pubOverflow:  d("publish_budget_overflow_total", "Events over this node's channel message budget: shed (refreshes left out) or delayed (waited, batched).", "action"),
-		replyBytes:   d("reply_bytes_total", "Reply bytes decoded (TCP payload from the server), attributed to keys or not.", "proto"),
+		incomplete:   d("detect_incomplete_spans_total", "Times the capture missed requests (ring buffer drops, stream holes, sampling steps by the programs, kernel counts read too late) and the detector was told: rates over those spans are lower bounds."),
+		coldHeld:     d("detect_cold_held_total", "Cold verdicts held because the window held a span of missed requests: a key turns cold only on evidence of low demand."),
+		kernelFallback: d("kernel_fallback_total",
+			"Request segments the eBPF programs copied without counting them in the kernel (--kernel-count), by reason.", "reason"),
+		pubMsgs:     d("publish_messages_total", "Channel messages sent (one PUBLISH each; a v2 message carries a batch of events)."),
+		pubOverflow: d("publish_budget_overflow_total", "Events over this node's channel message budget: shed (refreshes left out) or delayed (waited, batched).", "action"),
+		replyBytes:  d("reply_bytes_total", "Reply bytes decoded (TCP payload from the server), attributed to keys or not.", "proto"),
 		replyUnpaired: d("reply_unpaired_bytes_total",
 			"Reply bytes that answer no request known to hotsniff (connections joined mid-stream, lost segments, pushes).", "proto"),
 		pendingDropped: d("reply_pairing_dropped_total",
@@ -197,7 +210,7 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.lateReads, c.pubMsgs, c.pubOverflow, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs, c.pendingHeld,
-		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable} {
+		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable, c.incomplete, c.coldHeld, c.kernelFallback} {
 		ch <- d
 	}
 	c.lat.Describe(ch)
@@ -279,6 +292,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.sampleRate, rate)
 	counter(c.sampledOut, float64(s.Sampling.SampledOut))
 	counter(c.sampleRaises, float64(s.Sampling.KernelRaises))
+	counter(c.incomplete, float64(s.IncompleteSpans))
+	counter(c.coldHeld, float64(s.ColdHeld))
+	for _, r := range sortedKeys(s.KernelFallback) {
+		counter(c.kernelFallback, float64(s.KernelFallback[r]), r)
+	}
 	gauge(c.cpuShare, s.Sampling.CPUShare)
 	gauge(c.cpuBudget, s.Sampling.Budget)
 	if s.Sampling.Reportable > 0 {

@@ -16,6 +16,9 @@ type LiveOptions struct {
 	// TickEvery is how often time-driven work runs: flows expire, the
 	// detector sees time pass without traffic (default 100 ms).
 	TickEvery time.Duration
+	// BeforeTick is called on the pipeline goroutine before each tick:
+	// counts kept elsewhere (the kernel's) reach the detector first.
+	BeforeTick func()
 	// OnTick is called on the pipeline goroutine after each tick, with the
 	// pipeline's clock (packet time) and the wall clock. It is where the
 	// daemon copies state for HTTP and metrics.
@@ -73,6 +76,9 @@ func (p *Pipeline) Run(src capture.Source, o LiveOptions) error {
 }
 
 func (p *Pipeline) tick(clock, now time.Time, o LiveOptions) {
+	if o.BeforeTick != nil {
+		o.BeforeTick()
+	}
 	p.Tick(clock.UnixNano())
 	if o.OnTick != nil {
 		o.OnTick(clock, now)

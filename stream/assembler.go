@@ -285,6 +285,7 @@ func (a *Assembler) Add(seg *capture.Segment) {
 			if seg.Resumed && seqDiff(seq, h.next) > 0 {
 				a.resume(fl, h, seq)
 			}
+			fl.f.KernelCounted = seg.KernelCounted
 			a.segment(fl, h, seq, seg.Payload, seg.Missing, seg.TS)
 		}
 		if seg.Flags&capture.FlagFIN != 0 {

@@ -33,7 +33,10 @@ type Config struct {
 	MaxCopy    int
 	Replies    bool // copy replies whole
 	ReplyCopy  int  // without Replies: bytes of each reply segment copied (0: none)
-	Logger     *slog.Logger
+	// KernelCount, when set, makes the programs count reads in the kernel
+	// (experimental; no reply bytes then).
+	KernelCount *bpf.KernelCountConfig
+	Logger      *slog.Logger
 }
 
 // UsageError is a capture configuration the user must fix (an --iface that
@@ -82,6 +85,15 @@ func (c *Capture) Counters() ([]Counter, error) {
 		return out, err
 	}
 	return nil, nil
+}
+
+// KernelCounting is the eBPF capture when its programs count reads in the
+// kernel (--kernel-count), else nil.
+func (c *Capture) KernelCounting() *bpf.Capture {
+	if c.bpf == nil || !c.bpf.KernelCounting() {
+		return nil
+	}
+	return c.bpf
 }
 
 // Sampler controls flow sampling in the kernel programs (--max-cpu).
@@ -145,7 +157,13 @@ type opener struct {
 func (d *opener) open() error {
 	ports := d.cfg.Ports
 	cfg := bpf.Config{Ports: ports, RingSize: d.cfg.RingSize, MaxCopy: uint32(d.cfg.MaxCopy), Replies: d.cfg.Replies,
-		ReplyHeads: !d.cfg.Replies && d.cfg.ReplyCopy > 0, ReplyCopy: uint32(max(d.cfg.ReplyCopy, 0)), Logger: d.base}
+		ReplyHeads: !d.cfg.Replies && d.cfg.ReplyCopy > 0, ReplyCopy: uint32(max(d.cfg.ReplyCopy, 0)), Logger: d.base,
+		KernelCount: d.cfg.KernelCount}
+	if cfg.KernelCount != nil {
+		// Replies of requests the programs keep would pair with the wrong
+		// requests: no reply bytes with kernel counting (yet).
+		cfg.Replies, cfg.ReplyHeads = false, false
+	}
 	if d.mode != bpf.ModeAFPacket {
 		// Kernels before 5.11 charge BPF maps to the locked memory limit;
 		// later ones ignore it. Without CAP_SYS_RESOURCE this fails and

@@ -124,6 +124,9 @@ type daemon struct {
 	lastMetrics time.Time
 	lat         []time.Duration
 	samp        *sampler
+	kc          kernelCount
+	ev          evidence
+	clock       int64 // the pipeline's clock at the last tick (packet time)
 
 	col     *metrics.Collector
 	hotMu   sync.Mutex
@@ -197,6 +200,7 @@ func (d *daemon) run(ctx context.Context) error {
 		pl.SkipReplyHeads()
 	}
 	d.pl = pl
+	d.startKernelReader()
 	d.samp = d.startSampler()
 	defer d.samp.close()
 
@@ -216,7 +220,8 @@ func (d *daemon) run(ctx context.Context) error {
 		// On its own thread, so the CPU budget measures the pipeline
 		// alone (sampling.go), not HTTP or the publisher.
 		runtime.LockOSThread()
-		done <- pl.Run(d.cap, pipeline.LiveOptions{TickEvery: tickEvery, OnTick: func(_, now time.Time) { d.tick(now, pub) }})
+		done <- pl.Run(d.cap, pipeline.LiveOptions{TickEvery: tickEvery, BeforeTick: d.stepKernel,
+			OnTick: func(clock, now time.Time) { d.clock = clock.UnixNano(); d.tick(now, pub) }})
 	}()
 	d.running.Store(true)
 	d.log.Info("capturing", "mode", d.cap.Mode(), "ports", d.ports.List(), "listen", d.cfg.HTTP.Listen, "publish", d.target != nil)
@@ -283,6 +288,7 @@ func (d *daemon) tick(now time.Time, pub *publish.Publisher) {
 		pub.UpdateRates(hot) // the snapshot carries current rates
 	}
 	d.updateMetrics(d.pl.StreamStats(), d.pl.Counter(), hot, pub)
+	d.noteEvidence(det, d.pl.StreamStats().BytesLost, d.captureStats(), d.clock)
 	ds := det.Stats()
 	d.col.Update(func(s *metrics.Snapshot) { s.Absorbed, s.LateReads = absorbedMetrics(ds), ds.Late })
 }
@@ -351,8 +357,12 @@ func (d *daemon) captureStats() []metrics.CaptureStat {
 // openCapture opens the live capture the settings ask for.
 func (d *daemon) openCapture() error {
 	c := d.cfg.Capture
+	kc, err := d.kernelCountConfig()
+	if err != nil {
+		return usageError{err}
+	}
 	cp, err := live.Open(live.Config{Mode: d.mode, Ifaces: c.Ifaces, CgroupPath: c.CgroupPath, Ports: d.ports.List(),
-		RingSize: c.RingSize, MaxCopy: c.MaxCopy, Replies: c.Replies, ReplyCopy: c.ReplyCopy, Logger: d.base})
+		RingSize: c.RingSize, MaxCopy: c.MaxCopy, Replies: c.Replies, ReplyCopy: c.ReplyCopy, KernelCount: kc, Logger: d.base})
 	var u *live.UsageError
 	if errors.As(err, &u) {
 		return usageError{err}

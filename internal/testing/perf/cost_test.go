@@ -59,7 +59,8 @@ func TestCostRatio(t *testing.T) {
 	if b := os.Getenv("HOTSNIFF_BIN_BEFORE"); b != "" {
 		arms = append(arms, arm{"before", b, nil})
 	}
-	arms = append(arms, arm{"after", after, nil}, arm{"after --max-cpu 0.05", after, []string{"--max-cpu", "0.05"}})
+	arms = append(arms, arm{"after", after, nil}, arm{"after --max-cpu 0.05", after, []string{"--max-cpu", "0.05"}},
+		arm{"after --kernel-count", after, []string{"--kernel-count"}})
 
 	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
 	if err != nil {

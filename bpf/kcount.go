@@ -1,0 +1,344 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// In-kernel counting (kcount.h): the programs parse whole request segments,
+// add each read's weight to a per-CPU bucket counter of its sub-window, and
+// copy to the ring only what user space needs. This file loads the command
+// table and reads the counts.
+
+// Limits of the in-kernel parser, mirrored from kcount.h.
+const (
+	// KernelBuckets is the most buckets the programs count.
+	KernelBuckets = 4096
+	// KernelSlots is how many sub-windows of counts the programs keep: a
+	// sub-window's counts can be read until KernelSlots-1 sub-windows
+	// after it ended.
+	KernelSlots = 16
+	// KernelMaxSegment is the most request payload parsed per segment.
+	KernelMaxSegment = 4096
+	// KernelMaxKey is the longest key counted in the kernel.
+	KernelMaxKey = 250
+	// KernelMaxKeys is the most read keys counted per segment.
+	KernelMaxKeys = 128
+	// KernelMaxSteps is the most RESP elements or memcached tokens parsed
+	// per segment (a -P 64 pipeline of GETs is 192).
+	KernelMaxSteps = 1024
+)
+
+// FallbackReason is why a request segment was not counted in the kernel
+// and was copied for user space to decode and count (kcount.h enum
+// kc_reason).
+type FallbackReason int
+
+// Fallback reasons, as numbered in kcount.h.
+const (
+	FallbackSplit FallbackReason = iota
+	FallbackLongKey
+	FallbackInline
+	FallbackMidstream
+	FallbackUnknown
+	FallbackComplex
+	FallbackKeys
+	FallbackLarge
+	FallbackProto
+	FallbackMalformed
+	FallbackLoad
+	NumFallbackReasons
+)
+
+var fallbackNames = [...]string{"split", "long_key", "inline", "midstream", "unknown", "complex", "keys", "large", "proto", "malformed", "load"}
+
+// String is the reason's metric label.
+func (r FallbackReason) String() string {
+	if r >= 0 && int(r) < len(fallbackNames) {
+		return fallbackNames[r]
+	}
+	return "other"
+}
+
+// Record flags under kernel counting (rec_hdr.pad2, Segment.Kernel).
+const (
+	// RecCounted: the record's reads were counted in the kernel buckets;
+	// user space must not count them into stage 1 again.
+	RecCounted = 1
+	// RecGap: segments of the flow before this record were counted in the
+	// kernel and not copied; the record starts on a command boundary.
+	RecGap = 2
+)
+
+// KernelCountConfig turns on in-kernel counting.
+type KernelCountConfig struct {
+	// SubWindow is the length of one sub-window of counts (the detector's
+	// window / 8).
+	SubWindow time.Duration
+	// Buckets is the detector's bucket count (a power of two, at most
+	// KernelBuckets).
+	Buckets int
+	// Protos is the protocol of each server port (decode.Proto values:
+	// 1 redis, 2 memcache); ports of other protocols are copied as before.
+	Protos map[uint16]uint8
+	// Commands is the Redis command table (RedisCommand).
+	Commands []RedisCommand
+}
+
+func (k *KernelCountConfig) validate() error {
+	if k.SubWindow <= 0 {
+		return errors.New("configure kernel counting: sub-window must be positive")
+	}
+	if k.Buckets <= 0 || k.Buckets > KernelBuckets || k.Buckets&(k.Buckets-1) != 0 {
+		return fmt.Errorf("configure kernel counting: %d buckets: want a power of two up to %d", k.Buckets, KernelBuckets)
+	}
+	return nil
+}
+
+// setKernelVars sets the programs' kernel-counting constants.
+func setKernelVars(spec *ebpf.CollectionSpec, k *KernelCountConfig) error {
+	var on uint8
+	var sub uint64 = 1
+	var shift uint32 = 64
+	if k != nil {
+		on, sub = 1, uint64(k.SubWindow.Nanoseconds())
+		shift = uint32(64 - bitsLen(k.Buckets))
+	}
+	if err := spec.Variables[hotsniffVarKcOn].Set(on); err != nil {
+		return fmt.Errorf("set kc_on: %w", err)
+	}
+	if err := spec.Variables[hotsniffVarKcSubNs].Set(sub); err != nil {
+		return fmt.Errorf("set kc_sub_ns: %w", err)
+	}
+	if err := spec.Variables[hotsniffVarKcShift].Set(shift); err != nil {
+		return fmt.Errorf("set kc_shift: %w", err)
+	}
+	return nil
+}
+
+func bitsLen(n int) int {
+	b := 0
+	for n > 1 {
+		n >>= 1
+		b++
+	}
+	return b
+}
+
+// Command kinds and session commands, as in kcount.h.
+const (
+	kcRead    = 1
+	kcWrite   = 2
+	kcNoKey   = 3
+	kcSession = 4
+	kcEcho    = 5
+	kcComplex = 6
+
+	kcSelect  = 1
+	kcMulti   = 2
+	kcExec    = 3
+	kcDiscard = 4
+	kcReset   = 5
+)
+
+// sessionCmds are copied whole: the stream's later commands depend on them
+// (DB, transactions, RESP version, pub/sub mode).
+var sessionCmds = map[string]uint8{
+	"SELECT": kcSelect, "MULTI": kcMulti, "EXEC": kcExec, "DISCARD": kcDiscard, "RESET": kcReset,
+	"SWAPDB": 0, "HELLO": 0, "SUBSCRIBE": 0, "PSUBSCRIBE": 0, "SSUBSCRIBE": 0, "MONITOR": 0,
+}
+
+// RedisCommand is one Redis command as the programs' table needs it: the
+// decoder's key positions (decode/redis, from the server's COMMAND output)
+// in the loader's terms. The caller derives them, so the loader stays below
+// the decoders.
+type RedisCommand struct {
+	Name  string
+	Arity int
+	// Complex: the keys are not one index range (several key specs,
+	// keywords, numkeys, SORT): copied and decoded in user space.
+	Complex bool
+	// HasKeys: the keys are args First..Last (negative: from the end) by
+	// Step; Write marks writes; FieldWeighted reads count their fields.
+	HasKeys           bool
+	Write             bool
+	First, Last, Step int
+	FieldWeighted     bool
+}
+
+// kernelCommands builds the programs' command table.
+func kernelCommands(cmds []RedisCommand) map[hotsniffKcName]hotsniffKcCmd {
+	out := make(map[hotsniffKcName]hotsniffKcCmd)
+	for _, c := range cmds {
+		if strings.Contains(c.Name, "|") || len(c.Name) >= 16 {
+			continue
+		}
+		cmd := hotsniffKcCmd{Arity: int16(c.Arity), Kind: kcNoKey, Step: 1}
+		switch s, session := sessionCmds[c.Name]; {
+		case session:
+			cmd.Kind, cmd.Session = kcSession, s
+		case c.Name == "ECHO":
+			cmd.Kind = kcEcho
+		case c.Complex:
+			cmd.Kind = kcComplex
+		case c.HasKeys:
+			cmd.Kind = kcRead
+			if c.Write {
+				cmd.Kind = kcWrite
+			}
+			cmd.First, cmd.Last, cmd.Step = int16(c.First), int16(c.Last), int16(max(c.Step, 1))
+			if c.FieldWeighted {
+				cmd.Fieldw = 1
+			}
+		}
+		var n hotsniffKcName
+		copy(n.N[:], c.Name)
+		out[n] = cmd
+	}
+	return out
+}
+
+// initKernelMaps fills the command table and the port protocols.
+func (c *Capture) initKernelMaps() error {
+	for n, cmd := range kernelCommands(c.cfg.KernelCount.Commands) {
+		if err := c.kcCmds.Put(n, cmd); err != nil {
+			return fmt.Errorf("load command table: %w", err)
+		}
+	}
+	k := c.cfg.KernelCount
+	if k == nil {
+		return nil
+	}
+	for port, p := range k.Protos {
+		if err := c.kcProto.Put(uint32(port), p); err != nil {
+			return fmt.Errorf("set protocol of port %d: %w", port, err)
+		}
+	}
+	return nil
+}
+
+// KernelCounting reports whether the programs count in the kernel.
+func (c *Capture) KernelCounting() bool { return c.cfg.KernelCount != nil }
+
+// KernelEpoch is the index of the current sub-window of kernel counts
+// (CLOCK_MONOTONIC / SubWindow).
+func (c *Capture) KernelEpoch() int64 {
+	return monotonicNow() / c.cfg.KernelCount.SubWindow.Nanoseconds()
+}
+
+// KernelEpochStart is the Unix time (ns) at which sub-window ep began.
+func (c *Capture) KernelEpochStart(ep int64) int64 {
+	return ep*c.cfg.KernelCount.SubWindow.Nanoseconds() + MonotonicOffset()
+}
+
+// ReadKernelCounts adds every CPU's bucket counts of sub-window ep into dst
+// (len Buckets). complete is false when ep has not ended yet or when it
+// is too old to be read whole (the programs reuse its slot KernelSlots
+// sub-windows later): the counts are then a lower bound, not evidence of
+// low demand. It does not allocate after the first call.
+func (c *Capture) ReadKernelCounts(ep int64, dst []uint32) (complete bool, err error) {
+	if c.cfg.KernelCount == nil {
+		return false, errors.New("read kernel counts: kernel counting is off")
+	}
+	before := c.KernelEpoch()
+	if ep >= before || before-ep >= KernelSlots-1 {
+		return false, nil
+	}
+	if err := c.kcCounts.Lookup(uint32(ep%KernelSlots), &c.kcBuf); err != nil {
+		return false, fmt.Errorf("read kernel counts: %w", err)
+	}
+	n := min(len(dst), KernelBuckets)
+	for i := range c.kcBuf {
+		s := &c.kcBuf[i]
+		if s.Epoch != uint64(ep) {
+			continue // no reads on that CPU in ep (or reused: caught below)
+		}
+		for b, v := range s.C[:n] {
+			if v != 0 {
+				dst[b] = satAdd32(dst[b], v)
+			}
+		}
+	}
+	if after := c.KernelEpoch(); after-ep >= KernelSlots-1 {
+		return false, nil
+	}
+	return true, nil
+}
+
+func satAdd32(a, b uint32) uint32 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return ^uint32(0)
+}
+
+// SetLocated writes the located buckets (a bitmap of KernelBuckets bits):
+// reads whose bucket is located are copied to user space.
+func (c *Capture) SetLocated(bits []uint64) error {
+	var l hotsniffKcLocated
+	copy(l.Bits[:], bits)
+	if err := c.kcLocated.Put(uint32(0), &l); err != nil {
+		return fmt.Errorf("set located buckets: %w", err)
+	}
+	return nil
+}
+
+// SetHot adds (on) or removes an identity hash of a hot key: writes to it
+// are copied to user space (when its bucket is located too).
+func (c *Capture) SetHot(h uint64, on bool) error {
+	var err error
+	if on {
+		err = c.kcHot.Put(h, uint8(1))
+	} else if err = c.kcHot.Delete(h); errors.Is(err, ebpf.ErrKeyNotExist) {
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("set hot key: %w", err)
+	}
+	return nil
+}
+
+// KernelStats are the kernel-counting counters, summed over CPUs.
+type KernelStats struct {
+	Fallback    [NumFallbackReasons]uint64 // request segments copied uncounted, by reason
+	Segments    uint64                     // request segments looked at
+	Counted     uint64                     // parsed whole and counted
+	Skipped     uint64                     // of those, not copied
+	Requests    uint64                     // commands counted
+	Keys        uint64                     // keys counted (reads and writes)
+	Reads       uint64                     // weighted reads added to buckets
+	CopyLocated uint64                     // counted segments copied for a read in a located bucket
+	CopyHot     uint64                     // ...for a write to a hot key
+	CopySession uint64                     // ...for a session command
+	CopyReport  uint64                     // ...for an ECHO (absorbed-demand report)
+}
+
+// KernelStats reads the kernel-counting counters.
+func (c *Capture) KernelStats() (KernelStats, error) {
+	var st KernelStats
+	var per []hotsniffKcStats
+	if err := c.kcStat.Lookup(uint32(0), &per); err != nil {
+		return st, fmt.Errorf("read kernel counting stats: %w", err)
+	}
+	for i := range per {
+		p := &per[i]
+		for r := range st.Fallback {
+			st.Fallback[r] += p.Fallback[r]
+		}
+		st.Segments += p.Segments
+		st.Counted += p.Counted
+		st.Skipped += p.Skipped
+		st.Requests += p.Requests
+		st.Keys += p.Keys
+		st.Reads += p.Reads
+		st.CopyLocated += p.CopyLocated
+		st.CopyHot += p.CopyHot
+		st.CopySession += p.CopySession
+		st.CopyReport += p.CopyReport
+	}
+	return st, nil
+}

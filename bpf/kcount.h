@@ -1,0 +1,1151 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//
+// In-kernel counting (--kernel-count): the first stage of hot-key detection
+// run in the capture programs. For a request segment that starts on a
+// command boundary and holds only whole commands, the programs parse the
+// commands (Redis RESP by the generated command table, memcached text
+// get/gets/gat/gats and meta mg, memcached binary GET/GETQ/GETK/GETKQ),
+// hash every key with the detector's identity (xxhash64(key) XOR a seed of
+// server address, port, protocol and namespace: detect/detect.go) and add
+// its weight to a per-CPU bucket counter of the sub-window the packet falls
+// in (bpf_ktime_get_ns / kc_sub_ns). User space reads the counts of ended
+// sub-windows, locates buckets, and writes the located buckets and the hot
+// keys back (kc_located, kc_hot). The segment is then copied to the ring
+// only when user space needs it: a read whose bucket is located, a write to
+// a hot key, a session command (SELECT, MULTI, ...), an ECHO (absorbed-demand
+// reports), or anything the programs could not parse whole; those fallbacks
+// are counted by reason (kc_stats) and their keys are left for user space
+// to count.
+//
+// Limits (each a fallback, counted, never a wrong count):
+//   KC_SCRATCH  request payload parsed per segment (larger: KR_LARGE)
+//   KC_MAX_KEY  key length (longer: KR_LONG_KEY)
+//   KC_MAX_KEYS keys per segment (more: KR_KEYS)
+//   KC_STEPS    parser steps per segment: one per header byte and per
+//               value; a segment of at most KC_SCRATCH bytes never needs more
+//   KC_NAME     command name length (longer: KR_UNKNOWN)
+
+#define KC_BUCKETS 4096
+#define KC_SLOTS 16
+#define KC_SCRATCH 4096
+#define KC_MASK (KC_SCRATCH - 1)
+#define KC_MAX_KEY 250
+#define KC_MAX_KEYS 128
+#define KC_STEPS (KC_SCRATCH + 64)
+#define KC_NAME 16
+
+// Set from Go before loading. kc_on 0: the programs copy every request as
+// before (--kernel-count=false).
+volatile const __u8 kc_on = 0;
+volatile const __u64 kc_sub_ns = 100000000;
+volatile const __u32 kc_shift = 52; // 64 - log2(buckets)
+
+// Fallback reasons: the segment is copied and its keys are counted in user
+// space. Mirrored in kcount.go.
+enum kc_reason {
+	KR_SPLIT = 0,    // a command continues past the segment (or began before it)
+	KR_LONG_KEY = 1, // a key longer than KC_MAX_KEY
+	KR_INLINE = 2,   // a Redis inline command
+	KR_MIDSTREAM = 3, // the connection's start was not seen, or a segment out of order
+	KR_UNKNOWN = 4,  // a command not in the table
+	KR_COMPLEX = 5,  // a command whose keys the programs do not find (EVAL, SORT, XREAD, ...)
+	KR_KEYS = 6,     // more keys or elements than the programs parse per segment
+	KR_LARGE = 7,    // a segment larger than KC_SCRATCH
+	KR_PROTO = 8,    // a port of another protocol (Tair) or none configured
+	KR_MALFORMED = 9, // not a well-formed request
+	KR_LOAD = 10,    // the payload could not be read
+	KR_MAX = 11,
+};
+
+// Why a parsed segment is copied (bits).
+#define KC_COPY_LOCATED 1 // a read in a located bucket
+#define KC_COPY_HOT 2     // a write to a hot key
+#define KC_COPY_SESSION 4 // SELECT, MULTI, EXEC, DISCARD, RESET, HELLO, ...
+#define KC_COPY_REPORT 8  // ECHO (absorbed-demand reports)
+
+// Record flags (rec_hdr.pad2) under kernel counting.
+#define KC_REC_COUNTED 1 // this record's reads were counted in the kernel
+#define KC_REC_GAP 2     // bytes of the flow before it were counted and not copied
+
+struct kc_stats {
+	__u64 fallback[KR_MAX];
+	__u64 segments;    // request segments looked at
+	__u64 counted;     // parsed whole and counted
+	__u64 skipped;     // of those, not copied
+	__u64 requests;    // commands counted
+	__u64 keys;        // keys counted (reads and writes)
+	__u64 reads;       // weighted reads added to buckets
+	__u64 copy_located;
+	__u64 copy_hot;
+	__u64 copy_session;
+	__u64 copy_report;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kc_stats);
+} kc_stat SEC(".maps");
+
+// kc_slot is one sub-window of bucket counts on one CPU; slot epoch %
+// KC_SLOTS. A program that finds an older epoch in it clears it first, so
+// the counts of a sub-window stay readable for KC_SLOTS - 1 sub-windows
+// after it ends: a reader late by less than that loses nothing.
+struct kc_slot {
+	__u64 epoch;
+	__u32 c[KC_BUCKETS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, KC_SLOTS);
+	__type(key, __u32);
+	__type(value, struct kc_slot);
+} kc_counts SEC(".maps");
+
+struct kc_located {
+	__u64 bits[KC_BUCKETS / 64];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kc_located);
+} kc_located SEC(".maps");
+
+// kc_hot: identity hashes of the hot keys (writes to them are copied).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u8);
+} kc_hot SEC(".maps");
+
+// Command kinds (kc_cmd.kind).
+#define KC_READ 1
+#define KC_WRITE 2
+#define KC_NOKEY 3   // no keys, no session state: counted as parsed
+#define KC_SESSION 4 // copied; SELECT/MULTI/EXEC/DISCARD/RESET also tracked here
+#define KC_ECHO 5
+#define KC_COMPLEX 6
+
+// Session commands the programs follow to keep the connection's DB.
+#define KC_S_SELECT 1
+#define KC_S_MULTI 2
+#define KC_S_EXEC 3
+#define KC_S_DISCARD 4
+#define KC_S_RESET 5
+
+struct kc_name {
+	__u8 n[KC_NAME];
+};
+
+// kc_cmd describes one Redis command for the parser, from the generated
+// table (bpf/kcount.go): keys at arguments first..last (last < 0 counts from
+// argc) every step; arity as COMMAND gives it.
+struct kc_cmd {
+	__u8 kind;
+	__u8 fieldw;  // weighted by fields: argc - 2 when argc > 3 (HMGET)
+	__u8 session; // KC_S_*
+	__u8 pad;
+	__s16 arity;
+	__s16 first;
+	__s16 last;
+	__s16 step;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 512);
+	__type(key, struct kc_name);
+	__type(value, struct kc_cmd);
+} kc_cmds SEC(".maps");
+
+// kc_proto: the protocol of each server port (decode.Proto: 1 redis,
+// 2 memcache, 3 tair).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} kc_proto SEC(".maps");
+
+// kc_flow is a connection's parsing state: where its next command starts,
+// if known, and its Redis DB.
+struct kc_flow {
+	__u32 next_seq;
+	__s32 db;
+	__s32 db_before; // DB at MULTI (a DISCARD restores it)
+	__u8 synced;     // next_seq is a command boundary
+	__u8 in_multi;
+	__u8 gap;        // segments were counted and not copied since the last copy
+	__u8 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct skip_key);
+	__type(value, struct kc_flow);
+} kc_flows SEC(".maps");
+
+// kc_st is one segment's parse. It lives in the per-CPU scratch map, not
+// on the stack: the verifier does not track map contents, so every
+// bpf_loop iteration starts from the same state and the callbacks are
+// verified in a few passes instead of once per possible position.
+struct kc_st {
+	__u64 addr_lo, addr_hi; // server address, As16
+	__u64 seed;
+	__u32 pos, end;
+	__u32 nkeys;
+	__u32 argc, argi; // RESP: arguments of the current command, next index
+	__u32 weight;
+	__u32 copy;   // KC_COPY_*
+	__s32 reason; // KR_* or -1
+	__u32 reqs;
+	__u32 nk;     // keys (reads and writes) in the segment
+	__s32 db, db_before;
+	__u16 port;
+	__u8 proto;
+	__u8 in_multi;
+	__u8 session; // the current command's KC_S_*
+	__u8 kind;    // the current command's kind
+	__u8 state;   // the parser's state (R_*, M_*)
+	__u8 ndig;    // digits in num
+	__u32 num;    // the number being read (a length, a count, a DB)
+	__u32 tok;    // RESP: end of SELECT's argument; memcached: start of the token
+	__u32 toklen; // memcached: bytes of the token so far
+	__u32 ntok;   // memcached: tokens of the line so far
+	__u32 tnum;   // memcached: the token's value if all digits
+	__u8 tdig;    // memcached: the token is all digits
+	__u8 pad2[3];
+	struct kc_cmd cmd;
+};
+
+// kc_in is what kc_request needs from the packet's headers.
+struct kc_in {
+	struct skip_key k; // client to server
+	__u32 seq;
+	__u32 pay_off;
+	__u32 len;   // payload bytes in the packet
+	__u8 family;
+	__u8 flags;  // TCP flags
+	__u8 xdp;
+	__u8 pad;
+	__u32 rec;   // out: KC_REC_* for the record if one is copied
+};
+
+// kc_scratch holds one segment's payload and parse state; st comes first so
+// a pointer to it is a pointer to the whole (kc_buf).
+struct kc_scratch {
+	struct kc_st st;
+	struct kc_in in;
+	__u8 buf[KC_SCRATCH + 512]; // slack: masked offsets plus a key stay inside
+	__u64 kh[KC_MAX_KEYS];      // identity hashes of the segment's reads
+	__u32 kw[KC_MAX_KEYS];      // their weights
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kc_scratch);
+} kc_scratch SEC(".maps");
+
+#define kc_buf(st) ((struct kc_scratch *)(st))
+
+
+const struct kc_stats *unused_kc_stats __attribute__((unused));
+const struct kc_slot *unused_kc_slot __attribute__((unused));
+const struct kc_located *unused_kc_located __attribute__((unused));
+const struct kc_cmd *unused_kc_cmd __attribute__((unused));
+const struct kc_name *unused_kc_name __attribute__((unused));
+const struct kc_flow *unused_kc_flow __attribute__((unused));
+
+// xxhash64 (seed 0), as github.com/cespare/xxhash Sum64.
+#define P1 11400714785074694791ULL
+#define P2 14029467366897019727ULL
+#define P3 1609587929392839161ULL
+#define P4 9650029242287828579ULL
+#define P5 2870177450012600261ULL
+
+static __always_inline __u64 rotl64(__u64 x, int r)
+{
+	return (x << r) | (x >> (64 - r));
+}
+
+static __always_inline __u64 xround(__u64 acc, __u64 in)
+{
+	acc += in * P2;
+	acc = rotl64(acc, 31);
+	return acc * P1;
+}
+
+static __always_inline __u64 xmerge(__u64 acc, __u64 v)
+{
+	v = xround(0, v);
+	acc ^= v;
+	return acc * P1 + P4;
+}
+
+// ld64/ld32 read little-endian words at any alignment. Only for the
+// scratch map value: the verifier allows unaligned map loads on hosts with
+// efficient unaligned access (amd64, arm64), and one ldxdw replaces eight
+// byte loads and the registers spilled to assemble them.
+static __always_inline __u64 ld64(const __u8 *p)
+{
+	return *(const __u64 *)p;
+}
+
+static __always_inline __u32 ld32(const __u8 *p)
+{
+	return *(const __u32 *)p;
+}
+
+// kc_xxh hashes len (<= KC_MAX_KEY) bytes of the scratch buffer at off. A
+// global function: the verifier checks it once, not at every call site.
+__attribute__((noinline)) __u64 kc_xxh(struct kc_scratch *s, __u32 off, __u32 len)
+{
+	if (!s)
+		return 0;
+	off &= KC_MASK;
+	if (len > KC_MAX_KEY)
+		len = KC_MAX_KEY;
+	const __u8 *p = s->buf + off;
+	__u64 h;
+	__u32 i = 0;
+	if (len >= 32) {
+		__u64 v1 = P1 + P2, v2 = P2, v3 = 0, v4 = -P1;
+		for (int k = 0; k < KC_MAX_KEY / 32; k++) {
+			if (i + 32 > len)
+				break;
+			v1 = xround(v1, ld64(p + (i & 255)));
+			v2 = xround(v2, ld64(p + ((i + 8) & 255)));
+			v3 = xround(v3, ld64(p + ((i + 16) & 255)));
+			v4 = xround(v4, ld64(p + ((i + 24) & 255)));
+			i += 32;
+		}
+		h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+		h = xmerge(h, v1);
+		h = xmerge(h, v2);
+		h = xmerge(h, v3);
+		h = xmerge(h, v4);
+	} else {
+		h = P5;
+	}
+	h += len;
+	for (int k = 0; k < 4; k++) {
+		if (i + 8 > len)
+			break;
+		h ^= xround(0, ld64(p + (i & 255)));
+		h = rotl64(h, 27) * P1 + P4;
+		i += 8;
+	}
+	if (i + 4 <= len) {
+		h ^= (__u64)ld32(p + (i & 255)) * P1;
+		h = rotl64(h, 23) * P2 + P3;
+		i += 4;
+	}
+	for (int k = 0; k < 4; k++) {
+		if (i >= len)
+			break;
+		h ^= (__u64)p[i & 255] * P5;
+		h = rotl64(h, 11) * P1;
+		i++;
+	}
+	h ^= h >> 33;
+	h *= P2;
+	h ^= h >> 29;
+	h *= P3;
+	h ^= h >> 32;
+	return h;
+}
+
+static __always_inline __u64 mix64(__u64 x)
+{
+	x ^= x >> 30;
+	x *= 0xBF58476D1CE4E5B9ULL;
+	x ^= x >> 27;
+	x *= 0x94D049BB133111EBULL;
+	x ^= x >> 31;
+	return x;
+}
+
+// kc_seed is detect.identitySeed: the server's address as netip's As16
+// (IPv4 mapped), port, namespace and protocol.
+static __always_inline __u64 kc_seed(__u64 lo, __u64 hi, __u16 port, __s32 ns, __u8 proto)
+{
+	__u64 s = lo * 0x9E3779B97F4A7C15ULL ^ hi * 0xC2B2AE3D27D4EB4FULL ^ (__u64)port << 40 ^
+		  (__u64)(__u32)ns << 8 ^ (__u64)proto;
+	return mix64(mix64(s) + 1);
+}
+
+// kc_loop is the bpf_loop context: only a pointer, so it never changes.
+struct kc_loop {
+	struct kc_st *st;
+};
+
+static __always_inline __u8 kc_at(struct kc_st *st, __u32 i)
+{
+	return kc_buf(st)->buf[i & KC_MASK];
+}
+
+static __always_inline int kc_located_bit(__u64 h)
+{
+	__u32 zero = 0;
+	struct kc_located *l = bpf_map_lookup_elem(&kc_located, &zero);
+	if (!l)
+		return 0;
+	__u32 b = (h >> kc_shift) & (KC_BUCKETS - 1);
+	return (l->bits[b >> 6] >> (b & 63)) & 1;
+}
+
+// kc_key handles one key of len bytes at off: a read is queued for the
+// bucket counts (committed once the whole segment parsed), a write to a hot
+// key marks the segment for copying. 0, or 1 to stop.
+static __always_inline int kc_key(struct kc_st *st, __u32 off, __u32 len, int write, __u32 w)
+{
+	if (len > KC_MAX_KEY) {
+		st->reason = KR_LONG_KEY;
+		return 1;
+	}
+	__u64 h = kc_xxh(kc_buf(st), off, len) ^ st->seed;
+	if (!h)
+		h = 1;
+	st->nk++;
+	int loc = kc_located_bit(h);
+	if (write) {
+		if (loc && bpf_map_lookup_elem(&kc_hot, &h))
+			st->copy |= KC_COPY_HOT;
+		return 0;
+	}
+	if (loc)
+		st->copy |= KC_COPY_LOCATED;
+	__u32 n = st->nkeys;
+	if (n >= KC_MAX_KEYS) {
+		st->reason = KR_KEYS;
+		return 1;
+	}
+	kc_buf(st)->kh[n & (KC_MAX_KEYS - 1)] = h;
+	kc_buf(st)->kw[n & (KC_MAX_KEYS - 1)] = w;
+	st->nkeys = n + 1;
+	return 0;
+}
+
+static __always_inline void kc_reseed(struct kc_st *st)
+{
+	st->seed = kc_seed(st->addr_lo, st->addr_hi, st->port, st->db, st->proto);
+}
+
+// The parsers are byte-level state machines driven by bpf_loop: one
+// callback call per header byte, one per bulk string or memcached value
+// (skipped by its length). The callbacks have no loops of their own, so
+// the verifier checks each in a few passes; with per-element callbacks
+// holding small digit loops it explored ~670k instructions per program.
+#define R_CMD 0    // a command's '*', or the end
+#define R_ARGC 1   // digits of the argument count
+#define R_ARGC_LF 2
+#define R_BULK 3   // an argument's '$'
+#define R_LEN 4    // digits of its length
+#define R_LEN_LF 5
+#define R_DB 6     // digits of SELECT's argument
+
+// kc_lookup_name looks up the command name of len (1..15) bytes at off:
+// letters folded to upper case a word at a time (clearing 0x20 in every
+// byte with 0x40 set: only case variants of a name fold onto it).
+static __always_inline struct kc_cmd *kc_lookup_name(struct kc_st *st, __u32 off, __u32 len)
+{
+	struct kc_name nm;
+	__u64 lo = ld64(kc_buf(st)->buf + (off & KC_MASK));
+	__u64 hi = ld64(kc_buf(st)->buf + ((off & KC_MASK) + 8));
+	if (len < 8) {
+		lo &= (1ULL << (8 * len)) - 1;
+		hi = 0;
+	} else if (len < 16) {
+		hi &= len == 8 ? 0 : (1ULL << (8 * (len - 8))) - 1;
+	}
+	lo &= ~((lo & 0x4040404040404040ULL) >> 1);
+	hi &= ~((hi & 0x4040404040404040ULL) >> 1);
+	__builtin_memcpy(nm.n, &lo, 8);
+	__builtin_memcpy(nm.n + 8, &hi, 8);
+	return bpf_map_lookup_elem(&kc_cmds, &nm);
+}
+
+// kc_resp_name starts a command from its name (argument 0).
+static __always_inline int kc_resp_name(struct kc_st *st, __u32 off, __u32 len)
+{
+	if (len == 0 || len >= KC_NAME) {
+		st->reason = KR_UNKNOWN;
+		return 1;
+	}
+	struct kc_cmd *cmd = kc_lookup_name(st, off, len);
+	if (!cmd) {
+		st->reason = KR_UNKNOWN;
+		return 1;
+	}
+	st->cmd = *cmd;
+	st->reqs++;
+	__s32 argc = st->argc;
+	int arity_ok = cmd->arity >= 0 ? argc == cmd->arity : argc >= -cmd->arity;
+	st->kind = arity_ok ? cmd->kind : KC_NOKEY; // rejected by the server: no keys
+	st->session = arity_ok ? cmd->session : 0;
+	if (st->kind == KC_COMPLEX) {
+		st->reason = KR_COMPLEX;
+		return 1;
+	}
+	if (st->kind == KC_ECHO)
+		st->copy |= KC_COPY_REPORT;
+	if (st->kind == KC_SESSION)
+		st->copy |= KC_COPY_SESSION;
+	st->weight = 1;
+	if (cmd->fieldw && argc > 3)
+		st->weight = argc - 2;
+	if (st->kind == KC_READ || st->kind == KC_WRITE) {
+		// Resolve the key range against argc, as the decoder does.
+		__s32 first = cmd->first, last = cmd->last, step = cmd->step > 0 ? cmd->step : 1;
+		if (last < 0) {
+			last = argc + last;
+			if (cmd->last == -1 && step > 1 && (__u32)(argc - first) % (__u32)step != 0)
+				st->kind = KC_NOKEY; // unbalanced (MSET k1 v1 k2): rejected
+		} else {
+			last = first + last;
+		}
+		if (first >= argc || last >= argc || last < first)
+			st->kind = KC_NOKEY;
+		st->cmd.first = first;
+		st->cmd.last = last;
+		st->cmd.step = step;
+	}
+	switch (st->session) {
+	case KC_S_MULTI:
+		if (!st->in_multi) {
+			st->in_multi = 1;
+			st->db_before = st->db;
+		}
+		break;
+	case KC_S_EXEC:
+		st->in_multi = 0;
+		break;
+	case KC_S_DISCARD:
+		if (st->in_multi) {
+			st->db = st->db_before;
+			st->in_multi = 0;
+			kc_reseed(st);
+		}
+		break;
+	case KC_S_RESET:
+		st->db = 0;
+		st->in_multi = 0;
+		kc_reseed(st);
+		break;
+	}
+	return 0;
+}
+
+static __always_inline long kc_bad(struct kc_st *st, int reason)
+{
+	st->reason = reason;
+	return 1;
+}
+
+// kc_resp_bulk takes the bulk string argument of len bytes at off.
+static __always_inline long kc_resp_bulk(struct kc_st *st, __u32 off, __u32 len)
+{
+	if (off + len + 2 > st->end)
+		return kc_bad(st, KR_SPLIT);
+	if (kc_at(st, off + len) != '\r' || kc_at(st, off + len + 1) != '\n')
+		return kc_bad(st, KR_MALFORMED);
+	st->pos = off + len + 2;
+	__u32 ai = st->argi++;
+	st->state = st->argi >= st->argc ? R_CMD : R_BULK;
+	if (ai == 0)
+		return kc_resp_name(st, off, len);
+	if (st->session == KC_S_SELECT && ai == 1) {
+		// SELECT n: the DB of the commands that follow (as the decoder
+		// does, also when queued in MULTI; a DISCARD restores it).
+		st->pos = off;
+		st->tok = off + len;
+		st->num = 0;
+		st->ndig = 0;
+		st->state = R_DB;
+		return 0;
+	}
+	if (st->kind != KC_READ && st->kind != KC_WRITE)
+		return 0;
+	__s32 a = ai;
+	if (a < st->cmd.first || a > st->cmd.last)
+		return 0;
+	if ((__u32)(a - st->cmd.first) % (__u32)st->cmd.step)
+		return 0;
+	return kc_key(st, off, len, st->kind == KC_WRITE, st->weight);
+}
+
+// kc_short reads a header of one or two digits and \r\n at p (after its
+// '*' or '$') in one step: the common case, which the byte-level states
+// would take four or five callback calls for. It returns the value and sets
+// *next past the \r\n, or returns -1 (then the byte-level states take it).
+static __always_inline int kc_short(struct kc_st *st, __u32 p, __u32 *next)
+{
+	if (p + 4 > st->end)
+		return -1;
+	__u32 w = ld32(kc_buf(st)->buf + (p & KC_MASK));
+	__u32 d0 = (w & 0xff) - '0', d1 = ((w >> 8) & 0xff) - '0';
+	if (d0 > 9)
+		return -1;
+	if ((w >> 8 & 0xffff) == 0x0a0d) {
+		*next = p + 3;
+		return d0;
+	}
+	if (d1 <= 9 && (w >> 16) == 0x0a0d && d0 != 0) {
+		*next = p + 4;
+		return d0 * 10 + d1;
+	}
+	return -1;
+}
+
+static long kc_resp_step(__u64 i, struct kc_loop *l)
+{
+	struct kc_st *st = l->st;
+	__u32 p = st->pos;
+	if (p >= st->end)
+		return 1;
+	__u8 c = kc_at(st, p);
+	st->pos = p + 1;
+	switch (st->state) {
+	case R_CMD:
+		if (c != '*')
+			return kc_bad(st, (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ? KR_INLINE : KR_MALFORMED);
+		{
+			__u32 next;
+			int n = kc_short(st, p + 1, &next);
+			if (n > 0) {
+				st->argc = n;
+				st->argi = 0;
+				st->state = R_BULK;
+				st->pos = next;
+				return 0;
+			}
+		}
+		st->num = 0;
+		st->ndig = 0;
+		st->state = R_ARGC;
+		return 0;
+	case R_ARGC:
+	case R_LEN:
+	case R_DB:
+		if (c >= '0' && c <= '9') {
+			if (st->ndig >= 9) {
+				if (st->state != R_DB)
+					return kc_bad(st, KR_MALFORMED);
+				st->ndig = 100; // too long: the server rejects it
+				return 0;
+			}
+			if (st->ndig == 1 && st->num == 0 && st->state != R_DB)
+				return kc_bad(st, KR_MALFORMED); // a leading zero: the server rejects it
+			st->num = st->num * 10 + (c - '0');
+			st->ndig++;
+			return 0;
+		}
+		if (st->state == R_DB) {
+			if (p != st->tok) {
+				st->ndig = 100; // not a number: the server rejects it
+				return 0;
+			}
+			// At SELECT's \r\n (checked with the length).
+			if (st->ndig > 0 && st->ndig < 10) {
+				st->db = st->num;
+				kc_reseed(st);
+			}
+			st->pos = p + 2;
+			st->state = st->argi >= st->argc ? R_CMD : R_BULK;
+			return 0;
+		}
+		if (c != '\r' || st->ndig == 0)
+			return kc_bad(st, KR_MALFORMED);
+		st->state = st->state == R_ARGC ? R_ARGC_LF : R_LEN_LF;
+		return 0;
+	case R_ARGC_LF:
+		if (c != '\n' || st->num == 0)
+			return kc_bad(st, KR_MALFORMED);
+		st->argc = st->num;
+		st->argi = 0;
+		st->state = R_BULK;
+		return 0;
+	case R_BULK:
+		if (c != '$')
+			return kc_bad(st, KR_MALFORMED);
+		{
+			__u32 next;
+			int n = kc_short(st, p + 1, &next);
+			if (n >= 0)
+				return kc_resp_bulk(st, next, n);
+		}
+		st->num = 0;
+		st->ndig = 0;
+		st->state = R_LEN;
+		return 0;
+	case R_LEN_LF:
+		break;
+	default:
+		return kc_bad(st, KR_MALFORMED);
+	}
+	// The end of a bulk string's header: its data follows.
+	if (c != '\n')
+		return kc_bad(st, KR_MALFORMED);
+	return kc_resp_bulk(st, p + 1, st->num);
+}
+
+// Memcached text, a byte at a time: tokens separated by spaces, lines by
+// \r\n. get/gets k...; gat/gats exptime k...; mg key flags...: reads of
+// their keys. set/add/replace/append/prepend/cas key flags exptime bytes
+// ...: a write of the key, and the value block (bytes + \r\n) is skipped
+// by its length. delete/incr/decr/touch key ...: writes. Anything else is
+// unknown.
+#define MC_GET 1
+#define MC_GAT 2
+#define MC_MG 3
+#define MC_STORE 4
+#define MC_WKEY 5
+
+#define M_LINE 0 // in a line
+#define M_LF 1   // after \r
+
+static __always_inline int mc_word(struct kc_st *st, __u32 off, __u32 len)
+{
+	if (len > 8)
+		return 0;
+	__u64 w = ld64(kc_buf(st)->buf + (off & KC_MASK));
+	if (len < 8)
+		w &= (1ULL << (8 * len)) - 1;
+	switch (w) {
+	case 0x746567: // "get"
+	case 0x73746567: // "gets"
+		return MC_GET;
+	case 0x746167: // "gat"
+	case 0x73746167: // "gats"
+		return MC_GAT;
+	case 0x676d: // "mg"
+		return MC_MG;
+	case 0x746573: // "set"
+	case 0x646461: // "add"
+	case 0x6563616c706572ULL: // "replace"
+	case 0x646e65707061ULL: // "append"
+	case 0x646e6570657270ULL: // "prepend"
+	case 0x736163: // "cas"
+		return MC_STORE;
+	case 0x6574656c6564ULL: // "delete"
+	case 0x72636e69: // "incr"
+	case 0x72636564: // "decr"
+	case 0x6863756f74ULL: // "touch"
+		return MC_WKEY;
+	}
+	return 0;
+}
+
+// mc_token handles the line's token number st->ntok (0: the command).
+static __always_inline int mc_token(struct kc_st *st, __u32 off, __u32 len)
+{
+	__u32 n = st->ntok++;
+	if (n == 0) {
+		st->kind = mc_word(st, off, len);
+		if (!st->kind)
+			return kc_bad(st, KR_UNKNOWN);
+		return 0;
+	}
+	switch (st->kind) {
+	case MC_GAT:
+		if (n == 1)
+			return 0; // exptime
+		return kc_key(st, off, len, 0, 1);
+	case MC_GET:
+		return kc_key(st, off, len, 0, 1);
+	case MC_STORE:
+		if (n == 4) {
+			if (!st->tdig || st->toklen > 9)
+				return kc_bad(st, KR_MALFORMED);
+			st->num = st->tnum; // value bytes
+		}
+		/* fallthrough */
+	default:
+		if (n == 1)
+			return kc_key(st, off, len, st->kind != MC_MG, 1);
+	}
+	return 0;
+}
+
+// mc_line ends a line: checks its token count and skips a value block.
+static __always_inline int mc_line(struct kc_st *st)
+{
+	__u32 n = st->ntok;
+	__u8 k = st->kind;
+	st->ntok = 0;
+	if (n < 2 || (k == MC_GAT && n < 3) || (k == MC_STORE && n < 5))
+		return kc_bad(st, KR_MALFORMED);
+	st->reqs++;
+	if (k != MC_STORE)
+		return 0;
+	__u32 e = st->pos + st->num;
+	if (st->num > KC_SCRATCH || e + 2 > st->end)
+		return kc_bad(st, KR_SPLIT);
+	if (kc_at(st, e) != '\r' || kc_at(st, e + 1) != '\n')
+		return kc_bad(st, KR_MALFORMED);
+	st->pos = e + 2;
+	return 0;
+}
+
+static long kc_mc_step(__u64 i, struct kc_loop *l)
+{
+	struct kc_st *st = l->st;
+	__u32 p = st->pos;
+	if (p >= st->end)
+		return 1;
+	__u8 c = kc_at(st, p);
+	st->pos = p + 1;
+	if (st->state == M_LF) {
+		if (c != '\n')
+			return kc_bad(st, KR_MALFORMED);
+		st->state = M_LINE;
+		return mc_line(st);
+	}
+	if (c == ' ' || c == '\r') {
+		if (st->toklen) {
+			int r = mc_token(st, st->tok, st->toklen);
+			st->toklen = 0;
+			if (r)
+				return 1;
+		}
+		if (c == '\r')
+			st->state = M_LF;
+		return 0;
+	}
+	if (c == '\n' || c == 0)
+		return kc_bad(st, KR_MALFORMED);
+	if (!st->toklen) {
+		st->tok = p;
+		st->tnum = 0;
+		st->tdig = 1;
+	}
+	if (++st->toklen > KC_MAX_KEY)
+		return kc_bad(st, st->ntok ? KR_LONG_KEY : KR_UNKNOWN);
+	if (c >= '0' && c <= '9')
+		st->tnum = st->tnum * 10 + (c - '0');
+	else
+		st->tdig = 0;
+	return 0;
+}
+
+// Memcached binary: one step per request (24-byte header, extras, key,
+// value). GET, GETQ, GETK, GETKQ are reads; SET/ADD/REPLACE/DELETE/INCR/
+// DECR/APPEND/PREPEND and their quiet forms, TOUCH, GAT are writes or reads
+// of their key; other opcodes without a key are counted as parsed.
+static long kc_bin_step(__u64 i, struct kc_loop *l)
+{
+	struct kc_st *st = l->st;
+	if (st->pos >= st->end)
+		return 1;
+	__u32 p = st->pos;
+	if (p + 24 > st->end) {
+		st->reason = KR_SPLIT;
+		return 1;
+	}
+	if (kc_at(st, p) != 0x80) {
+		st->reason = KR_MALFORMED;
+		return 1;
+	}
+	__u8 op = kc_at(st, p + 1);
+	__u32 klen = (__u32)kc_at(st, p + 2) << 8 | kc_at(st, p + 3);
+	__u32 elen = kc_at(st, p + 4);
+	__u32 body = (__u32)kc_at(st, p + 8) << 24 | (__u32)kc_at(st, p + 9) << 16 |
+		     (__u32)kc_at(st, p + 10) << 8 | kc_at(st, p + 11);
+	if (klen + elen > body) {
+		st->reason = KR_MALFORMED;
+		return 1;
+	}
+	if (body > KC_SCRATCH || p + 24 + body > st->end) {
+		st->reason = KR_SPLIT;
+		return 1;
+	}
+	st->pos = p + 24 + body;
+	st->reqs++;
+	int read = 0, write = 0;
+	switch (op) {
+	case 0x00: case 0x09: case 0x0c: case 0x0d: // GET GETQ GETK GETKQ
+	case 0x1d: case 0x1e: // GAT GATQ
+		read = 1;
+		break;
+	case 0x01: case 0x02: case 0x03: case 0x04: case 0x05: case 0x06: // SET ADD REPLACE DELETE INCR DECR
+	case 0x0e: case 0x0f: case 0x11: case 0x12: case 0x13: case 0x14: case 0x15: case 0x16: // APPEND PREPEND SETQ..DECRQ
+	case 0x19: case 0x1a: case 0x1c: // APPENDQ PREPENDQ TOUCH
+		write = 1;
+		break;
+	}
+	if (!read && !write)
+		return 0;
+	if (klen == 0)
+		return 0;
+	return kc_key(st, p + 24 + elen, klen, write, 1);
+}
+
+// kc_parse parses the payload in the scratch buffer (len bytes) for the
+// protocol of st. It returns the fallback reason, or -1 when the segment
+// parsed whole.
+static __always_inline int kc_parse(struct kc_st *st)
+{
+	struct kc_loop l = {.st = st};
+	st->reason = -1;
+	int bin = 0;
+	if (st->proto == 1) {
+		bpf_loop(KC_STEPS, kc_resp_step, &l, 0);
+	} else if (kc_buf(st)->buf[0] == 0x80) {
+		bin = 1;
+		bpf_loop(KC_STEPS, kc_bin_step, &l, 0);
+	} else {
+		bpf_loop(KC_STEPS, kc_mc_step, &l, 0);
+	}
+	if (st->reason < 0) {
+		if (st->pos < st->end)
+			st->reason = KR_KEYS; // more steps than KC_STEPS
+		else if (st->proto == 1 && st->state != R_CMD)
+			st->reason = KR_SPLIT;
+		else if (st->proto != 1 && !bin && (st->state != M_LINE || st->toklen || st->ntok))
+			st->reason = KR_SPLIT;
+	}
+	return st->reason;
+}
+
+struct kc_zero_ctx {
+	struct kc_slot *slot;
+};
+
+static long kc_zero(__u64 i, struct kc_zero_ctx *z)
+{
+	__u32 j = (i * 16) & (KC_BUCKETS - 16);
+#pragma unroll
+	for (int k = 0; k < 16; k++)
+		z->slot->c[j + k] = 0;
+	return 0;
+}
+
+struct kc_commit_ctx {
+	struct kc_st *st;
+	struct kc_slot *slot;
+	__u64 reads;
+};
+
+static long kc_commit_one(__u64 i, struct kc_commit_ctx *c)
+{
+	__u32 j = i & (KC_MAX_KEYS - 1);
+	__u64 h = kc_buf(c->st)->kh[j];
+	__u32 w = kc_buf(c->st)->kw[j];
+	__u32 b = (h >> kc_shift) & (KC_BUCKETS - 1);
+	__u32 v = c->slot->c[b] + w;
+	if (v < w)
+		v = 0xffffffff;
+	c->slot->c[b] = v;
+	c->reads += w;
+	return 0;
+}
+
+// kc_commit adds the segment's reads to this CPU's slot of the current
+// sub-window.
+static __always_inline __u64 kc_commit(struct kc_st *st)
+{
+	if (!st->nkeys)
+		return 0;
+	__u64 ep = bpf_ktime_get_ns() / kc_sub_ns;
+	__u32 si = ep % KC_SLOTS;
+	struct kc_slot *slot = bpf_map_lookup_elem(&kc_counts, &si);
+	if (!slot)
+		return 0;
+	if (slot->epoch != ep) {
+		struct kc_zero_ctx z = {.slot = slot};
+		bpf_loop(KC_BUCKETS / 16, kc_zero, &z, 0);
+		slot->epoch = ep;
+	}
+	struct kc_commit_ctx c = {.st = st, .slot = slot};
+	bpf_loop(st->nkeys, kc_commit_one, &c, 0);
+	return c.reads;
+}
+
+// kc_keep records, after a segment that parsed whole, that the next one
+// starts on a command boundary, and the connection's DB.
+static __always_inline void kc_keep(struct kc_flow *fl, struct kc_st *st, struct kc_in *in, __u8 proto)
+{
+	fl->next_seq = in->seq + in->len;
+	fl->synced = 1;
+	if (proto == 1) {
+		fl->db = st->db;
+		fl->db_before = st->db_before;
+		fl->in_multi = st->in_multi;
+	}
+}
+
+// kc_request is the kernel-counting decision for a request segment with
+// payload: 1 when it was counted and need not be copied, 0 to copy it
+// (in->rec says how user space should treat it). A global function, so the
+// verifier checks it once per program, apart from the copy code.
+static __always_inline int kc_request(void *ctx, const int xdp)
+{
+	__u32 zero = 0;
+	struct kc_stats *cnt = bpf_map_lookup_elem(&kc_stat, &zero);
+	struct kc_scratch *s = bpf_map_lookup_elem(&kc_scratch, &zero);
+	if (!cnt || !s)
+		return 0;
+	struct kc_in *in = &s->in;
+	cnt->segments++;
+	in->rec = 0;
+	__u32 port = in->k.dport;
+	__u8 *pp = bpf_map_lookup_elem(&kc_proto, &port);
+	__u8 proto = pp ? *pp : 0;
+	if (proto != 1 && proto != 2) {
+		cnt->fallback[KR_PROTO]++;
+		return 0;
+	}
+	struct kc_flow *fl = bpf_map_lookup_elem(&kc_flows, &in->k);
+	struct kc_flow nf = {};
+	int at_boundary = fl && fl->synced && fl->next_seq == in->seq;
+	int joined = !fl;
+	if (!fl) {
+		// Joined mid-stream (or the SYN was missed): DB 0 as the decoder
+		// assumes; counted from the first segment that parses whole.
+		bpf_map_update_elem(&kc_flows, &in->k, &nf, BPF_NOEXIST);
+		fl = bpf_map_lookup_elem(&kc_flows, &in->k);
+		if (!fl)
+			return 0;
+	}
+	__u32 len = in->len;
+	int reason = -1;
+	if (len > KC_SCRATCH) {
+		reason = KR_LARGE;
+	} else if (len == 0) {
+		return 0;
+	} else {
+		long err;
+		if (xdp)
+			err = bpf_xdp_load_bytes(ctx, in->pay_off, s->buf, len);
+		else
+			err = bpf_skb_load_bytes(ctx, in->pay_off, s->buf, len);
+		if (err)
+			reason = KR_LOAD;
+	}
+	struct kc_st *st = &s->st;
+	__builtin_memset(st, 0, sizeof(*st));
+	if (reason < 0) {
+		st->end = len;
+		st->proto = proto;
+		st->port = in->k.dport;
+		st->db = proto == 1 ? fl->db : -1;
+		st->db_before = fl->db_before;
+		st->in_multi = fl->in_multi;
+		if (in->family == 4) {
+			// netip's As16 of an IPv4 address: ::ffff:a.b.c.d
+			st->addr_lo = 0;
+			st->addr_hi = 0xffff0000ULL | (__u64)ld32(in->k.daddr) << 32;
+		} else {
+			st->addr_lo = ld64(in->k.daddr);
+			st->addr_hi = ld64(in->k.daddr + 8);
+		}
+		kc_reseed(st);
+		reason = kc_parse(st);
+	}
+	if (!at_boundary) {
+		// Not known to start on a command boundary: copied for user space
+		// to decode and count, as a connection joined mid-stream or the
+		// rest of a command copied before. If it parsed whole, the
+		// programs count from the next segment on.
+		cnt->fallback[joined ? KR_MIDSTREAM : KR_SPLIT]++;
+		if (reason >= 0) {
+			fl->synced = 0;
+		} else {
+			kc_keep(fl, st, in, proto);
+		}
+		fl->gap = 0;
+		return 0;
+	}
+	if (reason >= 0) {
+		cnt->fallback[reason & 15]++;
+		// Copied and left to user space; where the next command starts is
+		// no longer known. It starts on a boundary itself: after skipped
+		// segments, user space restarts the stream here.
+		in->rec = fl->gap ? KC_REC_GAP : 0;
+		fl->synced = 0;
+		fl->gap = 0;
+		return 0;
+	}
+	kc_keep(fl, st, in, proto);
+	cnt->counted++;
+	cnt->requests += st->reqs;
+	cnt->keys += st->nk;
+	cnt->reads += kc_commit(st);
+	if (!st->copy) {
+		cnt->skipped++;
+		fl->gap = 1;
+		return 1;
+	}
+	if (st->copy & KC_COPY_LOCATED)
+		cnt->copy_located++;
+	if (st->copy & KC_COPY_HOT)
+		cnt->copy_hot++;
+	if (st->copy & KC_COPY_SESSION)
+		cnt->copy_session++;
+	if (st->copy & KC_COPY_REPORT)
+		cnt->copy_report++;
+	in->rec = KC_REC_COUNTED | (fl->gap ? KC_REC_GAP : 0);
+	fl->gap = 0;
+	return 0;
+}
+
+// kc_syn starts a connection's state at its SYN: the first request starts
+// on a boundary.
+static __always_inline void kc_syn(struct skip_key *k, __u32 seq)
+{
+	struct kc_flow nf = {.next_seq = seq + 1, .synced = 1};
+	bpf_map_update_elem(&kc_flows, k, &nf, BPF_ANY);
+}
+
+// The segment's details are in the scratch map (kc_scratch.in), not
+// arguments: the stack of the programs' deepest call chain is near the
+// verifier's 512-byte limit.
+__attribute__((noinline)) int kc_request_skb(struct __sk_buff *skb)
+{
+	return kc_request(skb, 0);
+}
+
+__attribute__((noinline)) int kc_request_xdp(struct xdp_md *ctx)
+{
+	return kc_request(ctx, 1);
+}
+
+// kc_handle runs kernel counting for a request-direction segment: 1 when it
+// was counted and is not to be copied. h->pad2 gets the record's KC_REC_*.
+static __always_inline int kc_handle(void *ctx, int xdp, struct rec_hdr *h, __u32 pay_off, __u32 avail,
+				     __u32 wire)
+{
+	if (!(h->flags & F_SYN) && (wire == 0 || (h->flags & F_RST)))
+		return 0;
+	__u32 zero = 0;
+	struct kc_scratch *s = bpf_map_lookup_elem(&kc_scratch, &zero);
+	if (!s)
+		return 0;
+	struct kc_in *in = &s->in;
+	__builtin_memcpy(in->k.saddr, h->saddr, 16);
+	__builtin_memcpy(in->k.daddr, h->daddr, 16);
+	in->k.sport = h->sport;
+	in->k.dport = h->dport;
+	if (h->flags & F_SYN) {
+		kc_syn(&in->k, h->seq);
+		return 0;
+	}
+	in->seq = h->seq;
+	in->pay_off = pay_off;
+	in->len = avail < wire ? KC_SCRATCH + 1 : wire; // not all in the packet: a fallback
+	in->family = h->family;
+	in->flags = h->flags;
+	in->xdp = xdp;
+	in->rec = 0;
+	int r = xdp ? kc_request_xdp(ctx) : kc_request_skb(ctx);
+	h->pad2 = in->rec;
+	return r;
+}

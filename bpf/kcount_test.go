@@ -1,0 +1,557 @@
+package bpf
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/hotsniff/hotsniff/decode"
+	"github.com/hotsniff/hotsniff/decode/redis"
+	"github.com/hotsniff/hotsniff/detect"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
+)
+
+var (
+	mcSrv4 = netip.MustParseAddrPort("10.199.0.1:11211")
+	mcSrv6 = netip.MustParseAddrPort("[fd00:199::1]:11211")
+)
+
+type kcEnv struct {
+	t    testing.TB
+	c    *Capture
+	objs *hotsniffObjects
+	rd   testRings
+	sub  time.Duration
+	ep0  int64
+	port uint16 // next client port
+}
+
+func openKC(t testing.TB) *kcEnv {
+	t.Helper()
+	return openKCSub(t, 300*time.Millisecond)
+}
+
+func openKCSub(t testing.TB, sub time.Duration) *kcEnv {
+	t.Helper()
+	c, objs, rd := openTestConfig(t, Config{Ports: []uint16{6379, 11211}, RingSize: 1 << 20, KernelCount: &KernelCountConfig{Commands: testRedisTable(),
+		SubWindow: sub, Buckets: 4096, Protos: map[uint16]uint8{6379: uint8(decode.ProtoRedis), 11211: uint8(decode.ProtoMemcache)},
+	}})
+	return &kcEnv{t: t, c: c, objs: objs, rd: rd, sub: sub, ep0: c.KernelEpoch(), port: 41000}
+}
+
+type rawRec struct {
+	payload []byte
+	kernel  uint32
+}
+
+func (e *kcEnv) drain() []rawRec {
+	var out []rawRec
+	for _, r := range e.rd {
+		r.SetDeadline(time.Now())
+		for {
+			rec, err := r.Read()
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				break
+			}
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			n := binary.LittleEndian.Uint32(rec.RawSample[offLen:])
+			out = append(out, rawRec{bytes.Clone(rec.RawSample[RecHdrSize : RecHdrSize+n]), RecordKernelFlags(rec.RawSample)})
+		}
+	}
+	return out
+}
+
+// conn is a client connection; seq is the next request byte.
+type conn struct {
+	cli, srv netip.AddrPort
+	seq      uint32
+}
+
+func (e *kcEnv) newConn(srv netip.AddrPort, prog *ebpf.Program, syn bool) *conn {
+	e.port++
+	cli := netip.AddrPortFrom(cli4.Addr(), e.port)
+	if srv.Addr().Is6() {
+		cli = netip.AddrPortFrom(cli6.Addr(), e.port)
+	}
+	c := &conn{cli: cli, srv: srv, seq: 1000}
+	if syn {
+		e.run(prog, pkt{src: cli, dst: srv, flags: 0x02, seq: c.seq - 1})
+		e.drain() // the SYN's record
+	}
+	return c
+}
+
+func (e *kcEnv) run(prog *ebpf.Program, p pkt) {
+	e.t.Helper()
+	if _, err := prog.Run(&ebpf.RunOptions{Data: p.bytes()}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// send sends one request segment and returns the records it made.
+func (e *kcEnv) send(prog *ebpf.Program, c *conn, payload []byte) []rawRec {
+	e.t.Helper()
+	e.run(prog, pkt{src: c.cli, dst: c.srv, flags: 0x18, seq: c.seq, ack: 1, payload: payload})
+	c.seq += uint32(len(payload))
+	return e.drain()
+}
+
+// counts waits for the sub-windows since the env opened to end and sums
+// their bucket counts.
+func (e *kcEnv) counts() []uint32 {
+	e.t.Helper()
+	last := e.c.KernelEpoch()
+	time.Sleep(e.sub + 20*time.Millisecond)
+	out := make([]uint32, 4096)
+	for ep := e.ep0; ep <= last; ep++ {
+		ok, err := e.c.ReadKernelCounts(ep, out)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if !ok {
+			e.t.Fatalf("sub-window %d not complete", ep)
+		}
+	}
+	e.ep0 = last + 1
+	return out
+}
+
+func (e *kcEnv) stats() KernelStats {
+	st, err := e.c.KernelStats()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return st
+}
+
+func resp(args ...string) []byte {
+	var b []byte
+	b = fmt.Appendf(b, "*%d\r\n", len(args))
+	for _, a := range args {
+		b = fmt.Appendf(b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	return b
+}
+
+// want accumulates expected bucket counts.
+type want map[int]uint32
+
+func (w want) add(srv netip.AddrPort, p decode.Proto, ns int32, key string, n uint32) {
+	w[detect.Bucket(detect.Identity(srv, p, ns, []byte(key)), 4096)] += n
+}
+
+func (e *kcEnv) check(w want) {
+	e.t.Helper()
+	got := e.counts()
+	var total, wantTotal uint64
+	for b, v := range got {
+		total += uint64(v)
+		if w[b] != v {
+			e.t.Errorf("bucket %d: %d, want %d", b, v, w[b])
+		}
+	}
+	for _, v := range w {
+		wantTotal += uint64(v)
+	}
+	if total != wantTotal {
+		e.t.Errorf("total %d, want %d", total, wantTotal)
+	}
+}
+
+func progsKC(objs *hotsniffObjects) map[string]*ebpf.Program {
+	return map[string]*ebpf.Program{"xdp": objs.HotsniffXdp, "tc": objs.HotsniffTcIngress}
+}
+
+// TestKernelCountFamilies: every command family counted in the kernel with
+// the detector's identity (server, protocol, DB, key) and weight, and no
+// record copied for counted segments of cold keys.
+func TestKernelCountFamilies(t *testing.T) {
+	e := openKC(t)
+	for pname, prog := range progsKC(e.objs) {
+		t.Run(pname, func(t *testing.T) {
+			e.t = t
+			w := want{}
+			for _, srv := range []netip.AddrPort{srv4, srv6} {
+				c := e.newConn(srv, prog, true)
+				segs := [][]byte{
+					resp("GET", "foo"),
+					resp("get", "foo"),
+					resp("MGET", "a", "b", "c"),
+					resp("HMGET", "h", "f1", "f2", "f3"),
+					resp("HGET", "h2", "f1"),
+					resp("SET", "foo", "v"),          // write: no count
+					resp("MSET", "x", "1", "y", "2"), // write
+					resp("PING"),
+					resp("GET", "a", "extra"), // wrong arity: no key
+				}
+				var pipe, deep []byte
+				for i := range 16 {
+					pipe = append(pipe, resp("GET", fmt.Sprintf("p%d", i))...)
+				}
+				// The deepest pipeline counted whole: KernelMaxKeys GETs.
+				for i := range KernelMaxKeys {
+					deep = append(deep, resp("GET", fmt.Sprintf("d%03d", i))...)
+				}
+				segs = append(segs, pipe, deep)
+				for _, s := range segs {
+					if recs := e.send(prog, c, s); len(recs) != 0 {
+						t.Errorf("%q: %d records copied, want none", s, len(recs))
+					}
+				}
+				w.add(srv, decode.ProtoRedis, 0, "foo", 2)
+				for _, k := range []string{"a", "b", "c"} {
+					w.add(srv, decode.ProtoRedis, 0, k, 1)
+				}
+				w.add(srv, decode.ProtoRedis, 0, "h", 3)
+				w.add(srv, decode.ProtoRedis, 0, "h2", 1)
+				for i := range 16 {
+					w.add(srv, decode.ProtoRedis, 0, fmt.Sprintf("p%d", i), 1)
+				}
+				for i := range KernelMaxKeys {
+					w.add(srv, decode.ProtoRedis, 0, fmt.Sprintf("d%03d", i), 1)
+				}
+				// SELECT is copied, and the GETs after it count in DB 2,
+				// in this segment and the next.
+				if recs := e.send(prog, c, append(resp("SELECT", "2"), resp("GET", "s")...)); len(recs) != 1 || recs[0].kernel&RecCounted == 0 {
+					t.Errorf("SELECT: %+v, want one counted record", recs)
+				}
+				if recs := e.send(prog, c, resp("GET", "s")); len(recs) != 0 {
+					t.Errorf("GET after SELECT copied")
+				}
+				w.add(srv, decode.ProtoRedis, 2, "s", 2)
+			}
+			for _, srv := range []netip.AddrPort{mcSrv4, mcSrv6} {
+				c := e.newConn(srv, prog, true)
+				for _, s := range []string{
+					"get a b\r\n", "gets c\r\n", "gat 10 d\r\n", "gats 10 d e\r\n", "mg f v k\r\n",
+					"set a 0 0 5\r\nhello\r\n", "delete b\r\n", "get  g\r\nget h\r\n",
+				} {
+					if recs := e.send(prog, c, []byte(s)); len(recs) != 0 {
+						t.Errorf("%q: %d records copied, want none", s, len(recs))
+					}
+				}
+				for _, k := range []string{"a", "b", "c", "d", "d", "e", "f", "g", "h"} {
+					w.add(srv, decode.ProtoMemcache, decode.NoNS, k, 1)
+				}
+				// Binary GET and GETK, pipelined, and a SET.
+				var bin []byte
+				bin = append(bin, mcBin(0x00, "bk1", nil, nil)...)
+				bin = append(bin, mcBin(0x0c, "bk2", nil, nil)...)
+				bin = append(bin, mcBin(0x01, "bk3", make([]byte, 8), []byte("val"))...)
+				if recs := e.send(prog, c, bin); len(recs) != 0 {
+					t.Errorf("binary: %d records copied, want none", len(recs))
+				}
+				w.add(srv, decode.ProtoMemcache, decode.NoNS, "bk1", 1)
+				w.add(srv, decode.ProtoMemcache, decode.NoNS, "bk2", 1)
+			}
+			e.check(w)
+		})
+	}
+	st := e.stats()
+	if n := sumFallback(st); n != 0 {
+		t.Errorf("fallbacks %v, want none", st.Fallback)
+	}
+}
+
+func sumFallback(st KernelStats) uint64 {
+	var n uint64
+	for _, v := range st.Fallback {
+		n += v
+	}
+	return n
+}
+
+// mcBin is a memcached binary request.
+func mcBin(op byte, key string, extras, value []byte) []byte {
+	b := make([]byte, 24)
+	b[0] = 0x80
+	b[1] = op
+	b[2], b[3] = byte(len(key)>>8), byte(len(key))
+	b[4] = byte(len(extras))
+	body := len(extras) + len(key) + len(value)
+	b[8], b[9], b[10], b[11] = byte(body>>24), byte(body>>16), byte(body>>8), byte(body)
+	b = append(b, extras...)
+	b = append(b, key...)
+	return append(b, value...)
+}
+
+// TestKernelCountFallbacks: what the programs cannot count whole is copied
+// uncounted, each reason counted once per segment.
+func TestKernelCountFallbacks(t *testing.T) {
+	e := openKC(t)
+	prog := e.objs.HotsniffTcIngress
+	long := strings.Repeat("k", KernelMaxKey+1)
+	var many []string
+	for i := range KernelMaxKeys + 1 {
+		many = append(many, fmt.Sprint(i%10))
+	}
+	get := resp("GET", "foo")
+	cases := []struct {
+		name    string
+		srv     netip.AddrPort
+		payload []byte
+		reason  FallbackReason
+	}{
+		{"split", srv4, get[:len(get)-3], FallbackSplit},
+		{"long key", srv4, resp("GET", long), FallbackLongKey},
+		{"long memcached key", mcSrv4, []byte("get " + long + "\r\n"), FallbackLongKey},
+		{"inline", srv4, []byte("GET foo\r\n"), FallbackInline},
+		{"unknown", srv4, resp("NOSUCHCMD", "a"), FallbackUnknown},
+		{"complex", srv4, resp("EVAL", "return 1", "1", "k"), FallbackComplex},
+		{"keys", srv4, resp(append([]string{"MGET"}, many...)...), FallbackKeys},
+		{"malformed", srv4, []byte("*2\r\n$3\r\nGET\r\n:3\r\n"), FallbackMalformed},
+		{"memcached unknown", mcSrv4, []byte("stats\r\n"), FallbackUnknown},
+		{"memcached split value", mcSrv4, []byte("set a 0 0 10\r\nhel"), FallbackSplit},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := e.newConn(tc.srv, prog, true)
+			before := e.stats()
+			recs := e.send(prog, c, tc.payload)
+			if len(recs) != 1 || recs[0].kernel != 0 || !bytes.Equal(recs[0].payload, tc.payload[:min(len(tc.payload), Chunk)]) {
+				t.Errorf("%d records (flags %+v), want the segment copied uncounted", len(recs), recs)
+			}
+			after := e.stats()
+			for r := range NumFallbackReasons {
+				want := before.Fallback[r]
+				if r == tc.reason {
+					want++
+				}
+				if after.Fallback[r] != want {
+					t.Errorf("fallback %s: %d, want %d", r, after.Fallback[r]-before.Fallback[r], want-before.Fallback[r])
+				}
+			}
+		})
+	}
+	// A segment larger than the parser takes (here: one whose IP length
+	// says more than the test frame can carry).
+	t.Run("large", func(t *testing.T) {
+		c := e.newConn(srv4, prog, true)
+		before := e.stats()
+		e.run(prog, pkt{src: c.cli, dst: c.srv, flags: 0x18, seq: c.seq, ack: 1, payload: get, ipLenDelta: KernelMaxSegment})
+		if recs := e.drain(); len(recs) != 1 || recs[0].kernel != 0 {
+			t.Errorf("%+v, want one record uncounted", recs)
+		}
+		if d := e.stats().Fallback[FallbackLarge] - before.Fallback[FallbackLarge]; d != 1 {
+			t.Errorf("large: %d, want 1", d)
+		}
+	})
+	// Mid-stream: a connection whose SYN was not seen has its first whole
+	// segment copied (user space counts it) and the next counted.
+	c := e.newConn(srv4, prog, false)
+	if recs := e.send(prog, c, get); len(recs) != 1 || recs[0].kernel != 0 {
+		t.Errorf("mid-stream first segment: %+v, want copied uncounted", recs)
+	}
+	if recs := e.send(prog, c, get); len(recs) != 0 {
+		t.Errorf("mid-stream second segment copied")
+	}
+	// After a split, the rest of the command is copied too, and counting
+	// resumes once a segment parses whole.
+	c = e.newConn(srv4, prog, true)
+	e.send(prog, c, get[:5])
+	if recs := e.send(prog, c, get[5:]); len(recs) != 1 {
+		t.Errorf("tail of a split command: %d records, want 1", len(recs))
+	}
+	w := want{}
+	w.add(srv4, decode.ProtoRedis, 0, "foo", 1) // the mid-stream connection's second GET
+	// The programs cannot tell where the tail's command ended: the next
+	// segment is copied too (it parses whole: they resync on it), and
+	// the one after it is counted.
+	if recs := e.send(prog, c, get); len(recs) != 1 || recs[0].kernel != 0 {
+		t.Errorf("first whole segment after a split: %+v, want copied uncounted", recs)
+	}
+	st := e.stats()
+	if st.Fallback[FallbackMidstream] != 1 || st.Fallback[FallbackSplit] != 5 {
+		t.Errorf("midstream %d (want 1), split %d (want 5)", st.Fallback[FallbackMidstream], st.Fallback[FallbackSplit])
+	}
+	// And the connection counts again from the segment after.
+	if recs := e.send(prog, c, get); len(recs) != 0 {
+		t.Errorf("GET after a split command copied")
+	}
+	w.add(srv4, decode.ProtoRedis, 0, "foo", 1)
+	e.check(w)
+}
+
+// TestKernelCountCopies: reads in located buckets and writes to hot keys
+// are copied (flagged counted), with a gap flag after skipped segments;
+// ECHO reports are copied.
+func TestKernelCountCopies(t *testing.T) {
+	e := openKC(t)
+	prog := e.objs.HotsniffTcIngress
+	hot := detect.Identity(srv4, decode.ProtoRedis, 0, []byte("hot"))
+	var bits [KernelBuckets / 64]uint64
+	b := detect.Bucket(hot, 4096)
+	bits[b/64] |= 1 << (b % 64)
+	if err := e.c.SetLocated(bits[:]); err != nil {
+		t.Fatal(err)
+	}
+	c := e.newConn(srv4, prog, true)
+	if recs := e.send(prog, c, resp("GET", "hot")); len(recs) != 1 || recs[0].kernel != RecCounted {
+		t.Errorf("located read: %+v, want one record flagged counted", recs)
+	}
+	if recs := e.send(prog, c, resp("GET", "cold")); len(recs) != 0 {
+		t.Errorf("cold read copied")
+	}
+	if recs := e.send(prog, c, resp("SET", "hot", "v")); len(recs) != 0 {
+		t.Errorf("write to a located but not hot key copied")
+	}
+	if err := e.c.SetHot(hot, true); err != nil {
+		t.Fatal(err)
+	}
+	if recs := e.send(prog, c, resp("SET", "hot", "v")); len(recs) != 1 || recs[0].kernel != RecCounted|RecGap {
+		t.Errorf("write to a hot key: %+v, want one record flagged counted, after a gap", recs)
+	}
+	// A fallback after skipped segments carries the gap flag too.
+	e.send(prog, c, resp("GET", "cold"))
+	if recs := e.send(prog, c, resp("GET", strings.Repeat("k", KernelMaxKey+1))); len(recs) != 1 || recs[0].kernel != RecGap {
+		t.Errorf("fallback after a gap: %+v, want one record flagged gap only", recs)
+	}
+	c = e.newConn(srv4, prog, true)
+	report := append(resp("GET", "cold"), resp("ECHO", "hotsniff:absorbed:1 5 50 cold")...)
+	if recs := e.send(prog, c, report); len(recs) != 1 || !bytes.Equal(recs[0].payload, report) {
+		t.Errorf("absorbed report: %+v, want the segment copied", recs)
+	}
+	st := e.stats()
+	if st.CopyLocated != 1 || st.CopyHot != 1 || st.CopyReport != 1 || st.Skipped != 3 {
+		t.Errorf("copies: %+v", st)
+	}
+	w := want{}
+	w.add(srv4, decode.ProtoRedis, 0, "hot", 1)
+	w.add(srv4, decode.ProtoRedis, 0, "cold", 3)
+	e.check(w)
+}
+
+// TestKernelCountVerifier: with kernel counting on, every program passes
+// the verifier of this kernel with room to spare: the parsers are bpf_loop
+// callbacks without loops of their own, so each program explores a bounded
+// number of instructions whatever the segment (up to KernelMaxSegment bytes,
+// any pipeline depth that fits). The figures are logged for the docs.
+func TestKernelCountVerifier(t *testing.T) {
+	netnstest.RequireRoot(t)
+	spec, err := loadHotsniff()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setKernelVars(spec, &KernelCountConfig{Commands: testRedisTable(), SubWindow: 100 * time.Millisecond, Buckets: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`processed (\d+) insns`)
+	for name := range spec.Programs {
+		if !strings.HasPrefix(name, "hotsniff_") {
+			continue
+		}
+		cs := &ebpf.CollectionSpec{Maps: spec.Maps, Programs: map[string]*ebpf.ProgramSpec{name: spec.Programs[name]},
+			Variables: spec.Variables, Types: spec.Types}
+		start := time.Now()
+		coll, err := ebpf.NewCollectionWithOptions(cs, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		log := coll.Programs[name].VerifierLog
+		coll.Close()
+		m := re.FindStringSubmatch(log)
+		if m == nil {
+			t.Fatalf("%s: no stats in the verifier log %q", name, log)
+		}
+		n, _ := strconv.Atoi(m[1])
+		t.Logf("%s: %d instructions processed (limit 1000000), loaded in %v", name, n, time.Since(start).Round(time.Millisecond))
+		// Half the limit: a change that multiplies the states the
+		// verifier explores shows here before it fails to load.
+		if n > 500000 {
+			t.Errorf("%s: %d instructions processed, want at most 500000", name, n)
+		}
+	}
+}
+
+// TestParseRecordKernelFlags: a record's kernel-counting flags reach the
+// segment: counted, and a gap before it restarts the stream (Resumed).
+func TestParseRecordKernelFlags(t *testing.T) {
+	for _, tc := range []struct {
+		flags            uint32
+		counted, resumed bool
+	}{{0, false, false}, {RecCounted, true, false}, {RecGap, false, true}, {RecCounted | RecGap, true, true}} {
+		raw := make([]byte, RecHdrSize)
+		binary.LittleEndian.PutUint32(raw[offKernel:], tc.flags)
+		raw[offFamily] = 4
+		var seg Record
+		if _, err := ParseRecord(raw, 0, &seg); err != nil {
+			t.Fatal(err)
+		}
+		if seg.KernelCounted != tc.counted || seg.Resumed != tc.resumed {
+			t.Errorf("flags %d: counted %v resumed %v, want %v %v", tc.flags, seg.KernelCounted, seg.Resumed, tc.counted, tc.resumed)
+		}
+	}
+}
+
+// TestKernelCountProgramCost logs the programs' in-kernel time per request
+// segment (BPF_PROG_TEST_RUN, hot caches), kernel counting off (the
+// segment is copied to the ring) and on (parsed, counted, not copied), for
+// one GET and for a pipeline of 16. Each run carries the next sequence
+// number, as a connection's segments do. Figures only: timing is not
+// asserted: it runs with HOTSNIFF_FIGURES=1
+// (HOTSNIFF_FIGURES=1 go test -count=1 -run TestKernelCountProgramCost -v ./bpf/).
+func TestKernelCountProgramCost(t *testing.T) {
+	if os.Getenv("HOTSNIFF_FIGURES") == "" {
+		t.Skip("figures only: set HOTSNIFF_FIGURES=1")
+	}
+	const n = 20000
+	var one, pipe []byte
+	one = resp("GET", "key:000000000042")
+	for i := range 16 {
+		pipe = append(pipe, resp("GET", fmt.Sprintf("key:%012d", i))...)
+	}
+	for _, kc := range []bool{false, true} {
+		cfg := Config{Ports: []uint16{6379}, RingSize: 64 << 20}
+		if kc {
+			cfg.KernelCount = &KernelCountConfig{Commands: testRedisTable(), SubWindow: 100 * time.Millisecond, Buckets: 4096, Protos: map[uint16]uint8{6379: 1}}
+		}
+		c, objs, rd := openTestConfig(t, cfg)
+		for name, prog := range progsKC(objs) {
+			for _, seg := range []struct {
+				name    string
+				payload []byte
+			}{{"GET", one}, {"16 GETs", pipe}} {
+				e := &kcEnv{t: t, c: c, objs: objs, rd: rd, port: 42000}
+				cn := e.newConn(srv4, prog, true)
+				var total time.Duration
+				for i := range n {
+					p := pkt{src: cn.cli, dst: cn.srv, flags: 0x18, seq: cn.seq, ack: 1, payload: seg.payload}
+					_, d, err := prog.Benchmark(p.bytes(), 1, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					total += d
+					cn.seq += uint32(len(seg.payload))
+					if i%1000 == 999 {
+						e.drain()
+					}
+				}
+				recs := len(e.drain())
+				t.Logf("%-4s kernel-count=%-5v %-8s %4d ns per segment", name, kc, seg.name, total.Nanoseconds()/n)
+				_ = recs
+			}
+		}
+	}
+}
+
+// testRedisTable is the decoder's command table in the loader's terms.
+func testRedisTable() []RedisCommand {
+	rs := redis.KeyRanges()
+	out := make([]RedisCommand, len(rs))
+	for i, c := range rs {
+		out[i] = RedisCommand(c)
+	}
+	return out
+}

@@ -1,0 +1,111 @@
+package ebpfsrc
+
+import (
+	"fmt"
+
+	"github.com/hotsniff/hotsniff/bpf"
+)
+
+// Stage1 is the detector as the reader needs it: where the kernel's counts
+// of an ended sub-window go (it answers with the located buckets), and the
+// hashes of the hot keys. detect.Detector implements it; the capture layer
+// stays below the detector.
+type Stage1 interface {
+	KernelCounts(start, end int64, counts []uint32, complete bool) []uint64
+	HotHashes(dst []uint64) []uint64
+}
+
+// KernelReader moves the capture programs' bucket counts (in-kernel
+// counting, bpf.Config.KernelCount) into the detector, one ended
+// sub-window at a time, and writes back what the programs must copy: the
+// located buckets and the hot keys. The pipeline calls Step from the
+// detector's goroutine at least every sub-window (its tick does).
+type KernelReader struct {
+	c      *bpf.Capture
+	d      Stage1
+	next   int64 // the next kernel sub-window to read
+	counts []uint32
+	zero   []uint32
+	hot    map[uint64]bool // hashes in the programs' hot set
+	seen   map[uint64]bool
+	hh     []uint64
+	st     KernelReaderStats
+}
+
+// KernelReaderStats counts what Step did.
+type KernelReaderStats struct {
+	SubWindows uint64 // sub-windows read whole
+	Lost       uint64 // sub-windows not read whole (the reader was late): held as unknown, not cold
+}
+
+// NewKernelReader starts reading c's counts (buckets of them per
+// sub-window) from the current sub-window on.
+func NewKernelReader(c *bpf.Capture, d Stage1, b int) *KernelReader {
+	return &KernelReader{c: c, d: d, next: c.KernelEpoch(), counts: make([]uint32, b), zero: make([]uint32, b),
+		hot: make(map[uint64]bool), seen: make(map[uint64]bool)}
+}
+
+// Stats returns the counters; like Step, on the pipeline goroutine.
+func (k *KernelReader) Stats() KernelReaderStats { return k.st }
+
+// Step reads every sub-window that ended since the last call into the
+// detector and updates the programs' located buckets and hot set.
+func (k *KernelReader) Step() error {
+	now := k.c.KernelEpoch()
+	if k.next >= now {
+		return nil
+	}
+	var bits []uint64
+	if lost := now - k.next - (bpf.KernelSlots - 2); lost > 0 {
+		// Late past what the programs keep: those sub-windows are
+		// unknown. Their counts leave the window empty, and the detector
+		// holds its verdicts over them.
+		start, end := k.c.KernelEpochStart(k.next), k.c.KernelEpochStart(k.next+lost)
+		for range min(lost, 8) {
+			bits = k.d.KernelCounts(start, end, k.zero, false)
+		}
+		k.st.Lost += uint64(lost)
+		k.next += lost
+	}
+	for ; k.next < now; k.next++ {
+		clear(k.counts)
+		complete, err := k.c.ReadKernelCounts(k.next, k.counts)
+		if err != nil {
+			return fmt.Errorf("read kernel counts: %w", err)
+		}
+		if complete {
+			k.st.SubWindows++
+		} else {
+			k.st.Lost++
+		}
+		bits = k.d.KernelCounts(k.c.KernelEpochStart(k.next), k.c.KernelEpochStart(k.next+1), k.counts, complete)
+	}
+	if err := k.c.SetLocated(bits); err != nil {
+		return err
+	}
+	return k.syncHot()
+}
+
+// syncHot makes the programs' hot set the detector's hot list.
+func (k *KernelReader) syncHot() error {
+	k.hh = k.d.HotHashes(k.hh[:0])
+	clear(k.seen)
+	for _, h := range k.hh {
+		k.seen[h] = true
+		if !k.hot[h] {
+			if err := k.c.SetHot(h, true); err != nil {
+				return err
+			}
+			k.hot[h] = true
+		}
+	}
+	for h := range k.hot {
+		if !k.seen[h] {
+			if err := k.c.SetHot(h, false); err != nil {
+				return err
+			}
+			delete(k.hot, h)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hotsniff/hotsniff/bpf"
+	"github.com/hotsniff/hotsniff/capture/ebpfsrc"
+	"github.com/hotsniff/hotsniff/decode"
+	"github.com/hotsniff/hotsniff/decode/redis"
+	"github.com/hotsniff/hotsniff/detect"
+	"github.com/hotsniff/hotsniff/metrics"
+)
+
+// --kernel-count: the eBPF programs count reads in the kernel and copy
+// only what the detector's later stages need (bpf/kcount.h,
+// ebpfsrc.KernelReader). Glue only: the logic lives in those packages.
+type kernelCount struct {
+	r   *ebpfsrc.KernelReader
+	err bool // a read failed (logged once)
+}
+
+// kernelCountConfig is the programs' counting configuration for
+// --kernel-count on an eBPF capture (nil otherwise). The detector is not
+// built yet: a probe of the same configuration gives its sub-window and
+// buckets.
+func (d *daemon) kernelCountConfig() (*bpf.KernelCountConfig, error) {
+	if !d.cfg.Capture.KernelCount || d.mode == bpf.ModeAFPacket {
+		return nil, nil
+	}
+	if d.cfg.Detect.Detector == detect.DetectorTair {
+		return nil, fmt.Errorf("--kernel-count needs the default detector, not %q", d.cfg.Detect.Detector)
+	}
+	probe, err := detect.New(d.cfg.Detect.Config, nil)
+	if err != nil {
+		return nil, err
+	}
+	b := probe.Config().Buckets
+	if b > bpf.KernelBuckets {
+		return nil, fmt.Errorf("--kernel-count counts at most %d buckets: set --buckets %d or less, or --kernel-count=false", bpf.KernelBuckets, bpf.KernelBuckets)
+	}
+	protos := make(map[uint16]uint8)
+	for _, port := range d.ports.List() {
+		if p := d.ports.Lookup(port); p == decode.ProtoRedis || p == decode.ProtoMemcache {
+			protos[port] = uint8(p)
+		}
+	}
+	return &bpf.KernelCountConfig{SubWindow: time.Duration(probe.SubWindow()), Buckets: b, Protos: protos, Commands: kernelRedisTable()}, nil
+}
+
+// kernelRedisTable is the decoder's command table in the loader's terms.
+func kernelRedisTable() []bpf.RedisCommand {
+	rs := redis.KeyRanges()
+	out := make([]bpf.RedisCommand, len(rs))
+	for i, c := range rs {
+		out[i] = bpf.RedisCommand(c)
+	}
+	return out
+}
+
+// startKernelReader starts moving the kernel's counts into the detector.
+func (d *daemon) startKernelReader() {
+	if bc := d.cap.KernelCounting(); bc != nil {
+		det := d.pl.Detector()
+		d.kc.r = ebpfsrc.NewKernelReader(bc, det, det.Config().Buckets)
+		d.log.Info("counting in the kernel", "sub_window", time.Duration(det.SubWindow()))
+	}
+}
+
+// stepKernel runs on the pipeline goroutine at every tick.
+func (d *daemon) stepKernel() {
+	if d.kc.r == nil {
+		return
+	}
+	if err := d.kc.r.Step(); err != nil && !d.kc.err {
+		d.kc.err = true
+		d.log.Warn("kernel counting: reading counts failed", "err", err)
+	}
+}
+
+// evidence tracks what the capture missed, to tell the detector (unknown
+// is not cold, detect/incomplete.go).
+type evidence struct {
+	lost    uint64 // ring drops, load errors, stream bytes lost, programs' sampling steps, kernel sub-windows lost
+	since   int64  // packet time of the previous check
+	checked bool
+}
+
+// noteEvidence runs on the pipeline goroutine every full tick: when the
+// capture lost anything since the previous one, the detector holds its
+// cold verdicts over that span; the counters go to the metrics.
+func (d *daemon) noteEvidence(det *detect.Detector, lostBytes uint64, capStats []metrics.CaptureStat, clock int64) {
+	lost := lostBytes
+	for _, cs := range capStats {
+		lost += cs.Dropped["ringbuf_full"] + cs.Dropped["kernel"]
+	}
+	var fallback map[string]uint64
+	if smp := d.cap.Sampler(); smp != nil {
+		if st, err := smp.Sampling(); err == nil {
+			lost += st.Raises
+		}
+	}
+	if bc := d.cap.KernelCounting(); bc != nil {
+		if d.kc.r != nil {
+			lost += d.kc.r.Stats().Lost
+			if ks, err := bc.KernelStats(); err == nil {
+				fallback = make(map[string]uint64, len(ks.Fallback))
+				for r, v := range ks.Fallback {
+					fallback[bpf.FallbackReason(r).String()] = v
+				}
+			}
+		}
+	}
+	if d.ev.checked && lost > d.ev.lost {
+		det.Incomplete(d.ev.since, clock)
+	}
+	d.ev.lost, d.ev.since, d.ev.checked = lost, clock, true
+	ds := det.Stats()
+	d.col.Update(func(s *metrics.Snapshot) {
+		s.IncompleteSpans, s.ColdHeld = ds.IncompleteSpans, ds.ColdHeld
+		s.KernelFallback = fallback
+	})
+}

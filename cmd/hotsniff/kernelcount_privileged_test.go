@@ -1,0 +1,62 @@
+package main
+
+import (
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/promcheck"
+)
+
+// TestRunKernelCountPrivileged: the daemon with --kernel-count finds a hot
+// key that redis-benchmark reads beside random keys, while the cold
+// requests stay in the kernel: it decodes far fewer GETs than were sent.
+func TestRunKernelCountPrivileged(t *testing.T) {
+	netnstest.RequireRoot(t)
+	netnstest.Need(t, "redis-benchmark")
+	p := netnstest.NewPair(t)
+	cache := p.StartRedis(t, 6379)
+	d := startDaemon(t, p, "--capture", "tc", "--port", "redis=6379", "--hot-qps", "2000", "--kernel-count")
+	const hotN, coldN = 300000, 100000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		netnstest.RedisBenchmarkKey(t, cache, hotN, 16)
+	}()
+	netnstest.RedisBenchmark(t, cache, coldN, 16, 100000)
+	found := false
+	for deadline := time.Now().Add(20 * time.Second); !found && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if e, ok := d.hotkey(t, "key:__rand_int__"); ok {
+			found = true
+			t.Logf("hot: %+v", e)
+		}
+	}
+	<-done
+	if !found {
+		t.Fatalf("key:__rand_int__ never hot with --kernel-count\n%s", d.log())
+	}
+	body, m := d.scrape(t)
+	promcheck.Check(t, body)
+	for _, r := range []string{"split", "midstream", "unknown"} {
+		if _, ok := m[`hotsniff_kernel_fallback_total{reason="`+r+`"}`]; !ok {
+			t.Errorf("no hotsniff_kernel_fallback_total{reason=%q}", r)
+		}
+	}
+	if _, ok := m["hotsniff_detect_cold_held_total"]; !ok {
+		t.Error("no hotsniff_detect_cold_held_total")
+	}
+	gets := m[`hotsniff_requests_total{op="GET",proto="redis"}`]
+	t.Logf("GETs decoded in user space: %v of %d sent", gets, hotN+coldN)
+	if gets >= hotN+coldN {
+		t.Errorf("every GET was decoded in user space: kernel counting did not keep any")
+	}
+	for _, e := range d.hotkeys(t) {
+		if string(e.Key) != "key:__rand_int__" {
+			t.Errorf("a random key reported hot: %+v", e)
+		}
+	}
+	if err := d.stop(t, syscall.SIGTERM); err != nil {
+		t.Errorf("exit after SIGTERM: %v\n%s", err, d.log())
+	}
+}

@@ -1,0 +1,37 @@
+package detect
+
+// Unknown is not cold. A hot key turns cold on evidence that its demand
+// fell: its measured rate over the window. When the capture did not see
+// all requests for a while (a ring buffer that filled and dropped records,
+// connections shed under load, a reader of kernel counts that fell behind
+// by more than the kernel keeps), the counts of that time are lower bounds,
+// and a low count there is no evidence. The pipeline tells the detector
+// with Incomplete, and while any of that time is still inside the window,
+// hot keys are not turned cold on their rate: the verdict is held
+// (Stats.ColdHeld) until the window holds only complete sub-windows again,
+// and then judged on what was seen. The lifetime rule (no read at all for
+// ttl) still applies, so a key whose traffic really stopped is not held
+// forever by a capture that keeps losing data.
+
+// Incomplete tells the detector that the capture missed requests of packet
+// time [from, to) (Unix ns): counts there are lower bounds. Like Key and
+// Tick, it runs on the observing goroutine.
+func (d *Detector) Incomplete(from, to int64) {
+	if to < from {
+		return
+	}
+	d.st.IncompleteSpans++
+	// A sub-window partly missed is missed: hold until the window has
+	// slid past the sub-window holding to, and the scan at its boundary.
+	end := (floorDiv(to, d.sub)+1)*d.sub + d.win
+	d.holdUntil = max(d.holdUntil, end)
+}
+
+// holdCold reports whether a cold verdict on rate must be held now.
+func (d *Detector) holdCold(e *hotEntry) bool {
+	if d.now >= d.holdUntil || d.now-e.lastSeen >= d.lifetime {
+		return false
+	}
+	d.st.ColdHeld++
+	return true
+}

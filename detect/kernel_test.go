@@ -1,0 +1,177 @@
+package detect
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hotsniff/hotsniff/decode"
+)
+
+// kernelSim plays the capture programs with in-kernel counting: every read
+// is added to the bucket counts of its kernel sub-window, and only reads in
+// a located bucket reach the detector (flagged as counted in the kernel).
+type kernelSim struct {
+	d        *Detector
+	buckets  int
+	sub      int64 // kernel sub-window (ns)
+	phase    int64 // kernel sub-windows start at phase mod sub
+	ep       int64 // current kernel sub-window
+	counts   []uint32
+	located  []uint64
+	copied   int
+	reads    int
+	feedKern bool // call KernelCounts at each kernel sub-window
+	complete func(ep int64) bool
+}
+
+func newKernelSim(d *Detector) *kernelSim {
+	b := d.Config().Buckets
+	return &kernelSim{d: d, buckets: b, sub: d.sub, phase: int64(37 * time.Millisecond), counts: make([]uint32, b),
+		located: make([]uint64, (b+63)/64), feedKern: true, complete: func(int64) bool { return true }}
+}
+
+func (k *kernelSim) read(ts int64, key string) {
+	ep := floorDiv(ts-k.phase, k.sub)
+	if k.ep == 0 {
+		k.ep = ep
+	}
+	for k.ep < ep {
+		// The pipeline reads the sub-window that ended.
+		start := k.ep*k.sub + k.phase
+		if k.feedKern {
+			copy(k.located, k.d.KernelCounts(start, start+k.sub, k.counts, k.complete(k.ep)))
+		}
+		clear(k.counts)
+		k.ep++
+	}
+	k.reads++
+	f := decode.Flow{Server: srvA, Proto: decode.ProtoRedis, TS: ts, KernelCounted: true}
+	h := Identity(srvA, decode.ProtoRedis, 0, []byte(key))
+	b := Bucket(h, k.buckets)
+	k.counts[b]++
+	if k.located[b/64]&(1<<(b%64)) == 0 {
+		return // counted in the kernel only
+	}
+	k.copied++
+	k.d.Key(&f, &decode.Request{Op: "GET"}, decode.Key{Bytes: []byte(key), Weight: 1})
+}
+
+// run reads a hot key at hotQPS and nCold keys at coldQPS each, evenly,
+// from t0 to t1.
+func (k *kernelSim) run(t0, t1 time.Duration, hotQPS float64, nCold int, coldQPS float64) {
+	total := hotQPS + float64(nCold)*coldQPS
+	step := int64(1e9 / total)
+	hotEvery := int(total / hotQPS)
+	i := 0
+	for ts := int64(t0); ts < int64(t1); ts += step {
+		if hotQPS > 0 && i%hotEvery == 0 {
+			k.read(base+ts, "hot")
+		} else {
+			k.read(base+ts, fmt.Sprintf("cold:%d", i%nCold))
+		}
+		i++
+	}
+}
+
+// TestKernelStage1: with the bucket counts coming from the kernel and only
+// located buckets' reads copied, a key at 2× the threshold is found with
+// its true rate, keys at a tenth of it are not, and most reads never reach
+// user space.
+func TestKernelStage1(t *testing.T) {
+	d, rec := newDet(t, Config{HotQPS: T})
+	k := newKernelSim(d)
+	k.run(0, 3*time.Second, 2*T, 2000, 5)
+	if rec.count("hot", "hot") == 0 {
+		t.Fatalf("hot key not found; events %v", rec.ev)
+	}
+	for _, e := range rec.ev {
+		if string(e.Key) != "hot" {
+			t.Fatalf("cold key reported: %+v", e)
+		}
+	}
+	hs := d.HotSet()
+	if len(hs) != 1 || hs[0].QPS < 1.9*T || hs[0].QPS > 2.1*T {
+		t.Fatalf("hot set %+v, want the key at 2×", hs)
+	}
+	if frac := float64(k.copied) / float64(k.reads); frac > 0.35 {
+		t.Errorf("%d of %d reads copied (%.0f%%), want most left in the kernel", k.copied, k.reads, 100*frac)
+	}
+	t.Logf("%d of %d reads reached user space", k.copied, k.reads)
+	if hh := d.HotHashes(nil); len(hh) != 1 || hh[0] != Identity(srvA, decode.ProtoRedis, 0, []byte("hot")) {
+		t.Fatalf("HotHashes %x", hh)
+	}
+	// The key stops: cold within a window and a sub-window of evidence.
+	k.run(3*time.Second, 5*time.Second, 0, 2000, 5)
+	if got := rec.of("hot"); got[len(got)-1] != "cold" {
+		t.Fatalf("events %v, want cold after the key stopped", got)
+	}
+}
+
+// TestKernelStage1Needed: without the kernel's counts the detector sees
+// only what is copied, and never locates the key: the counts are what
+// stage 1 runs on.
+func TestKernelStage1Needed(t *testing.T) {
+	d, rec := newDet(t, Config{HotQPS: T})
+	k := newKernelSim(d)
+	k.feedKern = false
+	k.run(0, 3*time.Second, 2*T, 2000, 5)
+	if rec.count("hot", "hot") != 0 || k.copied != 0 {
+		t.Fatalf("found without kernel counts (%d copied): the simulation is wrong", k.copied)
+	}
+}
+
+// TestKernelStage1Incomplete: a hot key whose kernel counts could not be
+// read whole for a second stays hot (the reader fell behind past the
+// kernel's slots), and the detector counts the gap.
+func TestKernelStage1Incomplete(t *testing.T) {
+	d, rec := newDet(t, Config{HotQPS: T})
+	k := newKernelSim(d)
+	k.run(0, 2*time.Second, 2*T, 200, 5)
+	if rec.count("hot", "hot") == 0 {
+		t.Fatal("not hot")
+	}
+	// 2s-3s: the reader is late; the kernel counts are lost and, with
+	// them, the located set: the programs stop copying the key.
+	from := floorDiv(int64(2*time.Second)-k.phase, k.sub) + floorDiv(base, k.sub)
+	to := floorDiv(int64(3*time.Second)-k.phase, k.sub) + floorDiv(base, k.sub)
+	k.complete = func(ep int64) bool { return ep < from || ep >= to }
+	lost := make([]uint64, len(k.located))
+	k.feedKern = false
+	copy(lost, k.located)
+	clear(k.located)
+	k.run(2*time.Second, 3*time.Second, 2*T, 200, 5)
+	for ep := from; ep < to; ep++ {
+		start := ep*k.sub + k.phase
+		d.KernelCounts(start, start+k.sub, make([]uint32, k.buckets), false)
+	}
+	k.feedKern = true
+	k.run(3*time.Second, 5*time.Second, 2*T, 200, 5)
+	if n := rec.count("hot", "cold"); n != 0 {
+		t.Fatalf("cold while the counts were unknown: %v", rec.of("hot"))
+	}
+	if st := d.Stats(); st.IncompleteSpans == 0 || st.ColdHeld == 0 {
+		t.Fatalf("stats %+v: want incomplete spans and held verdicts", st)
+	}
+}
+
+// TestKernelStage1Fallbacks: reads the programs could not count (a key
+// over their length limit, split commands) reach the detector uncounted
+// and are counted into stage 1 in user space, beside the kernel's counts:
+// such a key is found too, and its rate is its true rate.
+func TestKernelStage1Fallbacks(t *testing.T) {
+	d, rec := newDet(t, Config{HotQPS: T})
+	k := newKernelSim(d)
+	long := string(make([]byte, 300))
+	step := int64(1e9 / (2 * T))
+	for ts := int64(0); ts < int64(3*time.Second); ts += step {
+		// The kernel's sub-windows move on with the other traffic.
+		k.read(base+ts, fmt.Sprintf("cold:%d", ts/step%2000))
+		f := decode.Flow{Server: srvA, Proto: decode.ProtoRedis, TS: base + ts}
+		d.Key(&f, &decode.Request{Op: "GET"}, decode.Key{Bytes: []byte(long), Weight: 1})
+	}
+	hs := d.HotSet()
+	if len(hs) != 1 || string(hs[0].Key) != long || hs[0].QPS < 1.9*T || hs[0].QPS > 2.1*T {
+		t.Fatalf("hot set %+v, want the long key at 2×; events %d", hs, len(rec.ev))
+	}
+}
