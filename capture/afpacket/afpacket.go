@@ -40,7 +40,10 @@ type Config struct {
 	// RetireMs is how long the kernel waits before handing over a partly
 	// filled block: the latency bound under light traffic. Default 20.
 	RetireMs uint32
-	Logger   *slog.Logger
+	// Decap names the overlay tunnels followed to their inner segment
+	// (nil: none); see capture.Decap for why not every one.
+	Decap  *capture.Decap
+	Logger *slog.Logger
 }
 
 // Source reads TCP segments from one ring per interface. Next is meant for
@@ -52,6 +55,7 @@ type Source struct {
 	turn     int
 	closed   atomic.Bool
 	deadline atomic.Int64 // SetDeadline, Unix ns; 0 = none
+	decap    *capture.Decap
 
 	packets, segments, skipped, malformed, bytes atomic.Uint64
 }
@@ -100,7 +104,7 @@ func Open(cfg Config) (*Source, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Source{}
+	s := &Source{decap: cfg.Decap}
 	var fds []int
 	for _, name := range cfg.Ifaces {
 		r, err := openRing(name, cfg)
@@ -140,7 +144,7 @@ func openRing(name string, cfg Config) (*ring, error) {
 		r.close()
 		return nil, err
 	}
-	prog, err := Filter(cfg.Ports, uint32(cfg.BlockSize))
+	prog, err := FilterDecap(cfg.Ports, cfg.Decap, uint32(cfg.BlockSize))
 	if err != nil {
 		return fail(err)
 	}
@@ -261,7 +265,7 @@ func (r *ring) next(s *Source, seg *capture.Segment) bool {
 		}
 		s.packets.Add(1)
 		s.bytes.Add(uint64(h.Snaplen))
-		if err := capture.ParsePacket(capture.LinkEthernet, b[start:end], seg); err != nil {
+		if err := capture.ParsePacketDecap(capture.LinkEthernet, b[start:end], seg, s.decap); err != nil {
 			if errors.Is(err, capture.ErrNotTCP) {
 				s.skipped.Add(1)
 			} else {
