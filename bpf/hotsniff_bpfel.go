@@ -27,6 +27,15 @@ type hotsniffCounters struct {
 	ReplyBytes  uint64
 }
 
+type hotsniffDecapKey struct {
+	_      structs.HostLayout
+	Type   uint8
+	Family uint8
+	Port   uint16
+	Vni    uint32
+	Addr   [16]uint8
+}
+
 type hotsniffPortBitmap struct {
 	_    structs.HostLayout
 	Bits [8192]uint8
@@ -88,6 +97,7 @@ type hotsniffSkipRange struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	hotsniffMapDecapCfg               = "decap_cfg"
 	hotsniffMapPorts                  = "ports"
 	hotsniffMapReplySkips             = "reply_skips"
 	hotsniffMapRings                  = "rings"
@@ -168,6 +178,7 @@ type hotsniffProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hotsniffMapSpecs struct {
+	DecapCfg   *ebpf.MapSpec `ebpf:"decap_cfg"`
 	Ports      *ebpf.MapSpec `ebpf:"ports"`
 	ReplySkips *ebpf.MapSpec `ebpf:"reply_skips"`
 	Rings      *ebpf.MapSpec `ebpf:"rings"`
@@ -216,6 +227,7 @@ func (o *hotsniffObjects) Close() error {
 //
 // It can be passed to loadHotsniffObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hotsniffMaps struct {
+	DecapCfg   *ebpf.Map `ebpf:"decap_cfg"`
 	Ports      *ebpf.Map `ebpf:"ports"`
 	ReplySkips *ebpf.Map `ebpf:"reply_skips"`
 	Rings      *ebpf.Map `ebpf:"rings"`
@@ -227,6 +239,7 @@ type hotsniffMaps struct {
 
 func (m *hotsniffMaps) Close() error {
 	return _HotsniffClose(
+		m.DecapCfg,
 		m.Ports,
 		m.ReplySkips,
 		m.Rings,

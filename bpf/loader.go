@@ -22,6 +22,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+
+	"github.com/hotsniff/hotsniff/capture"
 )
 
 // Mode is how an interface is captured.
@@ -121,6 +123,9 @@ type Config struct {
 	// ReplyCopy is the most bytes a reply segment yields with ReplyHeads
 	// (default DefaultReplyCopy).
 	ReplyCopy uint32
+	// Decap names the overlay tunnels followed to their inner segment on
+	// interfaces (nil: none; see capture.Decap); SetDecap changes it.
+	Decap *capture.Decap
 	// Logger receives one line per attachment; default slog.Default().
 	Logger *slog.Logger
 }
@@ -162,6 +167,7 @@ type Capture struct {
 	sampling  *ebpf.Map // shared flow sampling state (sampling.go)
 	sampled   *ebpf.Map // per CPU: segments of sampled-out flows
 	skips     *ebpf.Map // reply ranges user space skips (ReplyHeads)
+	decap     *ebpf.Map // tunnels followed (decap.go)
 
 	mu     sync.Mutex
 	ifaces []*Attachment
@@ -250,6 +256,10 @@ func Open(cfg Config) (*Capture, error) {
 		c.Close()
 		return nil, err
 	}
+	if err := c.SetDecap(cfg.Decap); err != nil {
+		c.Close()
+		return nil, err
+	}
 	// Load once to surface verifier or permission errors now.
 	var probe hotsniffObjects
 	if err := c.load(&probe, false); err != nil {
@@ -304,6 +314,9 @@ func (c *Capture) createMaps(online []bool) error {
 	}
 	if c.skips, err = ebpf.NewMap(c.spec.Maps[hotsniffMapReplySkips]); err != nil {
 		return fmt.Errorf("create reply skips map: %w", err)
+	}
+	if c.decap, err = ebpf.NewMap(c.spec.Maps[hotsniffMapDecapCfg]); err != nil {
+		return fmt.Errorf("create decap map: %w", err)
 	}
 	return nil
 }
@@ -382,6 +395,7 @@ func (c *Capture) loadInto(to any, rawIP bool) error {
 			hotsniffMapSampling:   c.sampling,
 			hotsniffMapSampledOut: c.sampled,
 			hotsniffMapReplySkips: c.skips,
+			hotsniffMapDecapCfg:   c.decap,
 		},
 	})
 	if err != nil {
@@ -703,6 +717,9 @@ func (c *Capture) Close() error {
 	}
 	if c.skips != nil {
 		errs = append(errs, c.skips.Close())
+	}
+	if c.decap != nil {
+		errs = append(errs, c.decap.Close())
 	}
 	if c.rings != nil {
 		errs = append(errs, c.rings.Close())
