@@ -12,6 +12,7 @@
 package tunnel
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -290,7 +292,10 @@ func resolve(s Setting, detect func() ([]Found, error), nodeAddrs func() ([]neti
 }
 
 // Describe says in one line what d follows, for the log.
-func Describe(d *capture.Decap) string {
+func Describe(d *capture.Decap) string { return describeDecap(d, 8) }
+
+// describeDecap is Describe naming at most limit addresses (0: all).
+func describeDecap(d *capture.Decap, limit int) string {
 	if !d.Enabled() {
 		return "nothing (no tunnel configured or detected)"
 	}
@@ -312,8 +317,8 @@ func Describe(d *capture.Decap) string {
 	local := d.Local()
 	s := strings.Join(parts, ",") + " to or from "
 	for i, a := range local {
-		if i == 8 {
-			s += fmt.Sprintf(" and %d more", len(local)-8)
+		if i == limit && limit > 0 {
+			s += fmt.Sprintf(" and %d more", len(local)-limit)
 			break
 		}
 		if i > 0 {
@@ -322,4 +327,31 @@ func Describe(d *capture.Decap) string {
 		s += a.String()
 	}
 	return s
+}
+
+// Follow re-resolves s every interval until ctx ends and calls apply with
+// the new plan whenever what is followed changes: a tunnel device created
+// after the start (a CNI that starts after the capture) or removed, or a
+// node address that changed. Errors are passed to onErr and the last plan
+// stays.
+func Follow(ctx context.Context, s Setting, every time.Duration, last *capture.Decap, apply func(Plan), onErr func(error)) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	prev := describeDecap(last, 0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p, err := Resolve(s)
+		if err != nil {
+			onErr(err)
+			continue
+		}
+		if d := describeDecap(p.Decap, 0); d != prev {
+			prev = d
+			apply(p)
+		}
+	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/hotsniff/hotsniff/bpf"
 	"github.com/hotsniff/hotsniff/capture"
 	"github.com/hotsniff/hotsniff/capture/afpacket"
+	"github.com/hotsniff/hotsniff/capture/tunnel"
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/event"
@@ -57,6 +58,7 @@ type captureFlags struct {
 	procs      int
 	nice       int
 	maxCPU     float64
+	decap      string
 }
 
 func newRunCmd() *cobra.Command {
@@ -105,6 +107,10 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			if cf.replyCopy < 0 {
 				return usagef("--reply-copy %d: must be 0 (no reply payload) or a number of bytes", cf.replyCopy)
 			}
+			decap, err := tunnel.Parse(cf.decap)
+			if err != nil {
+				return usageError{err}
+			}
 			if cf.nice < -20 || cf.nice > 19 {
 				return usagef("--nice %d: must be between -20 and 19", cf.nice)
 			}
@@ -129,7 +135,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			base := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			d := &daemon{
 				log: base.With("component", "run"), base: base,
-				sf: sf, df: df, rf: rf, cf: cf, chf: chf, mode: mode, ports: ports, scfg: scfg, dcfg: dcfg, target: target,
+				sf: sf, df: df, rf: rf, cf: cf, chf: chf, mode: mode, ports: ports, scfg: scfg, dcfg: dcfg, target: target, decap: decap,
 				stdout: cmd.OutOrStdout(),
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -160,6 +166,7 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 	f.IntVar(&cf.nice, "nice", 10, "CPU priority of the daemon's threads, -20 (highest) to 19: by default it yields to the cache server when the CPU is saturated (a daemon started at a higher nice value keeps it)")
 	f.Float64Var(&cf.maxCPU, "max-cpu", 0, "CPU budget as a share of one core (0.05: 5 %), the eBPF programs' run time included: above it the programs copy only part of the connections (in steps of 4 %) and counts are scaled back, thresholds staying in true requests per second; 0: no budget")
 	f.BoolVar(&cf.replies, "capture-replies", false, "eBPF: copy server replies whole (exact reply bytes whatever the traffic; replies are most of the bytes)")
+	f.StringVar(&cf.decap, "decap", tunnel.Default, "overlay tunnels followed to the inner segment on interfaces (xdp, tc, afpacket): auto (the VXLAN, Geneve and IP-in-IP devices on the node, to or from their local endpoints), off, or a list such as vxlan:4789,vxlan:8472/1,geneve:6081,ipip (PORT/VNI; to or from the node's addresses), which may include auto; a UDP datagram that is not such a tunnel is never decoded")
 	f.IntVar(&cf.replyCopy, "reply-copy", bpf.DefaultReplyCopy, "eBPF without --capture-replies: copy at most this many bytes of each reply segment, enough to read reply headers and attribute reply bytes to keys (0: copy no reply payload; no reply bytes)")
 	return cmd
 }
@@ -174,20 +181,22 @@ func (f *redisFlags) resolvedURL() string {
 
 // daemon is one `hotsniff run`.
 type daemon struct {
-	log     *slog.Logger
-	base    *slog.Logger // for other packages, which add their own component
-	sf      streamFlags
-	df      detectFlags
-	rf      redisFlags
-	cf      captureFlags
-	chf     channelFlags
-	mode    bpf.Mode
-	ports   *stream.Ports
-	scfg    stream.Config
-	skipErr bool // a reply skip update failed (logged once)
-	dcfg    detect.Config
-	target  *publish.Target
-	stdout  io.Writer
+	log      *slog.Logger
+	base     *slog.Logger // for other packages, which add their own component
+	sf       streamFlags
+	df       detectFlags
+	rf       redisFlags
+	cf       captureFlags
+	chf      channelFlags
+	mode     bpf.Mode
+	ports    *stream.Ports
+	scfg     stream.Config
+	skipErr  bool // a reply skip update failed (logged once)
+	dcfg     detect.Config
+	target   *publish.Target
+	stdout   io.Writer
+	decap    tunnel.Setting
+	decapNow *capture.Decap // what the captures follow at the start
 
 	src       capture.Source
 	bpfCap    *bpf.Capture
@@ -242,6 +251,7 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 		return err
 	}
+	d.followDecap(ctx, d.decapNow)
 	d.col = metrics.New()
 	d.samp = d.startSampler()
 	defer d.samp.close()
@@ -320,6 +330,8 @@ func (d *daemon) openCapture() error {
 	ports := d.ports.List()
 	cfg := bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Replies: d.cf.replies,
 		ReplyHeads: !d.cf.replies && d.cf.replyCopy > 0, ReplyCopy: uint32(max(d.cf.replyCopy, 0)), Logger: d.base}
+	d.decapNow = d.resolveDecap()
+	cfg.Decap = d.decapNow
 	if d.mode != bpf.ModeAFPacket {
 		// Kernels before 5.11 charge BPF maps to the locked memory limit;
 		// later ones ignore it. Without CAP_SYS_RESOURCE this fails and
@@ -360,7 +372,7 @@ func (d *daemon) openCapture() error {
 	if len(patterns) > 0 {
 		d.log.Warn("afpacket captures the interfaces matching --iface patterns at start only; interfaces created later need an eBPF mode", "ifaces", ifaces)
 	}
-	src, err := afpacket.Open(afpacket.Config{Ifaces: ifaces, Ports: ports, Blocks: max(1, cmp.Or(d.cf.ringSize, afpacketRingSize)/(1<<20)), Logger: d.base})
+	src, err := afpacket.Open(afpacket.Config{Ifaces: ifaces, Ports: ports, Blocks: max(1, cmp.Or(d.cf.ringSize, afpacketRingSize)/(1<<20)), Decap: d.decapNow, Logger: d.base})
 	if err != nil {
 		if d.mode == bpf.ModeAuto && errors.Is(err, os.ErrPermission) {
 			return privilegeError("start capture (eBPF, then AF_PACKET)", "auto", err)

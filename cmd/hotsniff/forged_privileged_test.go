@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
+)
+
+// forgedRequests is what each forged datagram asks for: twenty reads of a
+// victim key and a write to it.
+var forgedRequests = append([]byte(strings.Repeat("*2\r\n$3\r\nGET\r\n$6\r\nvictim\r\n", 20)), "*3\r\n$3\r\nSET\r\n$6\r\nvictim\r\n$1\r\nx\r\n"...)
+
+// forgedDatagrams builds VXLAN and Geneve datagrams carrying forged
+// requests client > server, one per (kind, port, VNI) given, each from a
+// random client port and sequence number.
+func forgedDatagrams(client, server netip.Addr, redisPort int, tunnels ...string) []netnstest.Datagram {
+	var out []netnstest.Datagram
+	for _, spec := range tunnels { // KIND:PORT:VNI
+		f := strings.Split(spec, ":")
+		port, _ := strconv.Atoi(f[1])
+		vni, _ := strconv.Atoi(f[2])
+		for range 4 {
+			src := netip.AddrPortFrom(client, uint16(30000+rand.IntN(30000)))
+			out = append(out, netnstest.Datagram{Port: port, Payload: netnstest.TunnelDatagram(f[0], uint32(vni), src,
+				netip.AddrPortFrom(server, uint16(redisPort)), rand.Uint32(), rand.Uint32(), forgedRequests)})
+		}
+	}
+	return out
+}
+
+// checkNoForged fails if anything of forgedRequests was counted: a write,
+// or the victim key hot.
+func checkNoForged(t *testing.T, d *nodeDaemon, m map[string]float64) {
+	t.Helper()
+	for k, v := range m {
+		// redis-benchmark itself sends CONFIG GET at its start.
+		if strings.HasPrefix(k, "hotsniff_requests_total") && !strings.Contains(k, `op="GET"`) && !strings.Contains(k, `op="CONFIG|GET"`) && v != 0 {
+			t.Errorf("%s = %v: forged writes counted", k, v)
+		}
+	}
+	if e, hot := d.hotkey(t, "victim"); hot {
+		t.Errorf("forged key reported hot: %+v", e)
+	}
+}
+
+// TestForgedTunnelDatagrams: an unprivileged user (nobody) in another
+// network namespace sends VXLAN and Geneve datagrams, from a plain UDP
+// socket, carrying GETs and SETs of a victim key. The capture hooks see
+// them before any firewall. On a node with no tunnel, and on a node with a
+// real VXLAN overlay (VNI 42 on 4789) to ports, VNIs it does not carry,
+// none is decoded in xdp, tc or afpacket mode: 0 forged keys, 0 forged
+// writes, while real traffic (through the overlay for the second) is
+// counted exactly.
+func TestForgedTunnelDatagrams(t *testing.T) {
+	netnstest.RequireRoot(t)
+	netnstest.Need(t, "redis-benchmark")
+	netnstest.Need(t, "nsenter")
+	port := testPorts(4)[3]
+	modes := []string{"xdp", "tc", "afpacket"}
+
+	t.Run("plain node", func(t *testing.T) {
+		p := netnstest.NewPair(t)
+		srv := p.StartRedis(t, port)
+		for i, mode := range modes {
+			t.Run(mode, func(t *testing.T) {
+				d := startNodeDaemon(t, p.NS, p.NSIP, "--iface", p.NSIface, "--capture", mode,
+					"--port", fmt.Sprintf("redis=%d", port), "--hot-qps", "100")
+				dgs := forgedDatagrams(p.HostIP, p.NSIP, port, "vxlan:4789:1", "vxlan:8472:1", "geneve:6081:1")
+				sent := netnstest.SendAsNobody(t, "", p.NSIP, 100, 0.002, dgs)
+				n := 20000 + 1024*i
+				netnstest.RedisBenchmarkKey(t, srv, n, 16)
+				m := checkCounts(t, &d.daemonProc, float64(n))
+				checkNoForged(t, d, m)
+				t.Logf("%d forged datagrams (%d forged GETs) sent as nobody", sent, sent*20)
+				if err := d.stop(t, syscall.SIGTERM); err != nil {
+					t.Errorf("exit: %v\n%s", err, d.log())
+				}
+			})
+		}
+	})
+
+	t.Run("vxlan overlay", func(t *testing.T) {
+		o := netnstest.NewOverlay(t, "vxlan")
+		srv := o.StartRedis(t, port)
+		for i, mode := range modes {
+			t.Run(mode, func(t *testing.T) {
+				d := startNodeDaemon(t, o.Server.NS, o.Server.NSIP, "--iface", o.Uplink, "--capture", mode,
+					"--port", fmt.Sprintf("redis=%d", port), "--hot-qps", "100")
+				// VNI 43 on the overlay's port, VNI 42 on ports it does
+				// not use: the kernel itself would drop them all.
+				dgs := forgedDatagrams(o.ClientIP, o.ServerIP, port, "vxlan:4789:43", "vxlan:8472:42", "geneve:6081:42")
+				sent := netnstest.SendAsNobody(t, o.Client.NS, o.Underlay, 100, 0.002, dgs)
+				n := 20000 + 1024*i
+				out, err := o.Client.Command(context.Background(), "redis-benchmark", "-h", srv.Addr().String(),
+					"-p", strconv.Itoa(port), "-n", strconv.Itoa(n), "-P", "16", "-c", "4", "-q", "GET", "real").CombinedOutput()
+				if err != nil {
+					t.Fatalf("redis-benchmark: %v: %s", err, out)
+				}
+				m := checkCounts(t, &d.daemonProc, float64(n))
+				checkNoForged(t, d, m)
+				d.waitHot(t, "real", srv)
+				t.Logf("%d forged datagrams (%d forged GETs) sent as nobody", sent, sent*20)
+				if err := d.stop(t, syscall.SIGTERM); err != nil {
+					t.Errorf("exit: %v\n%s", err, d.log())
+				}
+			})
+		}
+	})
+}
