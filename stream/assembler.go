@@ -104,6 +104,14 @@ type half struct {
 	oooBytes int
 	oooSince int64 // arrival time of the oldest buffered segment
 	progress int64 // packet time next last advanced through arriving data
+
+	// Config.Verify (accept.go).
+	confirmed  bool   // requests: the server accepted the connection (SYN-ACK, or its ACKs anchored next)
+	positioned bool   // next is where the stream really is (a handshake, an anchor, or data accepted)
+	acked      bool   // ack holds the last acknowledgment number of an accepted segment
+	ack        uint32 // of this direction: where the other direction's stream is
+	rejects    int    // segments rejected as out of window in a row
+	doubt      bool   // requests: rejectResync rejects in a row; the server's next ACK may re-anchor them
 }
 
 // flow is one connection: the table entry both directions share.
@@ -162,6 +170,9 @@ func NewAssembler(cfg Config, ports *Ports, reg *decode.Registry, sink decode.Si
 		reg = new(decode.Registry)
 	}
 	tick := min(time.Second, cfg.GapTimeout)
+	if cfg.Window == 0 {
+		cfg.Window = DefaultWindow
+	}
 	a := &Assembler{
 		cfg:       cfg,
 		ports:     ports,
@@ -254,6 +265,9 @@ func (a *Assembler) Add(seg *capture.Segment) {
 		a.holders.moveToFront(fl)
 	}
 
+	if a.cfg.Verify && !a.admit(fl, dir, seg) {
+		return
+	}
 	h := &fl.h[dir]
 	seq := seg.Seq
 	if syn {
@@ -273,9 +287,14 @@ func (a *Assembler) Add(seg *capture.Segment) {
 		}
 		a.openHalf(fl, h, dir, seg.Seq+1, false)
 		h.sawSYN, h.isn = true, seg.Seq
+		h.positioned = dir == decode.ToClient // a client's SYN counts once the server answers it
 		seq++ // the SYN occupies one sequence number
 	} else if h.state == halfNew {
+		if a.cfg.Verify && dir == decode.ToServer {
+			return // no data (admit let none through) on a half not anchored yet
+		}
 		a.openHalf(fl, h, dir, seq, true)
+		h.positioned = true
 	}
 
 	if h.state == halfOpen {
