@@ -288,7 +288,7 @@ func (a *Assembler) Add(seg *capture.Segment) {
 		a.openHalf(fl, h, dir, seg.Seq+1, false)
 		h.sawSYN, h.isn = true, seg.Seq
 		h.positioned = dir == decode.ToClient // a client's SYN counts once the server answers it
-		seq++ // the SYN occupies one sequence number
+		seq++                                 // the SYN occupies one sequence number
 	} else if h.state == halfNew {
 		if a.cfg.Verify && dir == decode.ToServer {
 			return // no data (admit let none through) on a half not anchored yet
