@@ -273,6 +273,9 @@ func (d *daemon) run(ctx context.Context) error {
 		reg = withoutReplies(reg)
 		d.scfg.Replies = false // no reply parser drains the queues
 	}
+	// Anyone on the wire can send a segment: only those that can belong to
+	// a connection the server accepted are decoded.
+	d.scfg.Verify = true
 	asm := stream.NewAssembler(d.scfg, d.ports, reg, counter)
 
 	var srv *http.Server
@@ -533,6 +536,13 @@ func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.E
 		}
 		s.LostBytes, s.Flows, s.Buffered, s.FlowsEvicted = st.BytesLost, st.FlowsActive, st.BufferedBytes, st.FlowsEvicted+st.MemEvictions
 		s.DuplicateBytes = st.BytesRetransmitted
+		if s.Rejected == nil {
+			s.Rejected = map[string]uint64{}
+		}
+		for i, r := range stream.RejectReasons {
+			s.Rejected[r] = st.Rejected[i]
+		}
+		s.RejectedBytes = st.RejectedBytes
 		if pub != nil {
 			ps := pub.Stats()
 			s.Published, s.PublishErrors, s.PublishDropped, s.PublishLag = ps.Published, ps.Errors, ps.Dropped, ps.LastLag.Seconds()
