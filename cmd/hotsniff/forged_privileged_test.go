@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
 )
@@ -113,4 +117,107 @@ func TestForgedTunnelDatagrams(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestForgedSegments: while a real client runs GETs on one connection, an
+// attacker off the path sends 20,000 segments with that connection's
+// addresses and random sequence and acknowledgment numbers, carrying SETs
+// and GETs. In xdp, tc and afpacket mode the daemon's counts equal what the
+// server itself executed (the server's own commandstats), and neither lost
+// bytes nor gaps appear: the forged segments were rejected, and counted.
+func TestForgedSegments(t *testing.T) {
+	netnstest.RequireRoot(t)
+	netnstest.Need(t, "nsenter")
+	port := testPorts(4)[3]
+	p := netnstest.NewPair(t)
+	srv := p.StartRedis(t, port)
+	forged := append(netnstest.RESP("SET", "forged", "x"), netnstest.RESP("GET", "forged")...)
+	for _, mode := range []string{"xdp", "tc", "afpacket"} {
+		t.Run(mode, func(t *testing.T) {
+			d := startNodeDaemon(t, p.NS, p.NSIP, "--iface", p.NSIface, "--capture", mode,
+				"--port", fmt.Sprintf("redis=%d", port), "--hot-qps", "1000000")
+			var local netip.AddrPort
+			rc := redis.NewClient(&redis.Options{Addr: srv.String(), PoolSize: 1, Protocol: 2, DisableIdentity: true,
+				Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+					if err == nil {
+						local = c.LocalAddr().(*net.TCPAddr).AddrPort()
+					}
+					return c, err
+				}})
+			defer rc.Close()
+			ctx := context.Background()
+			if err := rc.ConfigResetStat(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			f := netnstest.NewSegmentForger(t)
+			done := make(chan error, 1)
+			go func() {
+				rng := rand.New(rand.NewPCG(rand.Uint64(), 7))
+				for i := range 20000 {
+					if err := f.Send(local, srv, rng.Uint32(), rng.Uint32(), forged); err != nil {
+						done <- err
+						return
+					}
+					if i%100 == 0 {
+						time.Sleep(time.Millisecond) // spread over the real traffic
+					}
+				}
+				done <- nil
+			}()
+			const rounds, pipe = 400, 50
+			for range rounds {
+				pl := rc.Pipeline()
+				for range pipe {
+					pl.Get(ctx, "real")
+				}
+				if _, err := pl.Exec(ctx); err != nil && err != redis.Nil {
+					t.Fatal(err)
+				}
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("forge: %v", err)
+			}
+			// The server's own count is the truth (a forged segment that
+			// happened to fall in its receive window would really run).
+			stats, err := rc.Info(ctx, "commandstats").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls := func(cmd string) float64 {
+				_, rest, ok := strings.Cut(stats, "cmdstat_"+cmd+":calls=")
+				if !ok {
+					return 0
+				}
+				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				return float64(n)
+			}
+			gets, sets := calls("get"), calls("set")
+			if gets < rounds*pipe {
+				t.Fatalf("server ran %v GETs, want at least %d", gets, rounds*pipe)
+			}
+			_, m := d.waitMetric(t, `hotsniff_requests_total{op="GET",proto="redis"}`, gets)
+			time.Sleep(1500 * time.Millisecond) // one more metrics refresh: nothing beyond
+			_, m = d.scrape(t)
+			t.Logf("server: %v GETs, %v SETs; daemon: %v GETs, %v SETs, rejected %v/%v/%v, lost bytes %v, gaps %v",
+				gets, sets, m[`hotsniff_requests_total{op="GET",proto="redis"}`], m[`hotsniff_requests_total{op="SET",proto="redis"}`],
+				m[`hotsniff_stream_rejected_total{reason="out_of_window"}`], m[`hotsniff_stream_rejected_total{reason="unconfirmed"}`],
+				m[`hotsniff_stream_rejected_total{reason="unexpected_syn"}`], m["hotsniff_stream_lost_bytes_total"], m[`hotsniff_stream_gaps_total{proto="redis"}`])
+			if got := m[`hotsniff_requests_total{op="GET",proto="redis"}`]; got != gets {
+				t.Errorf("daemon counted %v GETs, the server ran %v", got, gets)
+			}
+			if got := m[`hotsniff_requests_total{op="SET",proto="redis"}`]; got != sets {
+				t.Errorf("daemon counted %v SETs, the server ran %v", got, sets)
+			}
+			if m["hotsniff_stream_lost_bytes_total"] != 0 || m[`hotsniff_stream_gaps_total{proto="redis"}`] != 0 {
+				t.Errorf("forged segments counted as lost bytes (%v) or gaps (%v)", m["hotsniff_stream_lost_bytes_total"], m[`hotsniff_stream_gaps_total{proto="redis"}`])
+			}
+			if m[`hotsniff_stream_rejected_total{reason="out_of_window"}`] < 19000 {
+				t.Errorf("rejected out of window: %v, want nearly all 20000 forged", m[`hotsniff_stream_rejected_total{reason="out_of_window"}`])
+			}
+			if err := d.stop(t, syscall.SIGTERM); err != nil {
+				t.Errorf("exit: %v\n%s", err, d.log())
+			}
+		})
+	}
 }

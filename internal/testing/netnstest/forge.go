@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TunnelDatagram is the UDP payload of a forged tunnel packet: a VXLAN
@@ -32,14 +34,7 @@ func TunnelDatagram(kind string, vni uint32, src, dst netip.AddrPort, seq, ack u
 	s4, d4 := src.Addr().As4(), dst.Addr().As4()
 	copy(ip[12:], s4[:])
 	copy(ip[16:], d4[:])
-	var sum uint32
-	for i := 0; i < 20; i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(ip[i:]))
-	}
-	for sum > 0xffff {
-		sum = sum&0xffff + sum>>16
-	}
-	binary.BigEndian.PutUint16(ip[10:], ^uint16(sum))
+	binary.BigEndian.PutUint16(ip[10:], checksum(0, ip))
 	tcp := make([]byte, 20)
 	binary.BigEndian.PutUint16(tcp[0:], src.Port())
 	binary.BigEndian.PutUint16(tcp[2:], dst.Port())
@@ -101,4 +96,61 @@ func SendAsNobody(t testing.TB, ns string, host netip.Addr, rounds int, gapSec f
 		t.Fatalf("forged datagrams as nobody: %q", out)
 	}
 	return n
+}
+
+// SegmentForger sends forged IPv4 TCP segments through a raw socket of
+// the namespace the caller runs in, as an attacker off the path does: any
+// source address, sequence and acknowledgment numbers.
+type SegmentForger struct{ fd int }
+
+// NewSegmentForger opens the raw socket (root: CAP_NET_RAW); it is closed
+// in t.Cleanup.
+func NewSegmentForger(t testing.TB) *SegmentForger {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
+	if err != nil {
+		t.Fatalf("raw socket: %v", err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return &SegmentForger{fd: fd}
+}
+
+// Send sends one segment src > dst with PSH|ACK.
+func (f *SegmentForger) Send(src, dst netip.AddrPort, seq, ack uint32, payload []byte) error {
+	pkt := make([]byte, 40+len(payload))
+	ip, tcp := pkt[:20], pkt[20:]
+	ip[0], ip[8], ip[9] = 0x45, 64, 6
+	binary.BigEndian.PutUint16(ip[2:], uint16(len(pkt)))
+	s4, d4 := src.Addr().As4(), dst.Addr().As4()
+	copy(ip[12:], s4[:])
+	copy(ip[16:], d4[:])
+	binary.BigEndian.PutUint16(ip[10:], checksum(0, ip))
+	binary.BigEndian.PutUint16(tcp[0:], src.Port())
+	binary.BigEndian.PutUint16(tcp[2:], dst.Port())
+	binary.BigEndian.PutUint32(tcp[4:], seq)
+	binary.BigEndian.PutUint32(tcp[8:], ack)
+	tcp[12], tcp[13] = 5<<4, 0x18
+	binary.BigEndian.PutUint16(tcp[14:], 502)
+	copy(tcp[20:], payload)
+	pseudo := append(append(append([]byte{}, s4[:]...), d4[:]...), 0, 6, byte(len(tcp)>>8), byte(len(tcp)))
+	binary.BigEndian.PutUint16(tcp[16:], checksum(sum(0, pseudo), tcp))
+	return unix.Sendto(f.fd, pkt, 0, &unix.SockaddrInet4{Addr: d4})
+}
+
+func sum(acc uint32, b []byte) uint32 {
+	for i := 0; i+1 < len(b); i += 2 {
+		acc += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	if len(b)%2 == 1 {
+		acc += uint32(b[len(b)-1]) << 8
+	}
+	return acc
+}
+
+func checksum(acc uint32, b []byte) uint16 {
+	acc = sum(acc, b)
+	for acc > 0xffff {
+		acc = acc&0xffff + acc>>16
+	}
+	return ^uint16(acc)
 }
