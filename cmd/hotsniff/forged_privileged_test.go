@@ -58,8 +58,8 @@ func checkNoForged(t *testing.T, d *nodeDaemon, m map[string]float64) {
 // network namespace sends VXLAN and Geneve datagrams, from a plain UDP
 // socket, carrying GETs and SETs of a victim key. The capture hooks see
 // them before any firewall. On a node with no tunnel, and on a node with a
-// real VXLAN overlay (VNI 42 on 4789) to ports, VNIs it does not carry,
-// none is decoded in xdp, tc or afpacket mode: 0 forged keys, 0 forged
+// real VXLAN overlay (VNI 42 on 4789) to ports, VNIs it does not carry, or
+// to its own VNI but on no accepted connection, none is decoded in xdp, tc or afpacket mode: 0 forged keys, 0 forged
 // writes, while real traffic (through the overlay for the second) is
 // counted exactly.
 func TestForgedTunnelDatagrams(t *testing.T) {
@@ -98,8 +98,11 @@ func TestForgedTunnelDatagrams(t *testing.T) {
 				d := startNodeDaemon(t, o.Server.NS, o.Server.NSIP, "--iface", o.Uplink, "--capture", mode,
 					"--port", fmt.Sprintf("redis=%d", port), "--hot-qps", "100")
 				// VNI 43 on the overlay's port, VNI 42 on ports it does
-				// not use: the kernel itself would drop them all.
-				dgs := forgedDatagrams(o.ClientIP, o.ServerIP, port, "vxlan:4789:43", "vxlan:8472:42", "geneve:6081:42")
+				// not use: the kernel itself drops them. And VNI 42 on
+				// 4789, which is the overlay's: the kernel decapsulates
+				// them too, but they belong to no connection the server
+				// accepted, so the stream layer rejects them.
+				dgs := forgedDatagrams(o.ClientIP, o.ServerIP, port, "vxlan:4789:43", "vxlan:8472:42", "geneve:6081:42", "vxlan:4789:42")
 				sent := netnstest.SendAsNobody(t, o.Client.NS, o.Underlay, 100, 0.002, dgs)
 				n := 20000 + 1024*i
 				out, err := o.Client.Command(context.Background(), "redis-benchmark", "-h", srv.Addr().String(),
@@ -109,6 +112,9 @@ func TestForgedTunnelDatagrams(t *testing.T) {
 				}
 				m := checkCounts(t, &d.daemonProc, float64(n))
 				checkNoForged(t, d, m)
+				if m[`hotsniff_stream_rejected_total{reason="unconfirmed"}`] == 0 {
+					t.Error("the datagrams to the overlay's own VNI did not reach the stream layer's check")
+				}
 				d.waitHot(t, "real", srv)
 				t.Logf("%d forged datagrams (%d forged GETs) sent as nobody", sent, sent*20)
 				if err := d.stop(t, syscall.SIGTERM); err != nil {
