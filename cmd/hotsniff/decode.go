@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -16,9 +17,10 @@ import (
 
 func newDecodeCmd() *cobra.Command {
 	var (
-		sf    streamFlags
-		count bool
-		bytes bool
+		sf       streamFlags
+		count    bool
+		bytes    bool
+		countMax int
 	)
 	cmd := &cobra.Command{
 		Use:   "decode [flags] FILE...",
@@ -60,7 +62,10 @@ A summary line goes to stderr. "-" reads standard input.`,
 				bsink = newBytesSink()
 				sink = bsink
 			case count:
-				counts = newCountSink()
+				if countMax < 0 {
+					return usagef("--count-max-bytes %d: must be 0 (no bound) or a number of bytes", countMax)
+				}
+				counts = newCountSink(countMax)
 				sink = counts
 			default:
 				sink = newJSONSink(out)
@@ -75,6 +80,9 @@ A summary line goes to stderr. "-" reads standard input.`,
 			tot, err := readFiles(ctx, args, asm, readOpts{prog: prog, flush: func() { out.Flush() }})
 			if counts != nil {
 				counts.write(out)
+				if n := counts.note(); n != "" {
+					fmt.Fprintln(cmd.ErrOrStderr(), n)
+				}
 			}
 			if bsink != nil {
 				bsink.write(out)
@@ -85,6 +93,7 @@ A summary line goes to stderr. "-" reads standard input.`,
 	}
 	sf.register(cmd)
 	cmd.Flags().BoolVar(&count, "count", false, "print per-key read counts instead of one line per key")
+	cmd.Flags().IntVar(&countMax, "count-max-bytes", DefaultCountMaxBytes, "--count: most memory the key table holds (keys and their entries); keys first seen once it is full are left out, and a line on stderr says how many reads that was (0: no bound)")
 	cmd.Flags().BoolVar(&bytes, "bytes", false, "print per-key reply bytes and reads instead of one line per key")
 	return cmd
 }
