@@ -1,6 +1,8 @@
 package stream
 
 import (
+	"slices"
+
 	"github.com/hotsniff/hotsniff/capture"
 	"github.com/hotsniff/hotsniff/decode"
 )
@@ -74,6 +76,7 @@ func (a *Assembler) admit(fl *flow, dir decode.Dir, seg *capture.Segment) bool {
 		switch c := peer; {
 		case c.sawSYN && seg.Ack == c.isn+1:
 			c.confirmed, c.positioned = true, true
+			a.deliverHeld(fl, c)
 		case c.confirmed:
 			a.reject(RejectSYN, seg)
 			return false
@@ -127,10 +130,67 @@ func (a *Assembler) admit(fl *flow, dir decode.Dir, seg *capture.Segment) bool {
 		return true
 	}
 	if !h.confirmed && (len(seg.Payload) > 0 || seg.Missing > 0) {
-		a.reject(RejectUnconfirmed, seg)
+		if h.sawSYN {
+			// Data before the server's SYN-ACK: a server without a Fast
+			// Open cookie does not take it.
+			a.reject(RejectUnconfirmed, seg)
+		} else {
+			a.hold(fl, h, seg)
+		}
 		return false
 	}
 	return true
+}
+
+// hold keeps request data that arrived before the server was seen to
+// accept the connection (joined mid-stream: the request comes before its
+// reply), until a segment of the server says where the client's stream is
+// (anchor). Bounded like out-of-order data; beyond that, or if the server
+// never confirms it, it is rejected.
+func (a *Assembler) hold(fl *flow, h *half, seg *capture.Segment) {
+	if len(seg.Payload) == 0 || len(h.held) >= max(a.cfg.MaxOutOfOrder, 1) ||
+		h.heldBytes+len(seg.Payload) > a.cfg.MaxFlowBuffer-len(h.tail)-h.oooBytes {
+		a.reject(RejectUnconfirmed, seg)
+		return
+	}
+	b := append(a.take(fl, len(seg.Payload)), seg.Payload...)
+	h.held = append(h.held, oooSeg{seq: seg.Seq, missing: seg.Missing, ts: seg.TS, data: b})
+	h.heldBytes += len(b)
+}
+
+// dropHeld rejects what h holds.
+func (a *Assembler) dropHeld(fl *flow, h *half) {
+	for i, s := range h.held {
+		a.st.Rejected[RejectUnconfirmed]++
+		a.st.RejectedBytes += uint64(len(s.data)) + uint64(s.missing)
+		a.release(fl, s.data)
+		h.held[i] = oooSeg{}
+	}
+	h.held, h.heldBytes = h.held[:0], 0
+}
+
+// deliverHeld feeds what h held, now that the connection is confirmed:
+// the segments within the window of where the stream is, in sequence
+// order; the others are rejected.
+func (a *Assembler) deliverHeld(fl *flow, h *half) {
+	if len(h.held) == 0 {
+		return
+	}
+	held := h.held
+	slices.SortStableFunc(held, func(x, y oooSeg) int { return int(seqDiff(x.seq, y.seq)) })
+	for i, s := range held {
+		held[i] = oooSeg{}
+		h.heldBytes -= len(s.data)
+		switch {
+		case h.state != halfOpen || h.parser == nil || !within(s.seq, h.next, a.cfg.Window):
+			a.st.Rejected[RejectUnconfirmed]++
+			a.st.RejectedBytes += uint64(len(s.data)) + uint64(s.missing)
+		default:
+			a.segment(fl, h, s.seq, s.data, s.missing, s.ts)
+		}
+		a.release(fl, s.data)
+	}
+	h.held = held[:0]
 }
 
 // doubt handles rejectResync segments of a direction in a row out of
@@ -169,6 +229,21 @@ func (a *Assembler) jumpTo(fl *flow, h *half, seq uint32) {
 // stream is, and marks it accepted.
 func (a *Assembler) anchor(fl *flow, seq uint32) {
 	c := &fl.h[decode.ToServer]
+	if len(c.held) > 0 {
+		// Requests held since the join: if the server acknowledges near
+		// them, they are the client's stream, which starts at the first.
+		start := c.held[0].seq
+		for _, s := range c.held[1:] {
+			if seqDiff(s.seq, start) < 0 {
+				start = s.seq
+			}
+		}
+		if within(seq, start, a.cfg.Window) {
+			seq = start
+		} else {
+			a.dropHeld(fl, c)
+		}
+	}
 	switch c.state {
 	case halfNew:
 		a.openHalf(fl, c, decode.ToServer, seq, true)
@@ -182,9 +257,11 @@ func (a *Assembler) anchor(fl *flow, seq uint32) {
 			}
 		}
 	default:
+		a.dropHeld(fl, c)
 		return
 	}
 	c.confirmed, c.positioned, c.rejects, c.doubt = true, true, 0, false
+	a.deliverHeld(fl, c)
 }
 
 func (a *Assembler) reject(reason int, seg *capture.Segment) {

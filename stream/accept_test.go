@@ -66,9 +66,21 @@ func TestVerifyUnconfirmed(t *testing.T) {
 		t.Errorf("data before the SYN-ACK: rejected %v", st.Rejected)
 	}
 
+	// Joined mid-stream: the request waits for the server's reply, whose
+	// acknowledgment covers it, and is then decoded.
 	fx = newFixture(t, verifyConfig(), consumeAll)
-	fx.vseg(1, true, 777, 9000, 0, "SET forged x\r\n") // a fresh connection nobody accepted
-	fx.vseg(2, false, 9000, 123456, 0, "+OK\r\n")      // the server: the client's stream is at 123456
+	fx.vseg(1, true, 5000, 9000, 0, "GET j\r\n")
+	if got := len(fx.dec.parsers); got != 0 {
+		t.Fatalf("%d parsers before the server answered", got)
+	}
+	fx.vseg(2, false, 9000, 5007, 0, "$-1\r\n")
+	if got := fx.dec.only(t, decode.ToServer).stream(); got != "GET j\r\n" {
+		t.Errorf("joined mid-stream: decoded %q, want the held GET", got)
+	}
+
+	fx = newFixture(t, verifyConfig(), consumeAll)
+	fx.vseg(1, true, 3_000_000_000, 9000, 0, "SET forged x\r\n") // nobody accepted this
+	fx.vseg(2, false, 9000, 123456, 0, "+OK\r\n")                // the server: the client's stream is at 123456
 	fx.vseg(3, true, 123456, 9005, 0, "GET a\r\n")
 	fx.vseg(4, true, 3_000_000_000, 9005, 0, "SET forged x\r\n")
 	p := fx.dec.only(t, decode.ToServer)
@@ -156,4 +168,24 @@ func TestVerifyOff(t *testing.T) {
 		t.Errorf("decoded %q", got)
 	}
 	_ = netip.Addr{}
+}
+
+// TestVerifyHeldExpire: requests held for a connection the server never
+// confirms (a forged fresh connection) are rejected after GapTimeout, and
+// their buffers given back.
+func TestVerifyHeldExpire(t *testing.T) {
+	fx := newFixture(t, verifyConfig(), consumeAll)
+	for i := range 100 {
+		seg := capture.Segment{TS: 1, Src: clientAddr(i), Dst: srvAddr, Seq: rand.Uint32(), Flags: capture.FlagACK, Payload: []byte("SET forged x\r\n")}
+		fx.a.Add(&seg)
+		fx.check()
+	}
+	if st := fx.a.Stats(); st.BufferedBytes == 0 {
+		t.Fatal("nothing held")
+	}
+	fx.a.Tick(1 + int64(fx.a.cfg.GapTimeout) + 1)
+	fx.check()
+	if st := fx.a.Stats(); st.BufferedBytes != 0 || st.Rejected[RejectUnconfirmed] != 100 || len(fx.dec.parsers) != 0 {
+		t.Errorf("after GapTimeout: %d bytes held, rejected %v, %d parsers", st.BufferedBytes, st.Rejected, len(fx.dec.parsers))
+	}
 }

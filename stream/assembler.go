@@ -106,12 +106,14 @@ type half struct {
 	progress int64 // packet time next last advanced through arriving data
 
 	// Config.Verify (accept.go).
-	confirmed  bool   // requests: the server accepted the connection (SYN-ACK, or its ACKs anchored next)
-	positioned bool   // next is where the stream really is (a handshake, an anchor, or data accepted)
-	acked      bool   // ack holds the last acknowledgment number of an accepted segment
-	ack        uint32 // of this direction: where the other direction's stream is
-	rejects    int    // segments rejected as out of window in a row
-	doubt      bool   // requests: rejectResync rejects in a row; the server's next ACK may re-anchor them
+	confirmed  bool     // requests: the server accepted the connection (SYN-ACK, or its ACKs anchored next)
+	positioned bool     // next is where the stream really is (a handshake, an anchor, or data accepted)
+	acked      bool     // ack holds the last acknowledgment number of an accepted segment
+	ack        uint32   // of this direction: where the other direction's stream is
+	rejects    int      // segments rejected as out of window in a row
+	doubt      bool     // requests: rejectResync rejects in a row; the server's next ACK may re-anchor them
+	held       []oooSeg // requests: data before the server confirmed the connection (pooled copies)
+	heldBytes  int
 }
 
 // flow is one connection: the table entry both directions share.
@@ -350,6 +352,12 @@ func (a *Assembler) Tick(now int64) {
 			if h := &fl.h[d]; len(h.ooo) > 0 {
 				a.expireHoles(fl, h, now)
 			}
+			// Requests held for a server that never confirmed the
+			// connection (a forged segment is answered by a RST, if at
+			// all): a real reply comes long before GapTimeout.
+			if h := &fl.h[d]; len(h.held) > 0 && now-h.held[0].ts > int64(a.cfg.GapTimeout) {
+				a.dropHeld(fl, h)
+			}
 		}
 		fl = prev
 	}
@@ -453,7 +461,7 @@ func (a *Assembler) drop(fl *flow) {
 	delete(a.flows, fl.key)
 	a.clearHalf(&fl.h[0])
 	a.clearHalf(&fl.h[1])
-	*fl = flow{h: [2]half{{ooo: fl.h[0].ooo}, {ooo: fl.h[1].ooo}}, pend: fl.pend}
+	*fl = flow{h: [2]half{{ooo: fl.h[0].ooo, held: fl.h[0].held}, {ooo: fl.h[1].ooo, held: fl.h[1].held}}, pend: fl.pend}
 	if len(a.free) < maxFreeFlows {
 		a.free = append(a.free, fl)
 	} else if fl.pend != nil {
