@@ -106,16 +106,21 @@ func (a *Assembler) admit(fl *flow, dir decode.Dir, seg *capture.Segment) bool {
 			}
 			return false
 		}
-		if !near {
+		if !near && seqDiff(seg.Seq, h.next) > 0 {
 			// The other direction acknowledges this far: the capture
 			// missed more than a window. Go on from here; the bytes in
-			// between are a gap, of a size nobody knows.
+			// between are a gap, of a size nobody knows. (Far behind:
+			// old data, trimmed as a retransmission.)
 			a.jumpTo(fl, h, seg.Seq)
 		}
 		h.rejects, h.doubt = 0, false
 		if dir == decode.ToServer && hasAck && peer.state == halfOpen && !peer.positioned {
 			// An accepted request says where the replies are.
-			a.jumpTo(fl, peer, seg.Ack)
+			if within(seg.Ack, peer.next, w) {
+				peer.positioned, peer.rejects = true, 0
+			} else {
+				a.jumpTo(fl, peer, seg.Ack)
+			}
 		}
 	}
 	if hasAck && h.state == halfOpen {
@@ -156,6 +161,9 @@ func (a *Assembler) hold(fl *flow, h *half, seg *capture.Segment) {
 	b := append(a.take(fl, len(seg.Payload)), seg.Payload...)
 	h.held = append(h.held, oooSeg{seq: seg.Seq, missing: seg.Missing, ts: seg.TS, data: b})
 	h.heldBytes += len(b)
+	if a.held > a.cfg.MaxBufferBytes {
+		a.reclaim(fl)
+	}
 }
 
 // dropHeld rejects what h holds.

@@ -484,6 +484,7 @@ func (a *Assembler) reclaim(cur *flow) {
 			}
 			a.st.BufferOverflows++
 			for d := range cur.h {
+				a.dropHeld(cur, &cur.h[d])
 				if h := &cur.h[d]; h.state == halfOpen && h.parser != nil {
 					a.discard(cur, h)
 				}
