@@ -91,7 +91,9 @@ func TestFilterAssembles(t *testing.T) {
 	}
 	// A live capture passes only the tunnels it follows: none, or VXLAN
 	// on 4790 alone.
-	tunneled := func(name string) bool { return strings.Contains(name, "vxlan") || strings.Contains(name, "geneve") || strings.Contains(name, "ip") && !strings.HasPrefix(name, "v") }
+	tunneled := func(name string) bool {
+		return strings.Contains(name, "vxlan") || strings.Contains(name, "geneve") || strings.Contains(name, "ip") && !strings.HasPrefix(name, "v")
+	}
 	for _, d := range []*capture.Decap{nil, capture.NewDecap([]capture.Tunnel{{Kind: capture.TunnelVXLAN, Port: 4790}}, nil)} {
 		prog, err := FilterDecap([]uint16{6379, 11211}, d, 65535)
 		if err != nil {
