@@ -333,8 +333,6 @@ func (d *daemon) openCapture() error {
 	ports := d.ports.List()
 	cfg := bpf.Config{Ports: ports, RingSize: d.cf.ringSize, MaxCopy: uint32(d.cf.maxCopy), Replies: d.cf.replies,
 		ReplyHeads: !d.cf.replies && d.cf.replyCopy > 0, ReplyCopy: uint32(max(d.cf.replyCopy, 0)), Logger: d.base}
-	d.decapNow = d.resolveDecap()
-	cfg.Decap = d.decapNow
 	if d.mode != bpf.ModeAFPacket {
 		// Kernels before 5.11 charge BPF maps to the locked memory limit;
 		// later ones ignore it. Without CAP_SYS_RESOURCE this fails and
@@ -351,6 +349,9 @@ func (d *daemon) openCapture() error {
 		}
 		d.log.Warn("cgroup capture unavailable, capturing on interfaces", "err", err)
 	}
+	// Interfaces see tunnel packets; sockets (cgroup) never do.
+	d.decapNow = d.resolveDecap()
+	cfg.Decap = d.decapNow
 	names, patterns, err := d.ifaceSpec()
 	if err != nil {
 		return err
