@@ -7,8 +7,8 @@
 // cgroup_skb programs (ingress, egress; attached to the cgroup v2 root) that
 // copy the payload of TCP segments to or from the configured cache ports into
 // a BPF ring buffer per CPU, with the flow tuple, seq, ack, flags and a
-// timestamp. On interfaces, VXLAN, Geneve and IP-in-IP packets are followed
-// to the inner segment.
+// timestamp. On interfaces, the VXLAN, Geneve and IP-in-IP tunnels the node
+// terminates (decap_cfg) are followed to the inner segment.
 //
 // The programs only ever read: every path returns XDP_PASS, TC_ACT_UNSPEC
 // (TCX_NEXT) or 1 (cgroup: allow) and no helper that writes or pulls the
@@ -285,24 +285,73 @@ static __always_inline int parse_ip(void **curp, void *end, __u16 proto, struct 
 // Overlay encapsulations followed on uplinks: the cache's flow is the inner
 // one (pod addresses), which is also what the pod's veth and a cgroup hook
 // see, so the same segment captured on both reads as one flow.
-#define VXLAN_PORT 4789        // IANA
-#define VXLAN_PORT_LINUX 8472  // Linux's default, Flannel
-#define GENEVE_PORT 6081
-#define ETH_P_TEB 0x6558       // Geneve payload: an Ethernet frame
+#define ETH_P_TEB 0x6558 // Geneve payload: an Ethernet frame
 
-// decap steps from an outer IP payload (*curp, protocol l4) to the inner IP
-// header: IP-in-IP, IPv6-in-IP, VXLAN and Geneve. It sets *proto to the inner
-// EtherType and returns 0; 1 when the payload is not a tunnel, -1 when the
-// headers are not all within end.
-static __always_inline int decap(void **curp, void *end, __u8 l4, __u16 *proto)
+// A tunnel packet is a plain UDP datagram (or IP packet) anyone who reaches
+// the node can send, and these hooks run before the host firewall, so only
+// the tunnels the node terminates are followed: decap_cfg, filled from user
+// space (bpf.Capture.SetDecap), names them. Keys by type:
+//   DECAP_UDP  {port}:       a UDP tunnel port; value DECAP_VXLAN or
+//                            DECAP_GENEVE, | DECAP_ANY_VNI when every VNI is
+//                            carried (external/collect_metadata devices)
+//   DECAP_VNI  {port, vni}:  a VNI carried on port
+//   DECAP_IPIP {}:           IP-in-IP and IPv6-in-IP are followed
+//   DECAP_ADDR {family, addr}: a local tunnel endpoint address; the outer
+//                            packet must come from or go to one
+// Empty (the default): nothing is decapsulated.
+#define DECAP_UDP 1
+#define DECAP_VNI 2
+#define DECAP_IPIP 3
+#define DECAP_ADDR 4
+#define DECAP_VXLAN 1
+#define DECAP_GENEVE 2
+#define DECAP_ANY_VNI 0x80
+
+struct decap_key {
+	__u8 type;
+	__u8 family;   // DECAP_ADDR: 4 or 6
+	__u16 port;    // DECAP_UDP, DECAP_VNI: UDP destination port, host order
+	__u32 vni;     // DECAP_VNI
+	__u8 addr[16]; // DECAP_ADDR: IPv4 in the first 4 bytes
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct decap_key);
+	__type(value, __u8);
+} decap_cfg SEC(".maps");
+
+// decap_local reports whether the outer packet in h comes from or goes to a
+// local tunnel endpoint.
+static __always_inline int decap_local(struct rec_hdr *h)
+{
+	struct decap_key k;
+	__builtin_memset(&k, 0, sizeof(k));
+	k.type = DECAP_ADDR;
+	k.family = h->family;
+	__builtin_memcpy(k.addr, h->daddr, 16);
+	if (bpf_map_lookup_elem(&decap_cfg, &k))
+		return 1;
+	__builtin_memcpy(k.addr, h->saddr, 16);
+	return bpf_map_lookup_elem(&decap_cfg, &k) != 0;
+}
+
+// decap steps from an outer IP payload (*curp, protocol l4; h holds the outer
+// addresses) to the inner IP header of a tunnel decap_cfg names: IP-in-IP,
+// IPv6-in-IP, VXLAN and Geneve. It sets *proto to the inner EtherType and
+// returns 0; 1 when the payload is not a tunnel the node terminates, -1
+// when the headers are not all within end.
+static __always_inline int decap(void **curp, void *end, __u8 l4, __u16 *proto, struct rec_hdr *h)
 {
 	void *cur = *curp;
-	if (l4 == IPPROTO_IPIP) {
-		*proto = bpf_htons(ETH_P_IP);
-		return 0;
-	}
-	if (l4 == IPPROTO_IPV6) {
-		*proto = bpf_htons(ETH_P_IPV6);
+	struct decap_key k;
+	__builtin_memset(&k, 0, sizeof(k));
+	if (l4 == IPPROTO_IPIP || l4 == IPPROTO_IPV6) {
+		k.type = DECAP_IPIP;
+		if (!bpf_map_lookup_elem(&decap_cfg, &k) || !decap_local(h))
+			return 1;
+		*proto = l4 == IPPROTO_IPIP ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
 		return 0;
 	}
 	if (l4 != IPPROTO_UDP)
@@ -310,25 +359,36 @@ static __always_inline int decap(void **curp, void *end, __u8 l4, __u16 *proto)
 	__u8 *udp = cur;
 	if ((void *)(udp + 8) > end)
 		return -1;
-	__u16 dport = ((__u16)udp[2] << 8) | udp[3];
+	k.type = DECAP_UDP;
+	k.port = ((__u16)udp[2] << 8) | udp[3];
+	__u8 *kindp = bpf_map_lookup_elem(&decap_cfg, &k);
+	if (!kindp)
+		return 1;
+	__u8 kind = *kindp;
 	cur += 8;
+	__u8 *th = cur; // VXLAN or Geneve header: the VNI is in bytes 4-6 of both
+	if ((void *)(th + 8) > end)
+		return -1;
+	if (!(kind & DECAP_ANY_VNI)) {
+		k.type = DECAP_VNI;
+		k.vni = ((__u32)th[4] << 16) | ((__u32)th[5] << 8) | th[6];
+		if (!bpf_map_lookup_elem(&decap_cfg, &k))
+			return 1;
+	}
+	if (!decap_local(h))
+		return 1;
 	__u16 inner;
-	if (dport == VXLAN_PORT || dport == VXLAN_PORT_LINUX) {
-		__u8 *vx = cur;
-		if ((void *)(vx + 8) > end)
-			return -1;
-		if (!(vx[0] & 0x08)) // VNI flag: a VXLAN header
+	kind &= ~DECAP_ANY_VNI;
+	if (kind == DECAP_VXLAN) {
+		if (!(th[0] & 0x08)) // VNI flag: a VXLAN header
 			return 1;
 		cur += 8;
 		inner = bpf_htons(ETH_P_TEB);
-	} else if (dport == GENEVE_PORT) {
-		__u8 *gn = cur;
-		if ((void *)(gn + 8) > end)
-			return -1;
-		if (gn[0] >> 6) // version 0 only
+	} else if (kind == DECAP_GENEVE) {
+		if (th[0] >> 6) // version 0 only
 			return 1;
-		inner = *(__u16 *)(gn + 2);
-		cur += 8 + (gn[0] & 0x3f) * 4;
+		inner = *(__u16 *)(th + 2);
+		cur += 8 + (th[0] & 0x3f) * 4;
 	} else {
 		return 1;
 	}
@@ -387,7 +447,7 @@ static __always_inline int parse(void *data, void *end, struct rec_hdr *h, struc
 		// Sockets (cgroup hooks) only ever see decapsulated packets.
 		if (l3)
 			return 1;
-		r = decap(&cur, end, l4, &proto);
+		r = decap(&cur, end, l4, &proto, h);
 		if (r)
 			return r;
 		r = parse_ip(&cur, end, proto, h, &l4_len, &l4);

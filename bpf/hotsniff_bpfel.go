@@ -27,6 +27,15 @@ type hotsniffCounters struct {
 	ReplyBytes  uint64
 }
 
+type hotsniffDecapKey struct {
+	_      structs.HostLayout
+	Type   uint8
+	Family uint8
+	Port   uint16
+	Vni    uint32
+	Addr   [16]uint8
+}
+
 type hotsniffKcCmd struct {
 	_       structs.HostLayout
 	Kind    uint8
@@ -195,6 +204,7 @@ type hotsniffSkipRange struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	hotsniffMapDecapCfg               = "decap_cfg"
 	hotsniffMapKcCmds                 = "kc_cmds"
 	hotsniffMapKcCounts               = "kc_counts"
 	hotsniffMapKcFlows                = "kc_flows"
@@ -292,6 +302,7 @@ type hotsniffProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hotsniffMapSpecs struct {
+	DecapCfg   *ebpf.MapSpec `ebpf:"decap_cfg"`
 	KcCmds     *ebpf.MapSpec `ebpf:"kc_cmds"`
 	KcCounts   *ebpf.MapSpec `ebpf:"kc_counts"`
 	KcFlows    *ebpf.MapSpec `ebpf:"kc_flows"`
@@ -357,6 +368,7 @@ func (o *hotsniffObjects) Close() error {
 //
 // It can be passed to loadHotsniffObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hotsniffMaps struct {
+	DecapCfg   *ebpf.Map `ebpf:"decap_cfg"`
 	KcCmds     *ebpf.Map `ebpf:"kc_cmds"`
 	KcCounts   *ebpf.Map `ebpf:"kc_counts"`
 	KcFlows    *ebpf.Map `ebpf:"kc_flows"`
@@ -376,6 +388,7 @@ type hotsniffMaps struct {
 
 func (m *hotsniffMaps) Close() error {
 	return _HotsniffClose(
+		m.DecapCfg,
 		m.KcCmds,
 		m.KcCounts,
 		m.KcFlows,

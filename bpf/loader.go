@@ -121,6 +121,9 @@ type Config struct {
 	// ReplyCopy is the most bytes a reply segment yields with ReplyHeads
 	// (default DefaultReplyCopy).
 	ReplyCopy uint32
+	// Decap names the overlay tunnels followed to their inner segment on
+	// interfaces (nil: none; see DecapTable); SetDecap changes it.
+	Decap *DecapTable
 	// Logger receives one line per attachment; default slog.Default().
 	Logger *slog.Logger
 	// KernelCount, when set, counts reads in the kernel and copies only
@@ -169,6 +172,7 @@ type Capture struct {
 	kcMaps                                              map[string]*ebpf.Map
 	kcCounts, kcLocated, kcHot, kcCmds, kcProto, kcStat *ebpf.Map
 	kcBuf                                               []hotsniffKcSlot
+	decap                                               *ebpf.Map // tunnels followed (decap.go)
 
 	mu     sync.Mutex
 	ifaces []*Attachment
@@ -265,6 +269,10 @@ func Open(cfg Config) (*Capture, error) {
 		c.Close()
 		return nil, err
 	}
+	if err := c.SetDecap(cfg.Decap); err != nil {
+		c.Close()
+		return nil, err
+	}
 	// Load once to surface verifier or permission errors now.
 	var probe hotsniffObjects
 	if err := c.load(&probe, false); err != nil {
@@ -319,6 +327,9 @@ func (c *Capture) createMaps(online []bool) error {
 	}
 	if c.skips, err = ebpf.NewMap(c.spec.Maps[hotsniffMapReplySkips]); err != nil {
 		return fmt.Errorf("create reply skips map: %w", err)
+	}
+	if c.decap, err = ebpf.NewMap(c.spec.Maps[hotsniffMapDecapCfg]); err != nil {
+		return fmt.Errorf("create decap map: %w", err)
 	}
 	c.kcMaps = make(map[string]*ebpf.Map)
 	for _, name := range []string{hotsniffMapKcCounts, hotsniffMapKcLocated, hotsniffMapKcHot, hotsniffMapKcCmds,
@@ -407,6 +418,7 @@ func (c *Capture) loadInto(to any, rawIP bool) error {
 		hotsniffMapSampling:   c.sampling,
 		hotsniffMapSampledOut: c.sampled,
 		hotsniffMapReplySkips: c.skips,
+		hotsniffMapDecapCfg:   c.decap,
 	}
 	for name, m := range c.kcMaps {
 		repl[name] = m
@@ -734,6 +746,9 @@ func (c *Capture) Close() error {
 	}
 	if c.skips != nil {
 		errs = append(errs, c.skips.Close())
+	}
+	if c.decap != nil {
+		errs = append(errs, c.decap.Close())
 	}
 	for _, m := range c.kcMaps {
 		errs = append(errs, m.Close())

@@ -3,6 +3,7 @@ package bpf
 import (
 	"bytes"
 	"encoding/binary"
+	"net/netip"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -51,9 +52,12 @@ func encap(kind string, inner []byte) []byte {
 }
 
 // TestOverlayDecap: on an uplink the programs follow VXLAN, Geneve and
-// IP-in-IP to the inner segment and report the inner (pod) addresses.
+// IP-in-IP to the inner segment and report the inner (pod) addresses, for
+// the tunnels the node terminates (here 192.0.2.2, VNI 42).
 func TestOverlayDecap(t *testing.T) {
-	_, objs, rd := openTest(t, 0)
+	c, objs, rd := openTestConfig(t, Config{Ports: []uint16{6379}, RingSize: 1 << 20, Replies: true,
+		Decap: &DecapTable{UDP: []DecapPort{{Port: 4789, VNIs: []uint32{42}}, {Port: 8472, VNIs: []uint32{42}}, {Port: 6081, Geneve: true, AnyVNI: true}},
+			IPIP: true, Local: []netip.Addr{netip.MustParseAddr("192.0.2.2")}}})
 	get := []byte("*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n")
 	in4 := pkt{src: cli4, dst: srv4, flags: 0x18, seq: 1000, ack: 7, payload: get}
 	in6 := pkt{src: cli6, dst: srv6, flags: 0x18, seq: 2000, ack: 8, payload: get}
@@ -110,6 +114,47 @@ func TestOverlayDecap(t *testing.T) {
 			t.Errorf("not a tunnel: got %d records", len(segs))
 		}
 	}
+	run := func(name string, frame []byte, want int) {
+		t.Helper()
+		for pname, prog := range map[string]*ebpf.Program{"xdp": objs.HotsniffXdp, "tc": objs.HotsniffTcIngress} {
+			if _, err := prog.Run(&ebpf.RunOptions{Data: frame}); err != nil {
+				t.Fatal(err)
+			}
+			if segs := drain(t, rd); len(segs) != want {
+				t.Errorf("%s: %s: got %d records, want %d", pname, name, len(segs), want)
+			}
+		}
+	}
+	// Forged tunnel packets: a VNI the node does not carry, an outer
+	// address that is not a local endpoint, a port it does not terminate.
+	wrongVNI := encap("vxlan", in4.bytes())
+	wrongVNI[14+20+8+6] = 43
+	run("wrong VNI", wrongVNI, 0)
+	elsewhere := encap("vxlan", in4.bytes())
+	copy(elsewhere[14+16:], []byte{198, 51, 100, 7}) // destination
+	run("not a local endpoint", elsewhere, 0)
+	otherPort := encap("vxlan", in4.bytes())
+	otherPort[14+20+3] = 0xb6 // 4790
+	run("other port", otherPort, 0)
+	ipipElsewhere := encap("ipip", in4.bytes())
+	copy(ipipElsewhere[14+16:], []byte{198, 51, 100, 7})
+	run("ipip not a local endpoint", ipipElsewhere, 0)
+	// From the endpoint (egress direction) is followed; then the setting
+	// changes live: nothing, then VXLAN 4789 with any VNI.
+	fromNode := encap("vxlan", in4.bytes())
+	copy(fromNode[14+12:], []byte{192, 0, 2, 2})
+	copy(fromNode[14+16:], []byte{192, 0, 2, 9})
+	run("from the endpoint", fromNode, 1)
+	if err := c.SetDecap(nil); err != nil {
+		t.Fatal(err)
+	}
+	run("decap off: vxlan", encap("vxlan", in4.bytes()), 0)
+	run("decap off: ipip", encap("ipip", in4.bytes()), 0)
+	if err := c.SetDecap(&DecapTable{UDP: []DecapPort{{Port: 4789, AnyVNI: true}}, Local: []netip.Addr{netip.MustParseAddr("192.0.2.2")}}); err != nil {
+		t.Fatal(err)
+	}
+	run("any VNI", wrongVNI, 1)
+	run("8472 no longer", encap("vxlan8472", in4.bytes()), 0)
 }
 
 // TestCgroupPrograms runs the cgroup_skb programs on crafted packets: they

@@ -111,3 +111,55 @@ func TestDecap(t *testing.T) {
 		t.Errorf("%v allocations per decapsulated packet", n)
 	}
 }
+
+// TestDecapPolicy: live captures follow only the tunnels the node
+// terminates. The frames of tunnel() go from 192.0.2.1 to 192.0.2.2 with
+// VNI 1 (VXLAN) or 1 (Geneve); a forged datagram to a port, VNI or address
+// the node does not terminate is "not TCP", never the inner segment.
+func TestDecapPolicy(t *testing.T) {
+	get := "*2\r\n$3\r\nGET\r\n$4\r\nk:42\r\n"
+	v4 := ip4TCP(t, get)
+	vx := tunnel("vxlan", cat(ethHdr(0x0800), v4))
+	vx8472 := tunnel("vxlan8472", cat(ethHdr(0x0800), v4))
+	gn := tunnel("geneve", cat(ethHdr(0x0800), v4))
+	ipip := tunnel("ipip", v4)
+	node, peer, other := netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("198.51.100.7")
+	vxlan4789 := Tunnel{Kind: TunnelVXLAN, Port: 4789}
+	for _, tc := range []struct {
+		name  string
+		d     *Decap
+		frame []byte
+		ok    bool
+	}{
+		{"nil follows nothing", nil, vx, false},
+		{"nil: ipip", nil, ipip, false},
+		{"vxlan to the endpoint", NewDecap([]Tunnel{vxlan4789}, []netip.Addr{node}), vx, true},
+		{"vxlan from the endpoint", NewDecap([]Tunnel{vxlan4789}, []netip.Addr{peer}), vx, true},
+		{"vxlan neither end local", NewDecap([]Tunnel{vxlan4789}, []netip.Addr{other}), vx, false},
+		{"vxlan no address", NewDecap([]Tunnel{vxlan4789}, nil), vx, false},
+		{"vxlan other port", NewDecap([]Tunnel{vxlan4789}, []netip.Addr{node}), vx8472, false},
+		{"vxlan VNI carried", NewDecap([]Tunnel{{Kind: TunnelVXLAN, Port: 4789, VNIs: []uint32{7, 1}}}, []netip.Addr{node}), vx, true},
+		{"vxlan VNI not carried", NewDecap([]Tunnel{{Kind: TunnelVXLAN, Port: 4789, VNIs: []uint32{42}}}, []netip.Addr{node}), vx, false},
+		{"geneve on a vxlan port", NewDecap([]Tunnel{{Kind: TunnelVXLAN, Port: 6081}}, []netip.Addr{node}), gn, false},
+		{"geneve", NewDecap([]Tunnel{{Kind: TunnelGeneve, Port: 6081}}, []netip.Addr{node}), gn, true},
+		{"ipip not named", NewDecap([]Tunnel{vxlan4789}, []netip.Addr{node}), ipip, false},
+		{"ipip", NewDecap([]Tunnel{{Kind: TunnelIPIP}}, []netip.Addr{node}), ipip, true},
+		{"ipip elsewhere", NewDecap([]Tunnel{{Kind: TunnelIPIP}}, []netip.Addr{other}), ipip, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var seg Segment
+			err := ParsePacketDecap(LinkEthernet, tc.frame, &seg, tc.d)
+			if tc.ok && (err != nil || string(seg.Payload) != get) {
+				t.Fatalf("err %v payload %q, want the inner GET", err, seg.Payload)
+			}
+			if !tc.ok && !errors.Is(err, ErrNotTCP) {
+				t.Fatalf("err %v (seg %v>%v), want not TCP", err, seg.Src, seg.Dst)
+			}
+		})
+	}
+	d := NewDecap([]Tunnel{{Kind: TunnelVXLAN, Port: 4789, VNIs: []uint32{1}}}, []netip.Addr{node})
+	var seg Segment
+	if n := testing.AllocsPerRun(100, func() { _ = ParsePacketDecap(LinkEthernet, vx, &seg, d) }); n != 0 {
+		t.Errorf("%v allocations per checked packet", n)
+	}
+}

@@ -156,7 +156,25 @@ func FuzzParsePacket(f *testing.F) {
 		if link == LinkEthernet {
 			compareGopacket(t, frame, &seg, err)
 		}
+		// A live policy never yields a segment the standard one does
+		// not, and none at all through a tunnel it does not name.
+		for _, d := range fuzzDecaps {
+			var got Segment
+			if e := ParsePacketDecap(link, frame, &got, d); e == nil && (err != nil || !sameSegment(got, seg)) {
+				t.Fatalf("policy %v gave %v>%v where the standard parse gave %v (%v>%v)", d.Local(), got.Src, got.Dst, err, seg.Src, seg.Dst)
+			}
+		}
 	})
+}
+
+// fuzzDecaps are live policies FuzzParsePacket checks against the
+// standard one: none, and VXLAN 4789 VNI 1 to 192.0.2.2.
+var fuzzDecaps = []*Decap{nil, NewDecap([]Tunnel{{Kind: TunnelVXLAN, Port: 4789, VNIs: []uint32{1}}},
+	[]netip.Addr{netip.MustParseAddr("192.0.2.2")})}
+
+func sameSegment(a, b Segment) bool {
+	return a.Src == b.Src && a.Dst == b.Dst && a.Seq == b.Seq && a.Ack == b.Ack && a.Flags == b.Flags &&
+		a.Missing == b.Missing && string(a.Payload) == string(b.Payload)
 }
 
 // compareGopacket decodes an Ethernet frame with gopacket, an independent

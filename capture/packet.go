@@ -83,25 +83,35 @@ const (
 // gopacket v1.1.19 has no SLL2 layer, its parser decodes every layer into a
 // struct with options and checksums we do not need, and it costs several
 // times the per-packet budget (see BenchmarkParsePacketGopacket).
+//
+// ParsePacket follows the standard overlay tunnels (DecapStandard), as fits
+// capture files; live captures use ParsePacketDecap with what the node
+// really terminates.
 func ParsePacket(link LinkType, data []byte, seg *Segment) error {
+	return ParsePacketDecap(link, data, seg, DecapStandard)
+}
+
+// ParsePacketDecap is ParsePacket following only the tunnels d names (nil:
+// none).
+func ParsePacketDecap(link LinkType, data []byte, seg *Segment, d *Decap) error {
 	switch link {
 	case LinkEthernet:
 		if len(data) < 14 {
 			return errShortLink
 		}
-		return parseEther(binary.BigEndian.Uint16(data[12:14]), data[14:], seg)
+		return parseEtherd(binary.BigEndian.Uint16(data[12:14]), data[14:], seg, d, 0)
 	case LinkLinuxSLL:
 		// packet type(2) ARPHRD(2) addr len(2) addr(8) protocol(2)
 		if len(data) < 16 {
 			return errShortLink
 		}
-		return parseEther(binary.BigEndian.Uint16(data[14:16]), data[16:], seg)
+		return parseEtherd(binary.BigEndian.Uint16(data[14:16]), data[16:], seg, d, 0)
 	case LinkLinuxSLL2:
 		// protocol(2) reserved(2) ifindex(4) ARPHRD(2) packet type(1) addr len(1) addr(8)
 		if len(data) < 20 {
 			return errShortLink
 		}
-		return parseEther(binary.BigEndian.Uint16(data[0:2]), data[20:], seg)
+		return parseEtherd(binary.BigEndian.Uint16(data[0:2]), data[20:], seg, d, 0)
 	case LinkNull, LinkLoop:
 		if len(data) < 4 {
 			return errShortLink
@@ -115,9 +125,9 @@ func ParsePacket(link LinkType, data []byte, seg *Segment) error {
 		}
 		switch fam {
 		case 2: // AF_INET everywhere
-			return parseIPv4(data[4:], seg)
+			return parseIPv4d(data[4:], seg, d, 0)
 		case 10, 23, 24, 28, 30: // AF_INET6: Linux, Windows, Net/OpenBSD, FreeBSD, Darwin
-			return parseIPv6(data[4:], seg)
+			return parseIPv6d(data[4:], seg, d, 0)
 		}
 		return errNotIP
 	case LinkRaw, LinkRawDLT12, LinkRawDLT14:
@@ -126,27 +136,23 @@ func ParsePacket(link LinkType, data []byte, seg *Segment) error {
 		}
 		switch data[0] >> 4 {
 		case 4:
-			return parseIPv4(data, seg)
+			return parseIPv4d(data, seg, d, 0)
 		case 6:
-			return parseIPv6(data, seg)
+			return parseIPv6d(data, seg, d, 0)
 		}
 		return errIPVersion
 	case LinkIPv4:
-		return parseIPv4(data, seg)
+		return parseIPv4d(data, seg, d, 0)
 	case LinkIPv6:
-		return parseIPv6(data, seg)
+		return parseIPv6d(data, seg, d, 0)
 	}
 	return ErrUnsupportedLink
 }
 
-// parseEther dispatches on an EtherType, stepping over any number of VLAN
-// tags (each 4 bytes: TCI then the inner EtherType).
-func parseEther(etype uint16, data []byte, seg *Segment) error {
-	return parseEtherd(etype, data, seg, 0)
-}
-
-// parseEtherd is parseEther for a frame depth tunnels deep.
-func parseEtherd(etype uint16, data []byte, seg *Segment, depth int) error {
+// parseEtherd dispatches on an EtherType, stepping over any number of VLAN
+// tags (each 4 bytes: TCI then the inner EtherType), for a frame depth
+// tunnels deep.
+func parseEtherd(etype uint16, data []byte, seg *Segment, d *Decap, depth int) error {
 	for etype == etherVLAN || etype == etherQinQ || etype == etherQinQOld {
 		if len(data) < 4 {
 			return errShortLink
@@ -156,16 +162,14 @@ func parseEtherd(etype uint16, data []byte, seg *Segment, depth int) error {
 	}
 	switch etype {
 	case etherIPv4:
-		return parseIPv4d(data, seg, depth)
+		return parseIPv4d(data, seg, d, depth)
 	case etherIPv6:
-		return parseIPv6d(data, seg, depth)
+		return parseIPv6d(data, seg, d, depth)
 	}
 	return errNotIP
 }
 
-func parseIPv4(data []byte, seg *Segment) error { return parseIPv4d(data, seg, 0) }
-
-func parseIPv4d(data []byte, seg *Segment, depth int) error {
+func parseIPv4d(data []byte, seg *Segment, d *Decap, depth int) error {
 	if len(data) < 20 {
 		return errShortIP
 	}
@@ -194,17 +198,15 @@ func parseIPv4d(data []byte, seg *Segment, depth int) error {
 	if len(data) > total {
 		data = data[:total] // Ethernet padding or trailer
 	}
-	if data[9] != ipProtoTCP {
-		return decap(data[9], data[ihl:], seg, depth)
-	}
 	src := netip.AddrFrom4([4]byte(data[12:16]))
 	dst := netip.AddrFrom4([4]byte(data[16:20]))
+	if data[9] != ipProtoTCP {
+		return decap(data[9], data[ihl:], seg, d, depth, src, dst)
+	}
 	return parseTCP(src, dst, data[ihl:], total-ihl, seg)
 }
 
-func parseIPv6(data []byte, seg *Segment) error { return parseIPv6d(data, seg, 0) }
-
-func parseIPv6d(data []byte, seg *Segment, depth int) error {
+func parseIPv6d(data []byte, seg *Segment, d *Decap, depth int) error {
 	if len(data) < 40 {
 		return errShortIP
 	}
@@ -240,7 +242,7 @@ func parseIPv6d(data []byte, seg *Segment, depth int) error {
 			}
 			hlen = (int(data[1]) + 2) * 4
 		case ipProtoIPIP, ipProtoIPv6, ipProtoUDP:
-			return decap(next, data, seg, depth)
+			return decap(next, data, seg, d, depth, src.Unmap(), dst.Unmap())
 		case ipProtoFragment:
 			if len(data) < 8 {
 				return errShortExt
@@ -264,19 +266,23 @@ func parseIPv6d(data []byte, seg *Segment, depth int) error {
 	return errNotTCPProto
 }
 
-// decap follows an overlay tunnel from an outer IP payload to the inner
-// packet: IP-in-IP, IPv6-in-IP, VXLAN (UDP 4789 and 8472) and Geneve (UDP
-// 6081). The segment is the inner one: its addresses are the pods'. Only one
-// level is followed.
-func decap(proto uint8, data []byte, seg *Segment, depth int) error {
-	if depth > 0 {
+// decap follows an overlay tunnel from an outer IP payload (src > dst) to
+// the inner packet: IP-in-IP, IPv6-in-IP, VXLAN and Geneve, as far as d
+// says the node terminates them (see Decap). The segment is the inner one:
+// its addresses are the pods'. Only one level is followed.
+func decap(proto uint8, data []byte, seg *Segment, d *Decap, depth int, src, dst netip.Addr) error {
+	if depth > 0 || d == nil {
 		return errNotTCPProto
 	}
 	switch proto {
-	case ipProtoIPIP:
-		return parseIPv4d(data, seg, depth+1)
-	case ipProtoIPv6:
-		return parseIPv6d(data, seg, depth+1)
+	case ipProtoIPIP, ipProtoIPv6:
+		if !d.ipip || !d.endpoint(src, dst) {
+			return errNotTCPProto
+		}
+		if proto == ipProtoIPIP {
+			return parseIPv4d(data, seg, d, depth+1)
+		}
+		return parseIPv6d(data, seg, d, depth+1)
 	case ipProtoUDP:
 	default:
 		return errNotTCPProto
@@ -284,17 +290,27 @@ func decap(proto uint8, data []byte, seg *Segment, depth int) error {
 	if len(data) < 8 {
 		return errNotTCPProto
 	}
-	dport := binary.BigEndian.Uint16(data[2:4])
+	tun, ok := d.udpKind(binary.BigEndian.Uint16(data[2:4]))
+	if !ok || !d.endpoint(src, dst) {
+		return errNotTCPProto
+	}
 	data = data[8:]
+	if len(data) < 8 {
+		return errNotTCPProto
+	}
+	// Both headers carry the VNI in bytes 4-6.
+	if !tun.carries(uint32(data[4])<<16 | uint32(data[5])<<8 | uint32(data[6])) {
+		return errNotTCPProto
+	}
 	var inner uint16
-	switch dport {
-	case portVXLAN, portVXLANLinux:
-		if len(data) < 8 || data[0]&0x08 == 0 { // no VNI flag: not VXLAN
+	switch tun.kind {
+	case TunnelVXLAN:
+		if data[0]&0x08 == 0 { // no VNI flag: not VXLAN
 			return errNotTCPProto
 		}
 		data, inner = data[8:], etherTEB
-	case portGeneve:
-		if len(data) < 8 || data[0]>>6 != 0 {
+	case TunnelGeneve:
+		if data[0]>>6 != 0 {
 			return errNotTCPProto
 		}
 		hlen := 8 + int(data[0]&0x3f)*4
@@ -314,7 +330,7 @@ func decap(proto uint8, data []byte, seg *Segment, depth int) error {
 	} else if inner != etherIPv4 && inner != etherIPv6 {
 		return errNotTCPProto // VLAN tags only inside an Ethernet frame
 	}
-	if err := parseEtherd(inner, data, seg, depth+1); err != errNotIP {
+	if err := parseEtherd(inner, data, seg, d, depth+1); err != errNotIP {
 		return err
 	}
 	return errNotTCPProto // an outer packet, counted as not TCP

@@ -9,6 +9,8 @@ package config
 import (
 	"time"
 
+	"github.com/hotsniff/hotsniff/capture/tunnel"
+
 	"github.com/hotsniff/hotsniff/bpf"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/internal/httpserve"
@@ -41,6 +43,8 @@ type Capture struct {
 	MaxCPU     float64
 	// KernelCount counts reads in the eBPF programs (experimental).
 	KernelCount bool
+	// Decap names the tunnels interface captures follow (--decap).
+	Decap string
 }
 
 // Stream is the port map and the reassembly bounds.
@@ -98,6 +102,7 @@ func Default() Config {
 			ReplyCopy: bpf.DefaultReplyCopy,
 			Procs:     1,
 			Nice:      10,
+			Decap:     tunnel.Default,
 		},
 		Stream:  Stream{Progress: "auto", Config: s},
 		Detect:  Detect{Config: d, Output: "jsonl"},

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/hotsniff/hotsniff/capture/tunnel"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/publish"
 	"github.com/hotsniff/hotsniff/stream"
@@ -483,6 +484,9 @@ func (c *Config) validate(fs *pflag.FlagSet, fromFile map[string]bool) error {
 	}
 	if has(SecCapture) {
 		k := c.Capture
+		if _, err := tunnel.Parse(k.Decap); err != nil {
+			return &Error{err.Error()}
+		}
 		if k.ReplyCopy < 0 {
 			return errorf("--reply-copy %d: must be 0 (no reply payload) or a number of bytes", k.ReplyCopy)
 		}

@@ -82,6 +82,7 @@ var settings = []setting{
 	{"max-copy", SecCapture, "most payload bytes copied from one packet by eBPF (GRO/GSO super-packets); the rest is counted as truncated", func(c *Config) any { return &c.Capture.MaxCopy }},
 	{"capture-replies", SecCapture, "eBPF: copy server replies whole (exact reply bytes whatever the traffic; replies are most of the bytes)", func(c *Config) any { return &c.Capture.Replies }},
 	{"reply-copy", SecCapture, "eBPF without --capture-replies: copy at most this many bytes of each reply segment, enough to read reply headers and attribute reply bytes to keys (0: copy no reply payload; no reply bytes)", func(c *Config) any { return &c.Capture.ReplyCopy }},
+	{"decap", SecCapture, "overlay tunnels followed to the inner segment on interfaces (xdp, tc, afpacket): auto (the VXLAN, Geneve and IP-in-IP devices on the node, to or from their local endpoints), off, or a list such as vxlan:4789,vxlan:8472/1,geneve:6081,ipip (PORT/VNI; to or from the node's addresses), which may include auto; a UDP datagram that is not such a tunnel is never decoded", func(c *Config) any { return &c.Capture.Decap }},
 	{"kernel-count", SecCapture, "eBPF, experimental: count reads in the kernel and copy only the requests of located buckets, writes to hot keys, session commands and what the programs cannot parse (no reply bytes then)", func(c *Config) any { return &c.Capture.KernelCount }},
 	// One pipeline goroutine does the work; the publisher and HTTP are
 	// light. More Ps only add threads that the runtime wakes to look for

@@ -57,10 +57,14 @@ type Snapshot struct {
 	Gaps              map[decode.Proto]uint64
 	LostBytes         uint64 // stream bytes never seen (holes, snap-length cuts)
 	DuplicateBytes    uint64 // stream bytes seen again (retransmissions, one segment on two hooks), counted once
-	Flows             int
-	Buffered          int
-	FlowsEvicted      uint64
-	HotKeys           map[decode.Proto]int
+	// Rejected counts segments that cannot belong to a connection the
+	// server accepted, by reason; RejectedBytes their payload.
+	Rejected      map[string]uint64
+	RejectedBytes uint64
+	Flows         int
+	Buffered      int
+	FlowsEvicted  uint64
+	HotKeys       map[decode.Proto]int
 	// ReplyBytes counts reply bytes decoded per protocol; ReplyUnpaired the
 	// part no request could be matched to (joined mid-stream, lost bytes).
 	ReplyBytes, ReplyUnpaired map[decode.Proto]uint64
@@ -135,7 +139,7 @@ type Collector struct {
 	flows, buffered, evicted, hot, published, pubErrs, pubDropped, pubLag *prometheus.Desc
 	sampleRate, sampledOut, sampleRaises, cpuShare, cpuBudget, reportable  *prometheus.Desc
 	pubMsgs, pubOverflow                                                   *prometheus.Desc
-	incomplete, coldHeld, kernelFallback                                   *prometheus.Desc
+	incomplete, coldHeld, kernelFallback, rejected, rejectedBytes          *prometheus.Desc
 	absReports, absHits, absRejected, lateReads                            *prometheus.Desc
 	replyBytes, replyUnpaired, pendingDropped, pendingDesyncs, pendingHeld *prometheus.Desc
 }
@@ -151,26 +155,28 @@ func New() *Collector {
 			Help:    "Time from a key's traffic crossing the threshold to its hot event, in packet time.",
 			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5},
 		}),
-		packets:    d("packets_total", "Packets seen by the capture.", "iface", "mode"),
-		dropped:    d("capture_dropped_total", "Packets or records lost by the capture.", "iface", "reason"),
-		truncated:  d("capture_truncated_bytes_total", "Payload bytes not copied by the capture (copy limit, snap length).", "iface"),
-		requests:   d("requests_total", "Decoded requests (MGET a b is one).", "proto", "op"),
-		keys:       d("keys_total", "Decoded key occurrences (MGET a b is two), reads and writes.", "proto"),
-		decodeErrs: d("decode_errors_total", "Bytes the decoders could not make sense of, by reason.", "proto", "reason"),
-		gaps:       d("stream_gaps_total", "Times a decoder lost bytes of a connection and resynchronised.", "proto"),
-		lost:       d("stream_lost_bytes_total", "Stream bytes never seen: holes given up on and snap-length cuts."),
-		dup:        d("stream_duplicate_bytes_total", "Stream bytes seen more than once (retransmissions, or one segment captured on two hooks such as a pod's veth and the uplink), counted once."),
-		flows:      d("stream_flows", "Connections tracked now."),
-		buffered:   d("stream_buffered_bytes", "Bytes held for reassembly now."),
-		evicted:    d("stream_flows_evicted_total", "Connections dropped to respect the flow and memory bounds."),
-		hot:        d("hot_keys", "Keys hot now.", "proto"),
-		published:  d("published_total", "Events published.", "type"),
-		pubErrs:    d("publish_errors_total", "Failed publish attempts."),
-		pubDropped: d("publish_queue_dropped_total", "Events dropped because the publish queue was full."),
-		pubLag:     d("publish_lag_seconds", "Event time to publish time of the last batch."),
-		lateReads:  d("detect_late_reads_total", "Reads the detector dropped because they reached it more than a sub-window (window/8) after newer ones: the reader fell behind on one capture ring."),
-		absReports: d("absorbed_reports_total", "Absorbed-demand reports of client shims credited to a hot key."),
-		absHits:    d("absorbed_hits_total", "Reads client shims served locally and reported, credited to hot keys' demand."),
+		packets:       d("packets_total", "Packets seen by the capture.", "iface", "mode"),
+		dropped:       d("capture_dropped_total", "Packets or records lost by the capture.", "iface", "reason"),
+		truncated:     d("capture_truncated_bytes_total", "Payload bytes not copied by the capture (copy limit, snap length).", "iface"),
+		requests:      d("requests_total", "Decoded requests (MGET a b is one).", "proto", "op"),
+		keys:          d("keys_total", "Decoded key occurrences (MGET a b is two), reads and writes.", "proto"),
+		decodeErrs:    d("decode_errors_total", "Bytes the decoders could not make sense of, by reason.", "proto", "reason"),
+		gaps:          d("stream_gaps_total", "Times a decoder lost bytes of a connection and resynchronised.", "proto"),
+		lost:          d("stream_lost_bytes_total", "Stream bytes never seen: holes given up on and snap-length cuts."),
+		rejected:      d("stream_rejected_total", "Segments that cannot belong to a connection the server accepted (forged or stray), never decoded: unconfirmed (no handshake or server acknowledgment yet), out_of_window (sequence or acknowledgment number far from the connection's), unexpected_syn (a SYN on an accepted connection).", "reason"),
+		rejectedBytes: d("stream_rejected_bytes_total", "Payload bytes of the rejected segments."),
+		dup:           d("stream_duplicate_bytes_total", "Stream bytes seen more than once (retransmissions, or one segment captured on two hooks such as a pod's veth and the uplink), counted once."),
+		flows:         d("stream_flows", "Connections tracked now."),
+		buffered:      d("stream_buffered_bytes", "Bytes held for reassembly now."),
+		evicted:       d("stream_flows_evicted_total", "Connections dropped to respect the flow and memory bounds."),
+		hot:           d("hot_keys", "Keys hot now.", "proto"),
+		published:     d("published_total", "Events published.", "type"),
+		pubErrs:       d("publish_errors_total", "Failed publish attempts."),
+		pubDropped:    d("publish_queue_dropped_total", "Events dropped because the publish queue was full."),
+		pubLag:        d("publish_lag_seconds", "Event time to publish time of the last batch."),
+		lateReads:     d("detect_late_reads_total", "Reads the detector dropped because they reached it more than a sub-window (window/8) after newer ones: the reader fell behind on one capture ring."),
+		absReports:    d("absorbed_reports_total", "Absorbed-demand reports of client shims credited to a hot key."),
+		absHits:       d("absorbed_hits_total", "Reads client shims served locally and reported, credited to hot keys' demand."),
 		absRejected: d("absorbed_rejected_total",
 			"Absorbed-demand reports not credited (capped: credited only up to the per-key bound), by reason.", "reason"),
 		sampleRate:   d("capture_sample_rate", "Fraction of connections the capture copies (1: all; lower under the --max-cpu budget). Counts and rates are scaled back to true units."),
@@ -210,7 +216,7 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.lateReads, c.pubMsgs, c.pubOverflow, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs, c.pendingHeld,
-		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable, c.incomplete, c.coldHeld, c.kernelFallback} {
+		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable, c.incomplete, c.coldHeld, c.kernelFallback, c.rejected, c.rejectedBytes} {
 		ch <- d
 	}
 	c.lat.Describe(ch)
@@ -266,6 +272,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	counter(c.lost, float64(s.LostBytes))
+	for _, r := range sortedKeys(s.Rejected) {
+		counter(c.rejected, float64(s.Rejected[r]), r)
+	}
+	counter(c.rejectedBytes, float64(s.RejectedBytes))
 	counter(c.dup, float64(s.DuplicateBytes))
 	gauge(c.flows, float64(s.Flows))
 	gauge(c.buffered, float64(s.Buffered))

@@ -104,6 +104,16 @@ type half struct {
 	oooBytes int
 	oooSince int64 // arrival time of the oldest buffered segment
 	progress int64 // packet time next last advanced through arriving data
+
+	// Config.Verify (accept.go).
+	confirmed  bool     // requests: the server accepted the connection (SYN-ACK, or its ACKs anchored next)
+	positioned bool     // next is where the stream really is (a handshake, an anchor, or data accepted)
+	acked      bool     // ack holds the last acknowledgment number of an accepted segment
+	ack        uint32   // of this direction: where the other direction's stream is
+	rejects    int      // segments rejected as out of window in a row
+	doubt      bool     // requests: rejectResync rejects in a row; the server's next ACK may re-anchor them
+	held       []oooSeg // requests: data before the server confirmed the connection (pooled copies)
+	heldBytes  int
 }
 
 // flow is one connection: the table entry both directions share.
@@ -162,6 +172,9 @@ func NewAssembler(cfg Config, ports *Ports, reg *decode.Registry, sink decode.Si
 		reg = new(decode.Registry)
 	}
 	tick := min(time.Second, cfg.GapTimeout)
+	if cfg.Window == 0 {
+		cfg.Window = DefaultWindow
+	}
 	a := &Assembler{
 		cfg:       cfg,
 		ports:     ports,
@@ -254,6 +267,9 @@ func (a *Assembler) Add(seg *capture.Segment) {
 		a.holders.moveToFront(fl)
 	}
 
+	if a.cfg.Verify && !a.admit(fl, dir, seg) {
+		return
+	}
 	h := &fl.h[dir]
 	seq := seg.Seq
 	if syn {
@@ -273,9 +289,14 @@ func (a *Assembler) Add(seg *capture.Segment) {
 		}
 		a.openHalf(fl, h, dir, seg.Seq+1, false)
 		h.sawSYN, h.isn = true, seg.Seq
-		seq++ // the SYN occupies one sequence number
+		h.positioned = dir == decode.ToClient // a client's SYN counts once the server answers it
+		seq++                                 // the SYN occupies one sequence number
 	} else if h.state == halfNew {
+		if a.cfg.Verify && dir == decode.ToServer {
+			return // no data (admit let none through) on a half not anchored yet
+		}
 		a.openHalf(fl, h, dir, seq, true)
+		h.positioned = true
 	}
 
 	if h.state == halfOpen {
@@ -331,6 +352,12 @@ func (a *Assembler) Tick(now int64) {
 		for d := range fl.h {
 			if h := &fl.h[d]; len(h.ooo) > 0 {
 				a.expireHoles(fl, h, now)
+			}
+			// Requests held for a server that never confirmed the
+			// connection (a forged segment is answered by a RST, if at
+			// all): a real reply comes long before GapTimeout.
+			if h := &fl.h[d]; len(h.held) > 0 && now-h.held[0].ts > int64(a.cfg.GapTimeout) {
+				a.dropHeld(fl, h)
 			}
 		}
 		fl = prev
@@ -435,7 +462,7 @@ func (a *Assembler) drop(fl *flow) {
 	delete(a.flows, fl.key)
 	a.clearHalf(&fl.h[0])
 	a.clearHalf(&fl.h[1])
-	*fl = flow{h: [2]half{{ooo: fl.h[0].ooo}, {ooo: fl.h[1].ooo}}, pend: fl.pend}
+	*fl = flow{h: [2]half{{ooo: fl.h[0].ooo, held: fl.h[0].held}, {ooo: fl.h[1].ooo, held: fl.h[1].held}}, pend: fl.pend}
 	if len(a.free) < maxFreeFlows {
 		a.free = append(a.free, fl)
 	} else if fl.pend != nil {
@@ -458,6 +485,7 @@ func (a *Assembler) reclaim(cur *flow) {
 			}
 			a.st.BufferOverflows++
 			for d := range cur.h {
+				a.dropHeld(cur, &cur.h[d])
 				if h := &cur.h[d]; h.state == halfOpen && h.parser != nil {
 					a.discard(cur, h)
 				}

@@ -51,6 +51,18 @@ type Config struct {
 	// assembler's goroutine and must be quick.
 	OnSkip     func(f *decode.Flow, start, end uint32)
 	SkipNotify int
+	// Verify rejects, before any parser, segments that cannot belong to a
+	// connection the server accepted (see accept.go): requests are decoded
+	// only once the server answered the client's SYN, or (joined
+	// mid-stream) once a segment from the server acknowledged where the
+	// client's stream is; after that, segments whose sequence or
+	// acknowledgment numbers are further than Window from the stream are
+	// dropped, so they neither decode nor count as lost bytes. For live
+	// capture, where anyone on the wire can send a segment; a capture
+	// file is the operator's own.
+	Verify bool
+	// Window is Verify's window in bytes (0: DefaultWindow).
+	Window uint32
 }
 
 // DefaultConfig returns bounds fit for one busy cache node.
@@ -86,6 +98,9 @@ func (c Config) Validate() error {
 	}
 	if c.GapTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("gap timeout %v: must be positive", c.GapTimeout))
+	}
+	if c.Window > 1<<30 {
+		errs = append(errs, fmt.Errorf("window %d: must be at most 1 GiB", c.Window))
 	}
 	if c.ClosedTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("closed timeout %v: must be positive", c.ClosedTimeout))

@@ -269,6 +269,14 @@ func checkInvariants(a *Assembler) error {
 			if ob != h.oooBytes {
 				return fmt.Errorf("oooBytes %d, segments hold %d", h.oooBytes, ob)
 			}
+			hb := 0
+			for _, s := range h.held {
+				hb += len(s.data)
+				fh += cap(s.data)
+			}
+			if hb != h.heldBytes || len(h.tail)+h.oooBytes+hb > a.cfg.MaxFlowBuffer {
+				return fmt.Errorf("heldBytes %d, segments hold %d (tail %d, ooo %d)", h.heldBytes, hb, len(h.tail), h.oooBytes)
+			}
 		}
 		if fh != fl.held {
 			return fmt.Errorf("flow holds %d, accounted %d", fh, fl.held)

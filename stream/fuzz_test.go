@@ -132,6 +132,10 @@ func FuzzAssembler(f *testing.F) {
 			ClosedTimeout: 2 * time.Second,
 		}
 		cfg.MaxBufferBytes = cfg.MaxFlowBuffer * (1 + int(in[3]%4))
+		cfg.Verify = in[3]&0x80 != 0
+		// Wider than the streams: honest segments are never out of
+		// window (what is, is tested in accept_test.go).
+		cfg.Window = 4096 << (in[3] & 0x1f % 16)
 		in = in[4:]
 
 		const nflows = 3
@@ -194,6 +198,11 @@ func FuzzAssembler(f *testing.F) {
 
 			client := netip.AddrPortFrom(netip.MustParseAddr("fd00::2"), uint16(40000+cur))
 			seg := capture.Segment{TS: ts, Src: client, Dst: srv, Seq: seq, Flags: flags, Payload: payload[:n], Missing: missing}
+			if miss&1 != 0 {
+				// Acknowledge what the other direction has sent so far.
+				seg.Flags |= capture.FlagACK
+				seg.Ack = isn[cur][1-dir] + 1 + uint32(cursor[cur][1-dir]) - uint32(miss>>1&0x0f)
+			}
 			if dir == 1 {
 				seg.Src, seg.Dst = srv, client
 			}

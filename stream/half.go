@@ -42,12 +42,13 @@ func (a *Assembler) openHalf(fl *flow, h *half, dir decode.Dir, next uint32, mid
 
 // clearHalf readies a finished half for a new connection. It holds no buffers.
 func (a *Assembler) clearHalf(h *half) {
-	*h = half{ooo: h.ooo[:0]}
+	*h = half{ooo: h.ooo[:0], held: h.held[:0]}
 }
 
 // finishHalf delivers the out-of-order data of h, declaring its holes,
 // discards the unparsed tail and closes the direction.
 func (a *Assembler) finishHalf(fl *flow, h *half) {
+	a.dropHeld(fl, h) // never confirmed
 	if h.state == halfOpen && h.parser != nil {
 		for len(h.ooo) > 0 {
 			a.jump(fl, h)

@@ -35,6 +35,9 @@ type Stats struct {
 	Resyncs         uint64            // directions restarted after a long run of only old data (bad sequence state)
 	SampleResumes   uint64            // directions restarted where flow sampling resumed a skipped connection (not a loss)
 
+	Rejected      [numRejects]uint64 // Config.Verify: segments that cannot belong to a connection the server accepted, by RejectReasons
+	RejectedBytes uint64             // their payload (and uncaptured) bytes, never decoded nor counted as lost
+
 	Pending decode.PendingStats // reply pairing: requests and keys not kept, queues thrown away
 }
 

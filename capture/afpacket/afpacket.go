@@ -40,7 +40,10 @@ type Config struct {
 	// RetireMs is how long the kernel waits before handing over a partly
 	// filled block: the latency bound under light traffic. Default 20.
 	RetireMs uint32
-	Logger   *slog.Logger
+	// Decap names the overlay tunnels followed to their inner segment
+	// (nil: none); see capture.Decap for why not every one.
+	Decap  *capture.Decap
+	Logger *slog.Logger
 }
 
 // Source reads TCP segments from one ring per interface. Next is meant for
@@ -52,6 +55,10 @@ type Source struct {
 	turn     int
 	closed   atomic.Bool
 	deadline atomic.Int64 // SetDeadline, Unix ns; 0 = none
+	decap    atomic.Pointer[capture.Decap]
+	fdMu     sync.Mutex // held by SetDecap and closeAll: SetDecap must not use a closed fd
+	ports    []uint16
+	bsize    int
 
 	packets, segments, skipped, malformed, bytes atomic.Uint64
 }
@@ -100,7 +107,8 @@ func Open(cfg Config) (*Source, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Source{}
+	s := &Source{ports: cfg.Ports, bsize: cfg.BlockSize}
+	s.decap.Store(cfg.Decap)
 	var fds []int
 	for _, name := range cfg.Ifaces {
 		r, err := openRing(name, cfg)
@@ -140,17 +148,8 @@ func openRing(name string, cfg Config) (*ring, error) {
 		r.close()
 		return nil, err
 	}
-	prog, err := Filter(cfg.Ports, uint32(cfg.BlockSize))
-	if err != nil {
+	if err := attachFilter(fd, name, cfg.Ports, cfg.Decap, cfg.BlockSize); err != nil {
 		return fail(err)
-	}
-	filter := make([]unix.SockFilter, len(prog))
-	for i, in := range prog {
-		filter[i] = unix.SockFilter{Code: in.Op, Jt: in.Jt, Jf: in.Jf, K: in.K}
-	}
-	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
-	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fprog); err != nil {
-		return fail(fmt.Errorf("attach port filter on %s: %w", name, err))
 	}
 	if ifi.Flags&net.FlagLoopback != 0 {
 		// Loopback hands every packet to packet sockets twice (out and
@@ -185,6 +184,41 @@ func openRing(name string, cfg Config) (*ring, error) {
 		return fail(fmt.Errorf("bind packet socket to %s: %w", name, err))
 	}
 	return r, nil
+}
+
+// attachFilter attaches (or replaces: the kernel swaps it at once) the
+// socket filter of fd.
+func attachFilter(fd int, name string, ports []uint16, d *capture.Decap, bsize int) error {
+	prog, err := FilterDecap(ports, d, uint32(bsize))
+	if err != nil {
+		return err
+	}
+	filter := make([]unix.SockFilter, len(prog))
+	for i, in := range prog {
+		filter[i] = unix.SockFilter{Code: in.Op, Jt: in.Jt, Jf: in.Jf, K: in.K}
+	}
+	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fprog); err != nil {
+		return fmt.Errorf("attach port filter on %s: %w", name, err)
+	}
+	return nil
+}
+
+// SetDecap replaces the tunnels followed (nil: none): the socket filters
+// first, so no ring receives a tunnel packet it will then reject for nothing.
+func (s *Source) SetDecap(d *capture.Decap) error {
+	s.fdMu.Lock()
+	defer s.fdMu.Unlock()
+	if s.closed.Load() {
+		return nil
+	}
+	for _, r := range s.rings {
+		if err := attachFilter(r.fd, r.iface, s.ports, d, s.bsize); err != nil {
+			return err
+		}
+	}
+	s.decap.Store(d)
+	return nil
 }
 
 func (r *ring) close() {
@@ -261,7 +295,7 @@ func (r *ring) next(s *Source, seg *capture.Segment) bool {
 		}
 		s.packets.Add(1)
 		s.bytes.Add(uint64(h.Snaplen))
-		if err := capture.ParsePacket(capture.LinkEthernet, b[start:end], seg); err != nil {
+		if err := capture.ParsePacketDecap(capture.LinkEthernet, b[start:end], seg, s.decap.Load()); err != nil {
 			if errors.Is(err, capture.ErrNotTCP) {
 				s.skipped.Add(1)
 			} else {
@@ -388,6 +422,8 @@ func (s *Source) Close() error {
 // closeAll unmaps and closes the rings; the poller, created last in Open,
 // is closed by Close.
 func (s *Source) closeAll() {
+	s.fdMu.Lock()
+	defer s.fdMu.Unlock()
 	for _, r := range s.rings {
 		r.close()
 	}

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/net/bpf"
 
+	"github.com/hotsniff/hotsniff/capture"
 	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
 )
 
@@ -50,7 +51,7 @@ func TestFilterAssembles(t *testing.T) {
 		}
 		return b
 	}
-	for _, tc := range []struct {
+	cases := []struct {
 		name string
 		pkt  []byte
 		want bool
@@ -77,13 +78,39 @@ func TestFilterAssembles(t *testing.T) {
 		{"ip6ip", cat(eth(0x0800, false), ip4(41, 0), ip6(6), tcp(40000, 6379)), true},
 		{"ipip inner fragment", cat(eth(0x0800, false), ip4(4, 0), ip4(6, 100), tcp(40000, 6379)), false},
 		{"udp dns", cat(eth(0x0800, false), ip4(17, 0), udp(53), make([]byte, 40)), false},
-	} {
+		{"vxlan 4790", cat(eth(0x0800, false), ip4(17, 0), udp(4790), vxlan(0x08), eth(0x0800, false), ip4(6, 0), tcp(40000, 6379)), false},
+	}
+	for _, tc := range cases {
 		n, err := vm.Run(tc.pkt)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		if got := n > 0; got != tc.want {
 			t.Errorf("%s: accepted %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// A live capture passes only the tunnels it follows: none, or VXLAN
+	// on 4790 alone.
+	tunneled := func(name string) bool {
+		return strings.Contains(name, "vxlan") || strings.Contains(name, "geneve") || strings.Contains(name, "ip") && !strings.HasPrefix(name, "v")
+	}
+	for _, d := range []*capture.Decap{nil, capture.NewDecap([]capture.Tunnel{{Kind: capture.TunnelVXLAN, Port: 4790}}, nil)} {
+		prog, err := FilterDecap([]uint16{6379, 11211}, d, 65535)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vm, err := bpf.NewVM(mustDisasm(t, prog))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range cases {
+			want := tc.want && !tunneled(tc.name)
+			if tc.name == "vxlan 4790" && d != nil {
+				want = true
+			}
+			if n, err := vm.Run(tc.pkt); err != nil || (n > 0) != want {
+				t.Errorf("decap %v: %s: accepted %v (%v), want %v", d.Ports(capture.TunnelVXLAN), tc.name, n > 0, err, want)
+			}
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"golang.org/x/net/bpf"
+
+	"github.com/hotsniff/hotsniff/capture"
 )
 
 // Filter assembles the classic BPF program the kernel runs on every packet
@@ -15,7 +17,18 @@ import (
 // the inner segment's; accept up to snaplen bytes. Everything else never
 // leaves the kernel, so it costs no ring space.
 func Filter(ports []uint16, snaplen uint32) ([]bpf.RawInstruction, error) {
+	return FilterDecap(ports, capture.DecapStandard, snaplen)
+}
+
+// FilterDecap is Filter passing only the tunnels d follows (nil: none): a
+// datagram to any other UDP port stays in the kernel. The addresses and
+// VNIs d checks are left to user space (capture.ParsePacketDecap).
+func FilterDecap(ports []uint16, d *capture.Decap, snaplen uint32) ([]bpf.RawInstruction, error) {
 	var a asm
+	vxlanPorts, genevePorts := d.Ports(capture.TunnelVXLAN), d.Ports(capture.TunnelGeneve)
+	if len(vxlanPorts)+len(genevePorts) > maxTunnelPorts {
+		return nil, fmt.Errorf("assemble filter: %d tunnel ports, at most %d", len(vxlanPorts)+len(genevePorts), maxTunnelPorts)
+	}
 	// X is the offset, minus 14, of the header being looked at: 0 or 4
 	// (a VLAN tag) for the outer IP header; then each step moves it on,
 	// so every section reads its header at X+14.
@@ -34,8 +47,12 @@ func Filter(ports []uint16, snaplen uint32) ([]bpf.RawInstruction, error) {
 	l4 := func() {
 		a.jeq(6, "ports", "")
 		a.jeq(17, "udp", "")
-		a.jeq(4, "in4", "")
-		a.jeq(41, "in6", "drop")
+		if d.IPIP() {
+			a.jeq(4, "in4", "")
+			a.jeq(41, "in6", "drop")
+		} else {
+			a.ja("drop")
+		}
 	}
 	a.label("ip4")
 	a.op(bpf.LoadIndirect{Off: 23, Size: 1}) // protocol
@@ -57,9 +74,13 @@ func Filter(ports []uint16, snaplen uint32) ([]bpf.RawInstruction, error) {
 
 	a.label("udp")
 	a.op(bpf.LoadIndirect{Off: 16, Size: 2}) // destination port
-	a.jeq(4789, "vxlan", "")
-	a.jeq(8472, "vxlan", "")
-	a.jeq(6081, "geneve", "drop")
+	for _, p := range vxlanPorts {
+		a.jeq(uint32(p), "vxlan", "")
+	}
+	for _, p := range genevePorts {
+		a.jeq(uint32(p), "geneve", "")
+	}
+	a.ja("drop")
 
 	a.label("vxlan") // UDP + VXLAN headers, then an Ethernet frame
 	a.op(bpf.LoadIndirect{Off: 22, Size: 1})
@@ -124,6 +145,10 @@ func Filter(ports []uint16, snaplen uint32) ([]bpf.RawInstruction, error) {
 	a.op(bpf.RetConstant{Val: snaplen})
 	return a.assemble()
 }
+
+// maxTunnelPorts bounds the UDP ports the filter compares (each is one
+// instruction every UDP packet may run).
+const maxTunnelPorts = 32
 
 // ipv4Skip moves X past the IPv4 header at X+14 (its IHL).
 func (a *asm) ipv4Skip() {

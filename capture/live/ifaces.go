@@ -63,7 +63,7 @@ func (d *opener) openCgroup(cfg bpf.Config) error {
 		c.Close()
 		return err
 	}
-	d.out = &Capture{Source: src, mode: string(bpf.ModeCgroup), bpf: c}
+	d.out = &Capture{Source: src, mode: string(bpf.ModeCgroup), bpf: c, log: d.log}
 	return nil
 }
 
@@ -233,7 +233,8 @@ func (d *opener) openInterfaces(cfg bpf.Config, names, patterns []string) error 
 		c.Close()
 		return err
 	}
-	d.out = &Capture{Source: &watchedSource{Source: src, w: w, shared: h.shared}, mode: string(d.mode), bpf: c}
+	d.out = &Capture{Source: &watchedSource{Source: src, w: w, shared: h.shared}, mode: string(d.mode), bpf: c,
+		decap: d.decap, decapNow: d.decapNow, log: d.log}
 	return nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/hotsniff/hotsniff/bpf"
 	"github.com/hotsniff/hotsniff/capture"
 	"github.com/hotsniff/hotsniff/capture/afpacket"
+	"github.com/hotsniff/hotsniff/capture/tunnel"
 )
 
 // Config chooses how to capture.
@@ -36,7 +37,10 @@ type Config struct {
 	// KernelCount, when set, makes the programs count reads in the kernel
 	// (experimental; no reply bytes then).
 	KernelCount *bpf.KernelCountConfig
-	Logger      *slog.Logger
+	// Decap says which tunnels interface captures follow to the inner
+	// segment (--decap; sockets, in cgroup mode, see no tunnels).
+	Decap  string
+	Logger *slog.Logger
 }
 
 // UsageError is a capture configuration the user must fix (an --iface that
@@ -52,6 +56,10 @@ type Capture struct {
 	mode string
 	bpf  *bpf.Capture     // eBPF modes
 	afp  *afpacket.Source // AF_PACKET
+
+	decap    tunnel.Setting
+	decapNow *capture.Decap
+	log      *slog.Logger
 }
 
 // Mode names what was opened: cgroup, xdp, tc, auto (interfaces) or afpacket.
@@ -140,6 +148,11 @@ func (c *Capture) RequestsOnly() bool {
 func Open(cfg Config) (*Capture, error) {
 	o := &opener{cfg: cfg, mode: cfg.Mode, base: cmp.Or(cfg.Logger, slog.Default())}
 	o.log = o.base.With("component", "capture")
+	d, err := tunnel.Parse(cfg.Decap)
+	if err != nil {
+		return nil, &UsageError{err}
+	}
+	o.decap = d
 	if err := o.open(); err != nil {
 		return nil, err
 	}
@@ -152,6 +165,8 @@ type opener struct {
 	mode      bpf.Mode
 	base, log *slog.Logger
 	out       *Capture
+	decap     tunnel.Setting
+	decapNow  *capture.Decap // what the interface captures follow at the start
 }
 
 func (d *opener) open() error {
@@ -180,6 +195,9 @@ func (d *opener) open() error {
 		}
 		d.log.Warn("cgroup capture unavailable, capturing on interfaces", "err", err)
 	}
+	// Interfaces see tunnel packets; sockets (cgroup) never do.
+	d.decapNow = d.resolveDecap()
+	cfg.Decap = decapTable(d.decapNow)
 	names, patterns, err := d.ifaceSpec()
 	if err != nil {
 		return err
@@ -204,14 +222,14 @@ func (d *opener) open() error {
 	if len(patterns) > 0 {
 		d.log.Warn("afpacket captures the interfaces matching --iface patterns at start only; interfaces created later need an eBPF mode", "ifaces", ifaces)
 	}
-	src, err := afpacket.Open(afpacket.Config{Ifaces: ifaces, Ports: ports, Blocks: max(1, cmp.Or(d.cfg.RingSize, afpacketRingSize)/(1<<20)), Logger: d.base})
+	src, err := afpacket.Open(afpacket.Config{Ifaces: ifaces, Ports: ports, Blocks: max(1, cmp.Or(d.cfg.RingSize, afpacketRingSize)/(1<<20)), Decap: d.decapNow, Logger: d.base})
 	if err != nil {
 		if d.mode == bpf.ModeAuto && errors.Is(err, os.ErrPermission) {
 			return privilegeError("start capture (eBPF, then AF_PACKET)", "auto", err)
 		}
 		return privilegeError("start afpacket capture", "afpacket", err)
 	}
-	d.out = &Capture{Source: src, mode: "afpacket", afp: src}
+	d.out = &Capture{Source: src, mode: "afpacket", afp: src, decap: d.decap, decapNow: d.decapNow, log: d.log}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"hash/maphash"
 	"slices"
 	"strconv"
@@ -20,13 +21,22 @@ import (
 // full. Counting a key already seen allocates nothing.
 type countSink struct {
 	decode.Discard // only keys (and reply bytes) matter here
-	seed           maphash.Seed
-	slots          []countSlot // power-of-two length; entry+1, 0 = empty
-	used           int
-	entries        [][]countEntry // blocks of entryBlock
-	n              int            // entries in use
-	arena          [][]byte       // chunks of arenaChunk (or one larger key)
-	scratch        []byte
+	// maxBytes bounds the memory of the table (records, entries, index);
+	// held is what it holds. Once full, keys not seen yet are not added:
+	// their reads are counted in missed and missedWeight only, and the
+	// keys already in the table go on being counted exactly.
+	maxBytes     int
+	held         int
+	missed       uint64
+	missedWeight uint64
+
+	seed    maphash.Seed
+	slots   []countSlot // power-of-two length; entry+1, 0 = empty
+	used    int
+	entries [][]countEntry // blocks of entryBlock
+	n       int            // entries in use
+	arena   [][]byte       // chunks of arenaChunk (or one larger key)
+	scratch []byte
 }
 
 type countSlot struct {
@@ -53,8 +63,30 @@ const (
 // string, the key length (uvarint), the key. Storing the printed forms lets
 // the final sort compare records byte by byte, in the output's order.
 
-func newCountSink() *countSink {
-	return &countSink{seed: maphash.MakeSeed(), slots: make([]countSlot, 1024), scratch: make([]byte, 0, 64)}
+// DefaultCountMaxBytes is the default --count-max-bytes.
+const DefaultCountMaxBytes = 512 << 20
+
+// entryCost is what one distinct key costs besides its record: its entry
+// and its share of the index (kept at most 3/4 full, doubled when full).
+const entryCost = 24 + 8*8/3
+
+func newCountSink(maxBytes int) *countSink {
+	return &countSink{maxBytes: maxBytes, seed: maphash.MakeSeed(), slots: make([]countSlot, 1024), scratch: make([]byte, 0, 64)}
+}
+
+// full reports whether a new record of need bytes would take the table
+// over its bound.
+func (c *countSink) full(need int) bool {
+	return c.maxBytes > 0 && c.held+need+entryCost > c.maxBytes
+}
+
+// note says, in one line, what the bound left out; "" when nothing.
+func (c *countSink) note() string {
+	if c.missed == 0 {
+		return ""
+	}
+	return fmt.Sprintf("decode --count: the key table reached --count-max-bytes (%d bytes, %d distinct keys); %d reads (weight %d) of keys first seen after that are not in the counts: raise --count-max-bytes or decode fewer files at once",
+		c.maxBytes, c.n, c.missed, c.missedWeight)
 }
 
 // protoRank orders protocols by name, as the output sorts them.
@@ -92,6 +124,11 @@ func (c *countSink) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 	for i := uint64(hash) & mask; ; i = (i + 1) & mask {
 		s := &c.slots[i]
 		if s.entry == 0 {
+			if c.full(len(h) + binary.MaxVarintLen64 + len(k.Bytes)) {
+				c.missed++
+				c.missedWeight += uint64(k.Weight)
+				return
+			}
 			e := c.add(h, k.Bytes)
 			e.count, e.weight = 1, uint64(k.Weight)
 			*s = countSlot{entry: uint32(c.n), hash: hash}
@@ -130,7 +167,14 @@ func (c *countSink) add(head, key []byte) *countEntry {
 	need := len(head) + binary.MaxVarintLen64 + len(key)
 	last := len(c.arena) - 1
 	if last < 0 || cap(c.arena[last])-len(c.arena[last]) < need {
-		c.arena = append(c.arena, make([]byte, 0, max(arenaChunk, need)))
+		// A chunk is allocated whole: it counts whole, except for a key
+		// of its own (larger than a chunk), which counts its size.
+		size := max(arenaChunk, need)
+		if c.maxBytes > 0 && c.held+size > c.maxBytes {
+			size = need // near the bound: no more room than this record needs
+		}
+		c.arena = append(c.arena, make([]byte, 0, size))
+		c.held += size
 		last++
 	}
 	chunk := c.arena[last]
@@ -142,6 +186,7 @@ func (c *countSink) add(head, key []byte) *countEntry {
 	if c.n&(entryBlock-1) == 0 {
 		c.entries = append(c.entries, make([]countEntry, entryBlock))
 	}
+	c.held += entryCost
 	e := c.entry(uint32(c.n))
 	c.n++
 	*e = countEntry{rec: rec}

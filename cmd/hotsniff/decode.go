@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -17,9 +18,10 @@ import (
 
 func newDecodeCmd() *cobra.Command {
 	var (
-		cfg   *config.Config
-		count bool
-		bytes bool
+		cfg      *config.Config
+		count    bool
+		bytes    bool
+		countMax int
 	)
 	cmd := &cobra.Command{
 		Use:   "decode [flags] FILE...",
@@ -61,7 +63,10 @@ A summary line goes to stderr. "-" reads standard input.`,
 				bsink = newBytesSink()
 				sink = bsink
 			case count:
-				counts = newCountSink()
+				if countMax < 0 {
+					return usagef("--count-max-bytes %d: must be 0 (no bound) or a number of bytes", countMax)
+				}
+				counts = newCountSink(countMax)
 				sink = counts
 			default:
 				sink = newJSONSink(out)
@@ -86,6 +91,9 @@ A summary line goes to stderr. "-" reads standard input.`,
 					out.WriteString("# COUNT\tWEIGHT\tPROTO\tNS\tKEY\n")
 				}
 				counts.write(out)
+				if n := counts.note(); n != "" {
+					fmt.Fprintln(cmd.ErrOrStderr(), n)
+				}
 			}
 			if bsink != nil {
 				if header {
@@ -99,6 +107,7 @@ A summary line goes to stderr. "-" reads standard input.`,
 	}
 	cfg = registerSettings(cmd.Flags(), streamSettings)
 	cmd.Flags().BoolVar(&count, "count", false, "print per-key read counts instead of one line per key")
+	cmd.Flags().IntVar(&countMax, "count-max-bytes", DefaultCountMaxBytes, "--count: most memory the key table holds (keys and their entries); keys first seen once it is full are left out, and a line on stderr says how many reads that was (0: no bound)")
 	cmd.Flags().BoolVar(&bytes, "bytes", false, "print per-key reply bytes and reads instead of one line per key")
 	return cmd
 }

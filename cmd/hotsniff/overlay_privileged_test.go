@@ -26,10 +26,14 @@ func TestOverlayUplink(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			o := netnstest.NewOverlay(t, kind)
 			srv := o.StartRedis(t, port)
+			// The kernel's VXLAN devices are detected (--decap auto);
+			// the Geneve and IP-in-IP endpoints are user-space programs
+			// (see netnstest.NewOverlay), which the operator names.
+			decap := map[string]string{"vxlan": "auto", "vxlan8472": "auto", "geneve": "geneve:6081", "ipip": "ipip"}[kind]
 			for i, mode := range []string{"xdp", "tc", "afpacket"} {
 				t.Run(mode, func(t *testing.T) {
 					d := startNodeDaemon(t, o.Server.NS, o.Server.NSIP, "--iface", o.Uplink, "--capture", mode,
-						"--port", fmt.Sprintf("redis=%d", port), "--hot-qps", "2000")
+						"--port", fmt.Sprintf("redis=%d", port), "--hot-qps", "2000", "--decap", decap)
 					// A multiple of the pipeline depth: redis-benchmark
 					// finishes a pipeline it started even past -n.
 					n := 20000 + 1024*i

@@ -174,6 +174,7 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 		return err
 	}
+	d.cap.FollowDecap(ctx)
 	d.col = metrics.New()
 	// The capabilities of the capture, looked up once.
 	skips := d.cap.ReplySkips()
@@ -190,6 +191,9 @@ func (d *daemon) run(ctx context.Context) error {
 			}
 		}
 	}
+	// Anyone on the wire can send a segment: only those that can belong to
+	// a connection the server accepted are decoded.
+	d.cfg.Stream.Config.Verify = true
 	pl, err := pipeline.New(pipeline.Config{Ports: d.ports, Stream: d.cfg.Stream.Config, Detect: &d.cfg.Detect.Config, Emitter: em,
 		RequestsOnly: d.cap.RequestsOnly()})
 	if err != nil {
@@ -320,6 +324,13 @@ func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.E
 		}
 		s.LostBytes, s.Flows, s.Buffered, s.FlowsEvicted = st.BytesLost, st.FlowsActive, st.BufferedBytes, st.FlowsEvicted+st.MemEvictions
 		s.DuplicateBytes = st.BytesRetransmitted
+		if s.Rejected == nil {
+			s.Rejected = map[string]uint64{}
+		}
+		for i, r := range stream.RejectReasons {
+			s.Rejected[r] = st.Rejected[i]
+		}
+		s.RejectedBytes = st.RejectedBytes
 		if pub != nil {
 			ps := pub.Stats()
 			s.Published, s.PublishErrors, s.PublishDropped, s.PublishLag = ps.Published, ps.Errors, ps.Dropped, ps.LastLag.Seconds()
@@ -362,7 +373,7 @@ func (d *daemon) openCapture() error {
 		return usageError{err}
 	}
 	cp, err := live.Open(live.Config{Mode: d.mode, Ifaces: c.Ifaces, CgroupPath: c.CgroupPath, Ports: d.ports.List(),
-		RingSize: c.RingSize, MaxCopy: c.MaxCopy, Replies: c.Replies, ReplyCopy: c.ReplyCopy, KernelCount: kc, Logger: d.base})
+		RingSize: c.RingSize, MaxCopy: c.MaxCopy, Replies: c.Replies, ReplyCopy: c.ReplyCopy, KernelCount: kc, Decap: c.Decap, Logger: d.base})
 	var u *live.UsageError
 	if errors.As(err, &u) {
 		return usageError{err}

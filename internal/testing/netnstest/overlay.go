@@ -23,6 +23,8 @@ type Overlay struct {
 	Kind   string
 
 	ServerIP, ClientIP netip.Addr
+	// Underlay is Server's address on the uplink: its tunnel endpoint.
+	Underlay netip.Addr
 }
 
 // NewOverlay builds an overlay of kind "vxlan" (UDP 4789), "vxlan8472"
@@ -37,6 +39,7 @@ func NewOverlay(t testing.TB, kind string) *Overlay {
 		Server: srv, Client: cli, Uplink: "uplink", Kind: kind,
 		ServerIP: netip.AddrFrom4([4]byte{10, 202, id, 2}),
 		ClientIP: netip.AddrFrom4([4]byte{10, 202, id, 1}),
+		Underlay: netip.AddrFrom4([4]byte{172, 31, id, 2}),
 	}
 	under := func(n byte) string { return fmt.Sprintf("172.31.%d.%d", id, n) }
 	_ = exec.Command("ip", "netns", "del", cli.NS).Run()
