@@ -204,7 +204,11 @@ func kernelCommands(cmds []RedisCommand) map[hotsniffKcName]hotsniffKcCmd {
 
 // initKernelMaps fills the command table and the port protocols.
 func (c *Capture) initKernelMaps() error {
-	for n, cmd := range kernelCommands(c.cfg.KernelCount.Commands) {
+	var cmds []RedisCommand // counting off: the programs never read the table
+	if c.cfg.KernelCount != nil {
+		cmds = c.cfg.KernelCount.Commands
+	}
+	for n, cmd := range kernelCommands(cmds) {
 		if err := c.kcCmds.Put(n, cmd); err != nil {
 			return fmt.Errorf("load command table: %w", err)
 		}
