@@ -67,7 +67,7 @@ test('prom-client metrics', async () => {
   const prom = require('prom-client');
   const { Core } = require('../cache');
   const core = new Core({ db: 0 }, { anyServer: true });
-  core.sub = { stats: { reloads: 2, gaps: 1, reconnects: 0, messages: 7 } };
+  core.sub = { stats: { reloads: 2, gaps: 1, reconnects: 0, messages: 7 }, bad: { too_large: 1, out_of_range: 2, undecodable: 0, bad_signature: 0, unconfirmed_seq: 0, flapping: 0 }, up: true };
   core.m.hits = 5;
   core.invalidations.write = 3;
   const { registerMetrics } = require('../metrics');
@@ -77,4 +77,6 @@ test('prom-client metrics', async () => {
   assert.match(text, /^hotsniff_client_hits_total 5$/m);
   assert.match(text, /^hotsniff_client_invalidations_total\{reason="write"\} 3$/m);
   assert.match(text, /^hotsniff_client_channel_messages_total 7$/m);
+  assert.match(text, /^hotsniff_client_bad_messages_total\{reason="out_of_range"\} 2$/m);
+  assert.match(text, /^hotsniff_client_channel_up 1$/m);
 });
