@@ -362,6 +362,13 @@ export function installIoredis(redis: any, core: Core): () => void {
   redis.sendCommand = function (cmd: Cmd, stream?: unknown, node?: unknown) {
     // Typed methods name commands in lower case; redis.call keeps the case given.
     const name: string = typeof cmd.name === 'string' ? cmd.name.toLowerCase() : String(cmd.name);
+    if (name === 'select' && cmd.name !== 'select' && /^-?\d+$/.test(String(cmd.args[0]))) {
+      // ioredis follows the DB only for a command named "select" in lower
+      // case (redis.call('SELECT', 1) keeps the case): named so, ioredis
+      // tags the commands after it with the new DB, and re-selects it on
+      // reconnect, as for redis.select().
+      cmd.name = 'select';
+    }
     if (name === 'exec' || name === 'discard' || name === 'reset') {
       inMulti = false;
       watching = false;
