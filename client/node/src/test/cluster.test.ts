@@ -137,9 +137,9 @@ for (const lib of LIBS) {
         reads++;
         // The write that replaced v: the read started after it by at most the bound.
         const rep = acked[v + 1];
-        if (rep !== undefined && t0 - rep > LOCAL_TTL + GRACE) {
-          tooOld++;
+        if (rep !== undefined && t0 > rep) {
           worst = Math.max(worst, t0 - rep);
+          if (t0 - rep > LOCAL_TTL + GRACE) tooOld++;
         }
       }
     };
