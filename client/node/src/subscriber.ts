@@ -77,14 +77,24 @@ const lookupId = (proto: string, ns: string, key: string): string => proto + '\0
 
 interface Entry { ev: HotEvent; expires: number } // expires 0: until cold
 
+/** At most this many hot entries are held: a forged flood of hot keys
+ * costs bounded memory (the daemon publishes --max-hot, 1,024 by default). */
+export const MAX_HOT_ENTRIES = 1 << 17;
+
 /** The live entries, by entry id and by (proto, ns, key). */
 export class HotSet {
   m = new Map<string, Entry>();
   lookup = new Map<string, Set<string>>();
+  /** New entries refused because the set was full. */
+  refused = 0;
 
   put(e: HotEvent, t: number): void {
     const id = entryId(e);
     if (!this.m.has(id)) {
+      if (this.m.size >= MAX_HOT_ENTRIES) {
+        this.refused++;
+        return;
+      }
       const l = lookupId(e.proto, e.ns, e.key);
       let ids = this.lookup.get(l);
       if (!ids) this.lookup.set(l, (ids = new Set()));
@@ -147,7 +157,7 @@ type Item = { kind: 'subscribed' } | { kind: 'message'; p: string | Buffer } | {
 export class Subscriber {
   readonly channel: string;
   set = new HotSet();
-  stats = { messages: 0, stale: 0, invalid: 0, gaps: 0, restarts: 0, reloads: 0, reloadErrors: 0, reconnects: 0, logDropped: 0 };
+  stats = { messages: 0, stale: 0, invalid: 0, gaps: 0, restarts: 0, reloads: 0, reloadErrors: 0, reconnects: 0, logDropped: 0, hotSetFull: 0 };
   /** Messages (and snapshot entries) not applied, by reason. */
   bad: Record<Reason, number> = Object.fromEntries(REASONS.map((r) => [r, 0])) as Record<Reason, number>;
   /** Whether the channel is up: subscribed and the last snapshot read worked. */
@@ -362,7 +372,9 @@ export class Subscriber {
       e = { ...e, cacheable: true };
     }
     this.remember(e);
+    const refused = this.set.refused;
     this.set.apply(e, t);
+    this.stats.hotSetFull += this.set.refused - refused;
     this.handler.onEvent(e);
     return reload;
   }
@@ -464,6 +476,7 @@ export class Subscriber {
         this.pending.set(n, Math.max(this.pending.get(n) ?? 0, f));
       }
     }
+    this.stats.hotSetFull += hs.refused;
     this.set = hs;
     if (this.pending.size > 0) this.scheduleRetry(this.retryDelay);
     this.handler.onSnapshot(snap);
