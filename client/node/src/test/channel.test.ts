@@ -258,7 +258,9 @@ test('a channel outage: held keys are served on past their ttl, stated in stats,
     await sleep(1);
   }
   const sent = (await gets()) - g;
-  assert.ok(reads > 50 && sent <= reads / 5, `${reads} reads, ${sent} reached the cache server`);
+  // Served: at most one refresh per local TTL reaches the server (without
+  // serving, every read would).
+  assert.ok(reads >= sent + 10 && sent <= 500 / 50 + 2, `${reads} reads, ${sent} reached the cache server`);
   // The channel returns empty: the snapshot has no k, so k goes.
   await chSrv.run();
   await until(() => shim.stats().channelUp, 'channel back', 10_000);
