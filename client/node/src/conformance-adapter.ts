@@ -21,9 +21,14 @@ interface Config {
   cache: string; channel_addr: string; channel: string; db?: number; username?: string; password?: string;
   servers?: string[]; any_server?: boolean; local_ttl_ms?: number; stale_grace_ms?: number; linger_ms?: number; max_entries?: number;
   mode?: 'single' | 'cluster' | 'pool';
+  cluster_addrs?: string[]; pool_size?: number; channel_secret?: string;
 }
 
+const MODES = ['single', 'cluster', 'pool'];
+
 const wallNs = () => Math.round((performance.timeOrigin + performance.now()) * 1e6);
+
+const seeds = (cfg: Config): [string, number][] => (cfg.cluster_addrs && cfg.cluster_addrs.length ? cfg.cluster_addrs : [cfg.cache]).map(split);
 
 function split(a: string): [string, number] {
   const i = a.lastIndexOf(':');
@@ -37,6 +42,7 @@ interface Ops {
   hset(k: any, f: string, v: string): Promise<any>; del(k: any): Promise<any>; do(args: string[]): Promise<any>;
   pipelineSet(k: any, v: string): Promise<any>; pipelineGet(k: any): Promise<any>; multiGet(k: any): Promise<any>;
   pipelineWriteRead(k: any, v: string): Promise<any>;
+  select(db: number): Promise<any>; pipelineSelectGet(db: number, k: any): Promise<any>;
   watchGet(k: any): Promise<any>;
 }
 
@@ -45,7 +51,7 @@ async function ioredisOps(cfg: Config): Promise<{ client: any; chan: any; ops: O
   const [chost, cport] = split(cfg.channel_addr);
   if (cfg.mode === 'pool') throw new Refused('ioredis has no client pool');
   const r: any = cfg.mode === 'cluster'
-    ? new IORedis.Cluster([{ host, port }], { lazyConnect: true, redisOptions: { username: cfg.username, password: cfg.password } })
+    ? new IORedis.Cluster(seeds(cfg).map(([h, p]) => ({ host: h, port: p })), { lazyConnect: true, redisOptions: { username: cfg.username, password: cfg.password } })
     : new IORedis({ host, port, db: cfg.db ?? 0, username: cfg.username, password: cfg.password, lazyConnect: true });
   const chan = new IORedis({ host: chost, port: cport, lazyConnect: true });
   await r.connect();
@@ -57,6 +63,8 @@ async function ioredisOps(cfg: Config): Promise<{ client: any; chan: any; ops: O
     pipelineSet: (k, v) => r.pipeline().set(k, v).exec(),
     pipelineGet: async (k) => (await r.pipeline().get(k).exec())![0][1],
     pipelineWriteRead: async (k, v) => (await r.pipeline().set(k, v).get(k).exec())![1][1],
+    select: (db) => r.select(db),
+    pipelineSelectGet: async (db, k) => (await r.pipeline().select(db).get(k).exec())![1][1],
     multiGet: async (k) => (await r.multi().get(k).exec())![0][1],
     watchGet: async (k) => {
       await r.watch(k);
@@ -73,7 +81,7 @@ async function nodeRedisOps(cfg: Config): Promise<{ client: any; chan: any; ops:
   const [chost, cport] = split(cfg.channel_addr);
   const auth = { username: cfg.username || undefined, password: cfg.password || undefined };
   const r: any = cfg.mode === 'cluster'
-    ? createCluster({ rootNodes: [{ socket: { host, port } }], defaults: auth })
+    ? createCluster({ rootNodes: seeds(cfg).map(([h, p]) => ({ socket: { host: h, port: p } })), defaults: auth })
     : cfg.mode === 'pool'
       ? createClientPool({ socket: { host, port }, database: cfg.db ?? 0, ...auth })
       : createClient({ socket: { host, port }, database: cfg.db ?? 0, ...auth });
@@ -90,6 +98,8 @@ async function nodeRedisOps(cfg: Config): Promise<{ client: any; chan: any; ops:
     pipelineSet: (k, v) => r.multi().set(k, v).execAsPipeline(),
     pipelineGet: async (k) => (await r.multi().get(k).execAsPipeline())[0],
     pipelineWriteRead: async (k, v) => (await r.multi().set(k, v).get(k).execAsPipeline())[1],
+    select: (db) => r.select(db),
+    pipelineSelectGet: async (db, k) => (await r.multi().select(db).get(k).execAsPipeline())[1],
     multiGet: async (k) => (await r.multi().get(k).exec())[0],
     watchGet: async (k) => {
       await r.watch(k);
@@ -113,11 +123,12 @@ async function main(): Promise<number> {
   let shim: Awaited<ReturnType<typeof install>>;
   const logger = { info: (m: string) => console.error(m), warn: (m: string) => console.error(m) };
   try {
+    if (cfg.mode && !MODES.includes(cfg.mode)) throw new Refused(`unknown mode ${JSON.stringify(cfg.mode)}: the Node adapter takes ${MODES.join(', ')}`);
     env = lib === 'node-redis' ? await nodeRedisOps(cfg) : await ioredisOps(cfg);
     shim = await install(env.client, {
       channelClient: env.chan, channel: cfg.channel, servers: cfg.servers, anyServer: cfg.any_server,
       localTtlMs: cfg.local_ttl_ms, staleGraceMs: cfg.stale_grace_ms, hotModeLingerMs: cfg.linger_ms,
-      maxEntries: cfg.max_entries, logger,
+      maxEntries: cfg.max_entries, logger, channelSecret: cfg.channel_secret || undefined,
     });
   } catch (err) {
     if (!(err instanceof Refused) && !(err instanceof TypeError)) throw err;
@@ -148,6 +159,8 @@ async function main(): Promise<number> {
         case 'do': await ops.do(req.args); break;
         case 'pipeline_set': await ops.pipelineSet(k, req.value); break;
         case 'pipeline_get': res = { value: str(await ops.pipelineGet(k)) }; break;
+        case 'select': await ops.select(Number(req.db)); break;
+        case 'pipeline_select_get': res = { value: str(await ops.pipelineSelectGet(Number(req.db), k)) }; break;
         case 'pipeline_write_read': res = { value: str(await ops.pipelineWriteRead(k, req.value)) }; break;
         case 'multi_get': res = { value: str(await ops.multiGet(k)) }; break;
         case 'watch_get': res = { value: str(await ops.watchGet(k)) }; break;
@@ -160,7 +173,7 @@ async function main(): Promise<number> {
         case 'stats': {
           const st = shim.stats();
           res = { entries: st.entries, hot_keys: st.hotKeys, hot_mode: st.hotMode, hits: st.hits + st.staleHits,
-            reloads: st.channel.reloads, messages: st.channel.messages };
+            reloads: st.channel.reloads, messages: st.channel.messages, bad_messages: st.badMessages, channel_up: st.channelUp };
           break;
         }
         case 'watch': {
