@@ -25,6 +25,13 @@ export interface ShimOptions {
   maxEntries?: number;
   /** Larger hashes are not cached (default 1000). */
   maxHashFields?: number;
+  /** Bytes all cached values may hold together, estimated (default 64 MiB). */
+  maxBytes?: number;
+  /** A larger value (key included) is not cached (default 1 MiB). */
+  maxValueBytes?: number;
+  /** The daemons' shared channel secret (--channel-secret-file): only
+   * messages and snapshots signed with it are accepted. */
+  channelSecret?: string | Buffer;
   /** Hot-running mode ends this long after the last hot message (default 120000). */
   hotModeLingerMs?: number;
   /** Send the absorbed-demand report after refresh reads (default true). */
@@ -43,12 +50,39 @@ export const KIND_HASH = 2;
 export const enum Act { Pass, Hit, Fetch }
 
 export const INVAL_REASONS = ['write', 'event', 'tracking', 'cold', 'snapshot', 'flush'] as const;
-export const EVICT_REASONS = ['capacity', 'not_hot', 'idle', 'mode_end'] as const;
+export const EVICT_REASONS = ['capacity', 'not_hot', 'idle', 'mode_end', 'too_large'] as const;
 type Inval = (typeof INVAL_REASONS)[number];
 type Evict = (typeof EVICT_REASONS)[number];
 
 /** Entries whose value expired this long ago leave the cache. */
 const IDLE_AFTER_MS = 10_000;
+/** How long a "too many fields" verdict on a hash is remembered by key,
+ * across its entry being dropped and re-admitted (as the Go shim). */
+export const BIG_HASH_MEMORY_MS = 60_000;
+
+/** An estimate of the memory a reply holds (bytes of strings and buffers,
+ * plus a little per element). */
+export function replyBytes(raw: unknown): number {
+  if (raw === null || raw === undefined) return 8;
+  if (typeof raw === 'string') return raw.length + 16;
+  if (Buffer.isBuffer(raw)) return raw.length + 16;
+  if (Array.isArray(raw)) {
+    let n = 16;
+    for (const x of raw) n += replyBytes(x);
+    return n;
+  }
+  if (raw instanceof Map) {
+    let n = 16;
+    for (const [k, v] of raw) n += replyBytes(k) + replyBytes(v);
+    return n;
+  }
+  if (typeof raw === 'object') {
+    let n = 16;
+    for (const [k, v] of Object.entries(raw as Record<string, unknown>)) n += k.length + 16 + replyBytes(v);
+    return n;
+  }
+  return 16;
+}
 
 /** One cached reply in the client library's raw form; never modified once stored. */
 export interface Value {
@@ -65,7 +99,8 @@ export class CacheEntry {
   val: Value | null = null;
   refreshing = 0; // start of the one fetch in flight (0: none)
   gen = 0; // moves on every invalidation
-  uncacheable = false; // a hash larger than maxHashFields
+  uncacheable = false; // a hash larger than maxHashFields, or a value larger than maxValueBytes
+  bytes = 0; // the value's estimated size, counted in Core.bytes
   sized = false; // a hash's HLEN was checked before its first fetch
   hits = 0; // served locally since the last absorbed report
   reportAt: number;
@@ -80,7 +115,11 @@ export interface Ticket { e: CacheEntry; gen: number; token: number }
 export interface Acquired { act: Act; v?: Value; t?: Ticket }
 const PASS: Acquired = { act: Act.Pass };
 
-export interface ClientInfo { host?: string; port?: number; path?: string; db: number }
+export interface ClientInfo {
+  host?: string; port?: number; path?: string; db: number;
+  /** A cluster's node addresses (host:port) as the library knows them now. */
+  nodes?: () => string[];
+}
 
 export class Core implements SubscriberHandler {
   readonly ns: string;
@@ -88,6 +127,14 @@ export class Core implements SubscriberHandler {
   readonly staleGrace: number;
   readonly maxEntries: number;
   readonly maxHashFields: number;
+  readonly maxBytes: number;
+  readonly maxValueBytes: number;
+  /** The DB the cached values come from: a read is served only through a
+   * connection on it. */
+  readonly db: number;
+  /** Estimated bytes of the cached values. */
+  bytes = 0;
+  private big = new Map<string, number>(); // hashes found too big -> verdict valid until
   readonly linger: number;
   reportAbsorbed: boolean;
   readonly log: Logger;
@@ -102,16 +149,19 @@ export class Core implements SubscriberHandler {
   private house: NodeJS.Timeout | undefined;
   private lastResolve = 0;
   private lastYield = 0;
-  readonly m = { hits: 0, staleHits: 0, misses: 0, admissions: 0, refreshes: 0, fetchErrors: 0, absorbedReports: 0 };
+  readonly m = { hits: 0, staleHits: 0, misses: 0, admissions: 0, refreshes: 0, fetchErrors: 0, absorbedReports: 0, uncacheable: 0 };
   readonly invalidations: Record<Inval, number> = { write: 0, event: 0, tracking: 0, cold: 0, snapshot: 0, flush: 0 };
-  readonly evictions: Record<Evict, number> = { capacity: 0, not_hot: 0, idle: 0, mode_end: 0 };
+  readonly evictions: Record<Evict, number> = { capacity: 0, not_hot: 0, idle: 0, mode_end: 0, too_large: 0 };
 
   constructor(private info: ClientInfo, private opt: ShimOptions) {
-    this.ns = String(info.db || 0);
+    this.db = info.db || 0;
+    this.ns = String(this.db);
     this.localTtl = opt.localTtlMs && opt.localTtlMs > 0 ? opt.localTtlMs : 50;
     this.staleGrace = opt.staleGraceMs && opt.staleGraceMs > 0 ? opt.staleGraceMs : 100;
     this.maxEntries = opt.maxEntries && opt.maxEntries > 0 ? opt.maxEntries : 10000;
     this.maxHashFields = opt.maxHashFields && opt.maxHashFields > 0 ? opt.maxHashFields : 1000;
+    this.maxBytes = opt.maxBytes && opt.maxBytes > 0 ? opt.maxBytes : 64 << 20;
+    this.maxValueBytes = opt.maxValueBytes && opt.maxValueBytes > 0 ? opt.maxValueBytes : 1 << 20;
     this.linger = opt.hotModeLingerMs && opt.hotModeLingerMs > 0 ? opt.hotModeLingerMs : 120_000;
     this.reportAbsorbed = opt.reportAbsorbed !== false;
     this.log = opt.logger ?? console;
@@ -119,7 +169,9 @@ export class Core implements SubscriberHandler {
 
   async start(transport: ChannelTransport): Promise<void> {
     await this.resolve();
-    this.sub = new Subscriber(transport, this, { channel: this.opt.channel || DEFAULT_CHANNEL, logger: this.log, ...this.opt.subscriber });
+    const sec = this.opt.channelSecret;
+    const secret = sec === undefined ? undefined : Buffer.isBuffer(sec) ? sec : Buffer.from(sec, 'utf8');
+    this.sub = new Subscriber(transport, this, { channel: this.opt.channel || DEFAULT_CHANNEL, logger: this.log, secret, ...this.opt.subscriber });
     this.house = setInterval(() => this.housekeep(), 250);
     this.house.unref();
     await this.sub.start();
@@ -131,19 +183,28 @@ export class Core implements SubscriberHandler {
     this.active = false;
     clearInterval(this.house);
     this.entries.clear();
+    this.bytes = 0;
     this.seen.clear();
-    await this.sub.close();
+    if (this.sub) await this.sub.close();
   }
 
   // -- which events apply ---------------------------------------------------
   private async resolve(): Promise<void> {
     const s = new Set<string>((this.opt.servers ?? []).map(normAddr));
     const { host, port, path } = this.info;
-    if (!path && host && port) {
+    const targets: [string, number | string][] = [];
+    if (!path && host && port) targets.push([host, port]);
+    if (this.info.nodes) {
+      for (const a of this.info.nodes()) {
+        const i = a.lastIndexOf(':');
+        if (i > 0) targets.push([a.slice(0, i).replace(/^\[|\]$/g, ''), a.slice(i + 1)]);
+      }
+    }
+    for (const [h, p] of targets) {
       try {
-        for (const a of await dns.promises.lookup(host, { all: true })) s.add(normAddr(joinHostPort(a.address, port)));
+        for (const a of await dns.promises.lookup(h, { all: true })) s.add(normAddr(joinHostPort(a.address, p)));
       } catch (err) {
-        this.log.warn(`hotsniff: resolve cache server ${host}; using the configured servers only: ${String(err)}`);
+        this.log.warn(`hotsniff: resolve cache server ${h}; using the other known addresses: ${String(err)}`);
       }
     }
     this.servers = s;
@@ -180,18 +241,17 @@ export class Core implements SubscriberHandler {
     const t = now();
     if (hot.size > 0) this.lastHot = t;
     this.hot = hot;
+    // A reload (a gap, a publisher restart, a reconnect) never empties the
+    // cache: keys still hot keep their values (an invalidate lost in a gap
+    // is covered by the local TTL, as a write no one reported is); only
+    // keys absent from the reloaded hot set go.
     for (const [k, en] of this.entries) {
       const u = hot.get(k);
-      if (u === undefined) this.dropKey(k, 'not_hot');
-      else en.hotUntil = u;
+      if (u === undefined) {
+        this.dropKey(k, 'not_hot');
+        this.invalidations.snapshot++;
+      } else en.hotUntil = u;
     }
-    // An invalidate may have been among the messages a gap or a reconnect
-    // lost: drop the values, keep the hot set.
-    for (const en of this.entries.values()) {
-      en.gen++;
-      en.val = null;
-    }
-    this.invalidations.snapshot++;
     this.updateMode(t);
   }
 
@@ -211,8 +271,15 @@ export class Core implements SubscriberHandler {
     this.updateMode(now());
   }
 
+  /** The clock hot entries lapse by: it stands still while the channel is
+   * down, so held keys are served on through an outage. */
+  private hclock(t: number): number {
+    return this.sub === undefined || this.sub.up ? t : this.sub.clock();
+  }
+
   private updateMode(t: number): void {
     if (this.closed) return;
+    t = this.hclock(t);
     let forever = false;
     for (const u of this.hot.values()) if (u === 0) { forever = true; break; }
     const on = this.hot.size > 0 && (forever || t - this.lastHot < this.linger);
@@ -223,14 +290,16 @@ export class Core implements SubscriberHandler {
       this.evictions.mode_end += this.entries.size;
       for (const en of this.entries.values()) en.gen++;
       this.entries.clear();
+      this.bytes = 0;
       this.seen.clear();
     }
   }
 
   private housekeep(): void {
     const t = now();
+    const h = this.hclock(t);
     for (const [k, u] of this.hot) {
-      if (u && t >= u) {
+      if (u && h >= u) {
         this.hot.delete(k);
         this.seen.delete(k);
         if (this.entries.has(k)) this.dropKey(k, 'not_hot');
@@ -239,6 +308,7 @@ export class Core implements SubscriberHandler {
     for (const [k, en] of this.entries) {
       if (en.val && t - en.val.expires > IDLE_AFTER_MS) this.dropKey(k, 'idle');
     }
+    for (const [k, u] of this.big) if (t >= u) this.big.delete(k);
     this.updateMode(t);
     if (t - this.lastResolve > 30_000) void this.resolve();
   }
@@ -261,7 +331,7 @@ export class Core implements SubscriberHandler {
       this.m.misses++;
       return PASS;
     }
-    if (en.hotUntil && t >= en.hotUntil) {
+    if (en.hotUntil && this.hclock(t) >= en.hotUntil) {
       this.dropKey(key, 'not_hot');
       this.m.misses++;
       return PASS;
@@ -291,8 +361,10 @@ export class Core implements SubscriberHandler {
 
   private admit(key: string, kind: number, t: number): Acquired {
     const until = this.hot.get(key);
-    if (until === undefined || (until && t >= until)) return PASS;
+    if (until === undefined || (until && this.hclock(t) >= until)) return PASS;
     this.m.misses++;
+    // Known to be a hash too big to cache: not even HLEN again.
+    if (kind === KIND_HASH && this.big.has(key) && t < this.big.get(key)!) return PASS;
     if (!this.seen.has(key)) {
       // A doorkeeper, not a history: start over when full.
       if (this.seen.size >= Math.max(4 * this.maxEntries, 1024)) this.seen.clear();
@@ -309,14 +381,14 @@ export class Core implements SubscriberHandler {
     return { act: Act.Fetch, t: { e: en, gen: en.gen, token: t } };
   }
 
-  private evictOne(t: number): void {
+  private evictOne(t: number, keep?: string): void {
     // Map order is insertion order: start at a random offset among the
     // first few so eviction is not strictly FIFO, and prefer an expired value.
     let victim: string | undefined;
     let n = 0;
     const skip = Math.floor(Math.random() * Math.min(8, this.entries.size));
     for (const [k, en] of this.entries) {
-      if (n++ < skip) continue;
+      if (n++ < skip || k === keep) continue;
       if (victim === undefined) victim = k;
       if (en.val === null || t > en.val.expires + this.staleGrace) {
         victim = k;
@@ -325,10 +397,30 @@ export class Core implements SubscriberHandler {
       if (n >= skip + 8) break;
     }
     if (victim !== undefined) {
-      this.entries.get(victim)!.gen++;
+      const en = this.entries.get(victim)!;
+      en.gen++;
+      this.setVal(en, null);
       this.entries.delete(victim);
       this.evictions.capacity++;
     }
+  }
+
+  /** Sets an entry's value, keeping Core.bytes. */
+  private setVal(en: CacheEntry, v: Value | null): void {
+    const b = v === null ? 0 : replyBytes(v.raw) * (v.hidx ? 2 : 1) + en.key.length + 64;
+    this.bytes += b - en.bytes;
+    en.bytes = b;
+    en.val = v;
+  }
+
+  /** Marks a fetch's key as a hash too big to cache, remembered by key
+   * for BIG_HASH_MEMORY_MS (bounded) across cold/hot and re-admission. */
+  tooBig(tk: Ticket): void {
+    tk.e.uncacheable = true;
+    this.release(tk);
+    this.m.uncacheable++;
+    if (this.big.size >= Math.max(this.maxEntries, 1024)) this.big.clear();
+    this.big.set(tk.e.key, now() + BIG_HASH_MEMORY_MS);
   }
 
   /** Installs a fetched value unless the key was invalidated since the
@@ -337,9 +429,17 @@ export class Core implements SubscriberHandler {
    * the read at the server. */
   store(tk: Ticket, v: Value | null): void {
     const en = tk.e;
-    if (v !== null && en.gen === tk.gen) {
+    if (v !== null && en.gen === tk.gen && this.entries.get(en.key) === en) {
       v.expires = tk.token + this.localTtl;
-      en.val = v;
+      this.setVal(en, v);
+      if (en.bytes > this.maxValueBytes) {
+        // Too big for one entry: its reads pass through.
+        this.setVal(en, null);
+        en.uncacheable = true;
+        this.evictions.too_large++;
+      }
+      // Within the byte budget: evict others (never the value just stored).
+      for (let i = 0; this.bytes > this.maxBytes && this.entries.size > 1 && i < 64; i++) this.evictOne(now(), en.key);
     }
     if (en.refreshing === tk.token) en.refreshing = 0;
   }
@@ -352,7 +452,7 @@ export class Core implements SubscriberHandler {
     const en = this.entries.get(key);
     if (en) {
       en.gen++;
-      en.val = null;
+      this.setVal(en, null);
       this.invalidations[reason]++;
     }
   }
@@ -360,7 +460,7 @@ export class Core implements SubscriberHandler {
   invalidateAll(reason: Inval): void {
     for (const en of this.entries.values()) {
       en.gen++;
-      en.val = null;
+      this.setVal(en, null);
     }
     this.invalidations[reason]++;
   }
@@ -369,7 +469,7 @@ export class Core implements SubscriberHandler {
     const en = this.entries.get(key);
     if (en) {
       en.gen++;
-      en.val = null;
+      this.setVal(en, null);
       this.entries.delete(key);
       this.evictions[reason]++;
     }
@@ -390,7 +490,7 @@ export class Core implements SubscriberHandler {
   fresh(key: string, kind: number, t: number): CacheEntry | null {
     const en = this.entries.get(key);
     if (en === undefined || en.kind !== kind || en.uncacheable) return null;
-    if (en.hotUntil && t >= en.hotUntil) return null;
+    if (en.hotUntil && this.hclock(t) >= en.hotUntil) return null;
     const v = en.val;
     return v !== null && t < v.expires ? en : null;
   }
@@ -442,18 +542,26 @@ export class Core implements SubscriberHandler {
   // -- introspection ------------------------------------------------------------
   isHot(key: string | Buffer): boolean {
     const u = this.hot.get(keyString(key));
-    return u !== undefined && (u === 0 || now() < u);
+    return u !== undefined && (u === 0 || this.hclock(now()) < u);
   }
 
   stats() {
+    const up = this.sub.up;
     return {
       ...this.m,
       entries: this.entries.size,
+      bytes: this.bytes,
       hotKeys: this.hot.size,
       hotMode: this.active,
       invalidations: { ...this.invalidations },
       evictions: { ...this.evictions },
       channel: { ...this.sub.stats },
+      /** Messages and snapshot entries not applied, by reason. */
+      badMessages: { ...this.sub.bad },
+      /** Whether the channel is followed (subscribed, snapshot read). */
+      channelUp: up,
+      /** Hot keys held and served on while the channel is down (0 while up). */
+      servedWithoutChannel: up ? 0 : this.hot.size,
     };
   }
 }

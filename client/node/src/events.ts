@@ -1,5 +1,10 @@
 // Channel messages: single v1 events and the v2 batch envelope
-// {"v":2,"node":…,"events":[…]}. See docs/channel-protocol.md.
+// {"v":2,"node":…,"events":[…]}, optionally signed. See
+// docs/channel-protocol.md. Everything here is untrusted input: sizes are
+// checked before parsing and every field's range before use; a failure is
+// one DecodeError with a reason the subscriber counts.
+
+import { createHmac, timingSafeEqual } from 'node:crypto';
 
 export const TYPE_HOT = 'hot';
 export const TYPE_COLD = 'cold';
@@ -8,6 +13,14 @@ export const SOURCE_MANUAL = 'manual';
 
 /** A batch with more events than this is rejected whole. */
 export const MAX_BATCH_EVENTS = 4096;
+/** A channel message longer than this is rejected before parsing. */
+export const MAX_MESSAGE_BYTES = 1 << 20;
+/** A snapshot document longer than this is rejected before parsing. */
+export const MAX_SNAPSHOT_BYTES = 64 << 20;
+/** Keys longer than this are out of range. */
+export const MAX_KEY_BYTES = 1 << 20;
+/** ttl_ms above this (a day) is out of range. */
+export const MAX_TTL_MS = 86_400_000;
 
 /** One hot-key message. key is the raw key bytes as a binary string (latin1). */
 export interface HotEvent {
@@ -25,7 +38,17 @@ export interface HotEvent {
   cacheable: boolean;
 }
 
-export class DecodeError extends Error {}
+/** Why a message was rejected (the bad_message{reason} counters). */
+export type BadReason = 'too_large' | 'out_of_range' | 'undecodable' | 'bad_signature';
+export const BAD_REASONS: readonly BadReason[] = ['too_large', 'out_of_range', 'undecodable', 'bad_signature'];
+
+export class DecodeError extends Error {
+  constructor(msg: string, readonly reason: BadReason = 'undecodable') {
+    super(msg);
+  }
+}
+
+const range = (msg: string) => new DecodeError(msg, 'out_of_range');
 
 /** keyString is the shim's key form: the raw bytes as a latin1 string, so
  * binary keys compare exactly and cost no Buffer on lookups. */
@@ -53,19 +76,30 @@ const B64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 export function eventFrom(o: unknown): HotEvent {
   if (typeof o !== 'object' || o === null || Array.isArray(o)) throw new DecodeError('event is not a JSON object');
   const r = o as Record<string, unknown>;
+  if (r.v !== undefined && r.v !== 1 && r.v !== 2) throw range('v is not 1 or 2');
   const seq = r.seq ?? 0;
-  if (typeof seq !== 'number' || !Number.isSafeInteger(seq) || seq < 0) throw new DecodeError('seq is not an unsigned integer');
+  // JSON.parse turns 1e400 and 400-digit integers into Infinity or huge
+  // numbers: all fail these checks.
+  if (typeof seq !== 'number' || !Number.isSafeInteger(seq) || seq < 0) throw range('seq is not an integer in [0, 2^53)');
   const ttl = r.ttl_ms ?? 0;
-  if (typeof ttl !== 'number' || !(ttl >= 0)) throw new DecodeError('ttl_ms is not a non-negative number');
+  if (typeof ttl !== 'number' || !Number.isInteger(ttl) || ttl < 0 || ttl > MAX_TTL_MS) throw range(`ttl_ms is not an integer in [0, ${MAX_TTL_MS}]`);
+  for (const f of ['qps', 'absorbed_qps', 'write_qps', 'bytes_ps', 'value_bytes']) {
+    const x = r[f];
+    if (x !== undefined && x !== null && (typeof x !== 'number' || !Number.isFinite(x) || x < 0)) throw range(`${f} is not a finite non-negative number`);
+  }
+  if (r.sample !== undefined && r.sample !== null && (typeof r.sample !== 'number' || !(r.sample > 0 && r.sample <= 1))) throw range('sample is not in (0, 1]');
   let key = '';
   if (typeof r.key === 'string') {
+    if (r.key.length > MAX_KEY_BYTES) throw range('key is longer than 1 MiB');
     key = keyString(r.key);
   } else if (r.key !== undefined && r.key !== null) {
     throw new DecodeError('key is not a string');
   } else if (typeof r.key_b64 === 'string') {
+    if (r.key_b64.length > Math.ceil(MAX_KEY_BYTES / 3) * 4) throw range('key is longer than 1 MiB');
     if (!B64.test(r.key_b64)) throw new DecodeError('key_b64 is not base64');
     key = Buffer.from(r.key_b64, 'base64').toString('latin1');
   }
+  if (key.length > MAX_KEY_BYTES) throw range('key is longer than 1 MiB');
   return {
     v: typeof r.v === 'number' ? r.v : 1,
     seq,
@@ -83,20 +117,55 @@ export function eventFrom(o: unknown): HotEvent {
   };
 }
 
-function parse(payload: string | Buffer): unknown {
+function parse(payload: Buffer): unknown {
   try {
-    return JSON.parse(typeof payload === 'string' ? payload : payload.toString('utf8'));
+    return JSON.parse(payload.toString('utf8'));
   } catch (err) {
     throw new DecodeError(`decode message: ${(err as Error).message}`);
   }
 }
 
+const SIG_PREFIX = Buffer.from('{"sig":"');
+const SIG_MID = Buffer.from('","body":');
+/** Where BODY starts in a signed envelope: the prefix, 64 hex digits, the middle. */
+export const SIG_BODY_AT = SIG_PREFIX.length + 64 + SIG_MID.length;
+const HEX64 = /^[0-9a-f]{64}$/;
+
+const bytes = (p: string | Buffer): Buffer => (typeof p === 'string' ? Buffer.from(p, 'utf8') : p);
+
+/** The signed envelope's parts, by position, or null if p is not one. */
+function envelope(p: Buffer): { sig: string; body: Buffer } | null {
+  if (p.length < SIG_BODY_AT + 1 || p[p.length - 1] !== 0x7d) return null;
+  if (!p.subarray(0, SIG_PREFIX.length).equals(SIG_PREFIX)) return null;
+  if (!p.subarray(SIG_PREFIX.length + 64, SIG_BODY_AT).equals(SIG_MID)) return null;
+  const sig = p.toString('latin1', SIG_PREFIX.length, SIG_PREFIX.length + 64);
+  if (!HEX64.test(sig)) return null;
+  return { sig, body: p.subarray(SIG_BODY_AT, p.length - 1) };
+}
+
+/** The message's body: with a secret, a signed envelope whose MAC
+ * (HMAC-SHA256 over BODY) checks, else bad_signature; without one, an
+ * envelope is unwrapped unverified and anything else taken as it is. */
+export function unwrap(p: Buffer, secret?: Buffer): Buffer {
+  const env = envelope(p);
+  if (!secret || secret.length === 0) return env ? env.body : p;
+  if (env === null) throw new DecodeError('message is not signed', 'bad_signature');
+  const want = createHmac('sha256', secret).update(env.body).digest();
+  if (!timingSafeEqual(want, Buffer.from(env.sig, 'hex'))) throw new DecodeError('message signature does not match', 'bad_signature');
+  return env.body;
+}
+
 /** Decodes one channel message: a v1 event or a v2 batch of events. */
-export function decodeMessage(payload: string | Buffer): HotEvent[] {
-  const o = parse(payload);
+export function decodeMessage(payload: string | Buffer, secret?: Buffer): HotEvent[] {
+  const raw = bytes(payload);
+  // Size before anything else: nothing is parsed or hashed past the cap.
+  if (raw.length > MAX_MESSAGE_BYTES) throw new DecodeError(`message of ${raw.length} bytes, at most ${MAX_MESSAGE_BYTES}`, 'too_large');
+  const o = parse(unwrap(raw, secret));
   if (typeof o === 'object' && o !== null && Array.isArray((o as { events?: unknown }).events)) {
-    const evs = (o as { events: unknown[] }).events;
-    if (evs.length > MAX_BATCH_EVENTS) throw new DecodeError(`decode batch: ${evs.length} events, at most ${MAX_BATCH_EVENTS}`);
+    const b = o as { v?: unknown; events: unknown[] };
+    if (b.v !== undefined && b.v !== 1 && b.v !== 2) throw range('v is not 1 or 2');
+    const evs = b.events;
+    if (evs.length > MAX_BATCH_EVENTS) throw new DecodeError(`decode batch: ${evs.length} events, at most ${MAX_BATCH_EVENTS}`, 'too_large');
     return evs.map(eventFrom);
   }
   return [eventFrom(o)];
@@ -107,26 +176,42 @@ export interface Snapshot {
   node: string;
   nodes: Map<string, number>;
   keys: HotEvent[];
+  /** Entries skipped as bad (out of range, undecodable), by reason. */
+  bad: Partial<Record<BadReason, number>>;
 }
 
-/** Decodes the document at <channel>:snapshot (null: empty set). */
-export function decodeSnapshot(payload: string | Buffer | null): Snapshot {
-  const s: Snapshot = { seq: 0, node: '', nodes: new Map(), keys: [] };
+const safeSeq = (x: unknown): x is number => typeof x === 'number' && Number.isSafeInteger(x) && x >= 0;
+
+/** Decodes the document at <channel>:snapshot (null: empty set). A bad
+ * entry is skipped and counted in s.bad; the rest is applied. */
+export function decodeSnapshot(payload: string | Buffer | null, secret?: Buffer): Snapshot {
+  const s: Snapshot = { seq: 0, node: '', nodes: new Map(), keys: [], bad: {} };
   if (payload === null || payload === undefined) return s;
-  const o = parse(payload);
-  if (typeof o !== 'object' || o === null) throw new DecodeError('snapshot is not a JSON object');
+  const raw = bytes(payload);
+  if (raw.length > MAX_SNAPSHOT_BYTES) throw new DecodeError(`snapshot of ${raw.length} bytes, at most ${MAX_SNAPSHOT_BYTES}`, 'too_large');
+  const o = parse(unwrap(raw, secret));
+  if (typeof o !== 'object' || o === null || Array.isArray(o)) throw new DecodeError('snapshot is not a JSON object');
   const r = o as Record<string, unknown>;
-  if (typeof r.seq === 'number') s.seq = r.seq;
+  const skip = (reason: BadReason) => { s.bad[reason] = (s.bad[reason] ?? 0) + 1; };
+  if (safeSeq(r.seq)) s.seq = r.seq;
   if (typeof r.node === 'string') s.node = r.node;
   if (Array.isArray(r.nodes)) {
     for (const n of r.nodes) {
-      if (n && typeof n.node === 'string' && typeof n.seq === 'number') s.nodes.set(n.node, n.seq);
+      if (n && typeof n.node === 'string' && safeSeq(n.seq)) s.nodes.set(n.node, n.seq);
+      else skip('out_of_range');
     }
   }
   if (Array.isArray(r.keys)) {
     for (const k of r.keys) {
       if (k === null) continue;
-      const e = eventFrom(k);
+      let e: HotEvent;
+      try {
+        e = eventFrom(k);
+      } catch (err) {
+        if (!(err instanceof DecodeError)) throw err;
+        skip(err.reason);
+        continue;
+      }
       if (e.type !== TYPE_COLD) s.keys.push(e);
     }
   }

@@ -7,9 +7,14 @@
 //   await shim.close();
 
 import { Core, ShimOptions } from './cache';
-import { installIoredis, ioredisInfo, ioredisTransport, isIoredis } from './ioredis';
+import {
+  installIoredis, installIoredisCluster, ioredisClusterInfo, ioredisInfo, ioredisTransport, isIoredis, isIoredisCluster,
+} from './ioredis';
 import { registerMetrics } from './metrics';
-import { installNodeRedis, isNodeRedis, nodeRedisInfo, nodeRedisTransport } from './noderedis';
+import {
+  installNodeRedis, installNodeRedisCluster, isNodeRedis, isNodeRedisCluster, isNodeRedisPool, nodeRedisClusterInfo, nodeRedisDb,
+  nodeRedisInfo, nodeRedisTransport,
+} from './noderedis';
 import { ChannelTransport } from './subscriber';
 
 export type { ShimOptions } from './cache';
@@ -20,10 +25,13 @@ export { writtenKeys } from './writes';
 
 /* eslint-disable @typescript-eslint/no-explicit-any */
 
+/** What install takes, for the one message that refuses anything else. */
+export const SUPPORTED_CLIENTS = 'an ioredis Redis or Cluster, or a node-redis client (createClient) or cluster (createCluster)';
+
 function transportFor(c: any): ChannelTransport {
-  if (isIoredis(c)) return ioredisTransport(c);
-  if (isNodeRedis(c)) return nodeRedisTransport(c);
-  throw new TypeError('hotsniff-shim: channelClient is neither an ioredis nor a node-redis client');
+  if (isIoredis(c) || isIoredisCluster(c)) return ioredisTransport(c);
+  if (isNodeRedis(c) || isNodeRedisCluster(c)) return nodeRedisTransport(c);
+  throw new TypeError(`hotsniff-shim: channelClient must be ${SUPPORTED_CLIENTS}`);
 }
 
 export class Shim {
@@ -37,19 +45,37 @@ export class Shim {
   static async create(client: any, opt: ShimOptions): Promise<Shim> {
     let core: Core;
     let uninstall: () => void;
+    if (isNodeRedisPool(client)) {
+      throw new TypeError(`hotsniff-shim: a node-redis client pool (createClientPool) is not supported; install takes ${SUPPORTED_CLIENTS}`);
+    }
+    // Refused before anything is wrapped or connected.
+    if (!isIoredis(client) && !isIoredisCluster(client) && !isNodeRedis(client) && !isNodeRedisCluster(client)) {
+      throw new TypeError(`hotsniff-shim: install takes ${SUPPORTED_CLIENTS}`);
+    }
+    const transport = transportFor(opt.channelClient ?? client);
     if (isIoredis(client)) {
       core = new Core(ioredisInfo(client), opt);
       uninstall = installIoredis(client, core);
+    } else if (isIoredisCluster(client)) {
+      core = new Core(ioredisClusterInfo(client), opt);
+      uninstall = installIoredisCluster(client, core);
     } else if (isNodeRedis(client)) {
-      core = new Core(nodeRedisInfo(client), opt);
-      uninstall = installNodeRedis(client, core);
+      const db = await nodeRedisDb(client);
+      core = new Core(nodeRedisInfo(client, db), opt);
+      uninstall = installNodeRedis(client, core, db);
+    } else if (isNodeRedisCluster(client)) {
+      core = new Core(nodeRedisClusterInfo(client), opt);
+      uninstall = installNodeRedisCluster(client, core);
     } else {
-      throw new TypeError('hotsniff-shim: install takes an ioredis or a node-redis client');
+      throw new TypeError(`hotsniff-shim: install takes ${SUPPORTED_CLIENTS}`);
     }
     try {
-      await core.start(transportFor(opt.channelClient ?? client));
+      await core.start(transport);
     } catch (err) {
       uninstall();
+      // Nothing left open: the channel connection is closed too.
+      await core.close().catch(() => {});
+      await transport.close().catch(() => {});
       throw err;
     }
     return new Shim(core, uninstall);

@@ -3,6 +3,13 @@
 // the hot reads of a plain redis.pipeline() that writes nothing (its exec
 // is wrapped); MULTI and everything after MULTI or WATCH until
 // EXEC/DISCARD/UNWATCH go to Redis. Writes drop their keys either way.
+// A read is served only while the connection is on the cached values' DB
+// (ioredis tags every command with the DB it will run on, SELECT included
+// however sent), so a SELECT never gets another DB's value served. On a
+// Cluster, every node's Redis instance is wrapped the same way, with one
+// cache: a command reaches the node ioredis routes it to, a refresh and its
+// report go to that node, and a MOVED refresh is retried by ioredis as any
+// command.
 
 import { copyRaw, hashIndex, keyString } from './events';
 import { Act, Core, KIND_HASH, KIND_STRING, Ticket, Value } from './cache';
@@ -13,21 +20,42 @@ import type { Arg } from './writes';
 type Cmd = any;
 
 export function isIoredis(c: any): boolean {
-  return c && typeof c.sendCommand === 'function' && typeof c.duplicate === 'function' && c.options && 'enableOfflineQueue' in c.options;
+  return c && c.isCluster !== true && typeof c.sendCommand === 'function' && typeof c.duplicate === 'function' && c.options && 'enableOfflineQueue' in c.options;
 }
+
+export function isIoredisCluster(c: any): boolean {
+  return c && c.isCluster === true && typeof c.sendCommand === 'function' && typeof c.nodes === 'function' && c.connectionPool;
+}
+
+/** The DB the next command sent through c runs on. */
+const dbOf = (c: any): number => Number(c.condition?.select ?? c.options.db ?? 0);
 
 export function ioredisInfo(c: any) {
   const o = c.options;
-  return { host: o.host, port: o.port, path: o.path, db: o.db ?? 0 };
+  return { host: o.host, port: o.port, path: o.path, db: dbOf(c) };
+}
+
+/** The node addresses of an ioredis Cluster, as it knows them now. */
+export function ioredisClusterInfo(c: any) {
+  return {
+    db: 0,
+    nodes: () => {
+      const out: string[] = (c.startupNodes ?? []).map((n: any) => (typeof n === 'object' ? `${n.host ?? 'localhost'}:${n.port ?? 6379}` : String(n)));
+      for (const r of c.nodes('all')) out.push(`${r.options.host}:${r.options.port}`);
+      return out.filter((a) => /:\d+$/.test(a));
+    },
+  };
 }
 
 export function ioredisTransport(c: any): ChannelTransport {
-  const sub = c.duplicate({ lazyConnect: true });
+  // Cluster.duplicate takes (startupNodes, options): its lazyConnect must
+  // be passed there, or the copy connects at once and is never closed.
+  const sub = c.isCluster ? c.duplicate([], { lazyConnect: true }) : c.duplicate({ lazyConnect: true });
   let first = true;
   return {
     async start(channel, h) {
-      sub.on('message', (ch: string, msg: string) => {
-        if (ch === channel) h.onMessage(msg);
+      sub.on('messageBuffer', (ch: Buffer, msg: Buffer) => {
+        if (ch.toString() === channel) h.onMessage(msg);
       });
       sub.on('error', (err: unknown) => h.onLost(err));
       sub.on('close', () => h.onLost('connection closed'));
@@ -43,10 +71,32 @@ export function ioredisTransport(c: any): ChannelTransport {
       h.onSubscribed();
     },
     ping: () => sub.ping(),
-    get: (key) => c.get(key),
+    get: (key) => c.getBuffer(key),
     async close() {
       sub.disconnect();
     },
+  };
+}
+
+/** Wraps every node of an ioredis Cluster, now and as ioredis adds them. */
+export function installIoredisCluster(cluster: any, core: Core): () => void {
+  const undo = new Map<any, () => void>();
+  const hook = (r: any) => {
+    if (!undo.has(r)) undo.set(r, installIoredis(r, core));
+  };
+  const onNode = (r: any) => hook(r);
+  const onGone = (r: any) => {
+    undo.get(r)?.();
+    undo.delete(r);
+  };
+  cluster.connectionPool.on('+node', onNode);
+  cluster.connectionPool.on('-node', onGone);
+  for (const r of cluster.nodes('all')) hook(r);
+  return () => {
+    cluster.connectionPool.off('+node', onNode);
+    cluster.connectionPool.off('-node', onGone);
+    for (const u of undo.values()) u();
+    undo.clear();
   };
 }
 
@@ -161,8 +211,7 @@ export function installIoredis(redis: any, core: Core): () => void {
         const n = Number(await send(raw(cmd, 'hlen', [cmd.args[0]])));
         tk.e.sized = true;
         if (n > core.maxHashFields) {
-          tk.e.uncacheable = true;
-          core.release(tk);
+          core.tooBig(tk);
           return null;
         }
       }
@@ -183,9 +232,13 @@ export function installIoredis(redis: any, core: Core): () => void {
       r = flat;
     }
     const hidx = hashIndex(r);
-    if (hidx === null || hidx.size > core.maxHashFields) {
+    if (hidx === null) {
       tk.e.uncacheable = true;
       core.release(tk);
+      return null;
+    }
+    if (hidx.size > core.maxHashFields) {
+      core.tooBig(tk);
       return null;
     }
     const v: Value = { expires: 0, raw: r, hidx };
@@ -296,7 +349,7 @@ export function installIoredis(redis: any, core: Core): () => void {
     const p = origPipeline.apply(this, a);
     const exec = p.exec;
     p.exec = function (this: any, callback?: (err: unknown, res?: unknown) => void) {
-      if (!core.active || this._transactions > 0 || this.isCluster || !this._queue.length || this.nodeifiedPromise || !servePipeline(this)) {
+      if (!core.active || dbOf(redis) !== core.db || this._transactions > 0 || this.isCluster || !this._queue.length || this.nodeifiedPromise || !servePipeline(this)) {
         return exec.call(this, callback);
       }
       this.nodeifiedPromise = true;
@@ -309,6 +362,13 @@ export function installIoredis(redis: any, core: Core): () => void {
   redis.sendCommand = function (cmd: Cmd, stream?: unknown, node?: unknown) {
     // Typed methods name commands in lower case; redis.call keeps the case given.
     const name: string = typeof cmd.name === 'string' ? cmd.name.toLowerCase() : String(cmd.name);
+    if (name === 'select' && cmd.name !== 'select' && /^-?\d+$/.test(String(cmd.args[0]))) {
+      // ioredis follows the DB only for a command named "select" in lower
+      // case (redis.call('SELECT', 1) keeps the case): named so, ioredis
+      // tags the commands after it with the new DB, and re-selects it on
+      // reconnect, as for redis.select().
+      cmd.name = 'select';
+    }
     if (name === 'exec' || name === 'discard' || name === 'reset') {
       inMulti = false;
       watching = false;
@@ -319,7 +379,9 @@ export function installIoredis(redis: any, core: Core): () => void {
     }
     if (!core.active) return send(cmd, stream, node);
     const n = cmd.args.length;
-    if (!stream && !inMulti && !watching) {
+    // dbOf is read before the command is sent: it is the DB this command,
+    // and a refresh sent in its place, will run on.
+    if (!stream && !inMulti && !watching && dbOf(redis) === core.db) {
       switch (name) {
         case 'get': if (n === 1) return get(cmd); break;
         case 'mget': if (n >= 1) return mget(cmd); break;

@@ -4,6 +4,7 @@
 
 import type { Core } from './cache';
 import { EVICT_REASONS, INVAL_REASONS } from './cache';
+import { REASONS } from './subscriber';
 
 /* eslint-disable @typescript-eslint/no-explicit-any */
 export function registerMetrics(core: Core, registry?: any): void {
@@ -46,4 +47,17 @@ export function registerMetrics(core: Core, registry?: any): void {
   counter('seq_gaps_total', 'Sequence gaps seen on the channel.', () => core.sub.stats.gaps);
   counter('channel_reconnects_total', 'Channel subscription reconnects.', () => core.sub.stats.reconnects);
   counter('channel_messages_total', 'Messages received on the channel.', () => core.sub.stats.messages);
+  counter('uncacheable_total', 'Hashes found to have more than maxHashFields fields (by HLEN, never fetched whole); remembered for a minute.', () => m.uncacheable);
+  gauge('bytes', 'Estimated bytes of the cached values (bounded by maxBytes).', () => core.bytes);
+  new prom.Counter({
+    name: 'hotsniff_client_bad_messages_total',
+    help: 'Channel messages and snapshot entries rejected, by reason (too_large, out_of_range, undecodable, bad_signature, unconfirmed_seq, flapping).',
+    labelNames: ['reason'], registers,
+    collect(this: any) {
+      this.reset();
+      for (const r of REASONS) this.inc({ reason: r }, core.sub.bad[r]);
+    },
+  });
+  gauge('channel_up', '1 while the channel is followed (subscribed and the snapshot read); 0 during an outage, when held keys are served on.', () => (core.sub.up ? 1 : 0));
+  gauge('served_without_channel', 'Keys held and served while the channel is down (0 while it is up).', () => (core.sub.up ? 0 : core.stats().hotKeys));
 }

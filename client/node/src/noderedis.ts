@@ -4,6 +4,18 @@
 // (execAsPipeline) that writes nothing has its hot reads answered from
 // memory. Writes drop their keys either way. After WATCH nothing is served until EXEC, DISCARD or
 // UNWATCH.
+//
+// The DB: node-redis keeps the selected DB privately, so the shim follows
+// it as node-redis does (client.select, a pipeline's or MULTI's select,
+// reset), reading it from the server (CLIENT INFO) at install. A read is
+// served only while the connection is on the cached values' DB. A SELECT
+// sent raw (sendCommand(['SELECT', …])) moves the connection without
+// node-redis knowing (it re-selects its own DB on reconnect), so after one
+// the shim stops serving this client for good.
+//
+// A cluster (createCluster): every node client is wrapped the same way as
+// node-redis hands it out, with one cache; a command reaches the node its
+// slot names, and a refresh and its report go there.
 
 import { copyRaw, hashIndex, keyString } from './events';
 import { Act, Core, KIND_HASH, KIND_STRING, Ticket, Value } from './cache';
@@ -13,14 +25,53 @@ import type { Arg } from './writes';
 /* eslint-disable @typescript-eslint/no-explicit-any */
 
 export function isNodeRedis(c: any): boolean {
-  return c && typeof c._executeCommand === 'function' && typeof c.sendCommand === 'function';
+  return c && typeof c._executeCommand === 'function' && typeof c.sendCommand === 'function' && typeof c.execute !== 'function';
 }
 
-export function nodeRedisInfo(c: any) {
+export function isNodeRedisCluster(c: any): boolean {
+  return c && typeof c._execute === 'function' && typeof c.nodeClient === 'function' && !!(c._self ?? c)._slots;
+}
+
+export function isNodeRedisPool(c: any): boolean {
+  return c && typeof c.execute === 'function' && 'totalClients' in c;
+}
+
+/** A node-redis client's DB now: the server's word (CLIENT INFO) when
+ * connected, else its options (database, from the URL too). */
+export async function nodeRedisDb(c: any): Promise<number> {
+  const self = c._self ?? c;
+  const opt = Number(self.options?.database ?? 0);
+  if (!self.isReady) return opt;
+  try {
+    const info = String(await self.sendCommand(['CLIENT', 'INFO']));
+    const m = / db=(\d+)/.exec(' ' + info);
+    return m ? Number(m[1]) : opt;
+  } catch {
+    return opt;
+  }
+}
+
+export function nodeRedisInfo(c: any, db: number) {
   const o = c.options ?? {};
   const s = o.socket ?? {};
-  return { host: s.path ? undefined : s.host ?? 'localhost', port: s.path ? undefined : s.port ?? 6379, path: s.path, db: o.database ?? 0 };
+  return { host: s.path ? undefined : s.host ?? 'localhost', port: s.path ? undefined : s.port ?? 6379, path: s.path, db };
 }
+
+export function nodeRedisClusterInfo(c: any) {
+  const self = c._self ?? c;
+  return {
+    db: 0,
+    nodes: () => {
+      const out: string[] = [];
+      for (const n of self.options?.rootNodes ?? []) if (n.socket?.host && n.socket?.port) out.push(`${n.socket.host}:${n.socket.port}`);
+      for (const n of [...(self.masters ?? []), ...(self.replicas ?? [])]) if (n.host && n.port) out.push(`${n.host}:${n.port}`);
+      return out;
+    },
+  };
+}
+
+// RESP blob strings as Buffers: the channel's bytes, as sent.
+const BUFFERS = { 36: Buffer };
 
 export function nodeRedisTransport(c: any): ChannelTransport {
   const sub = c.duplicate();
@@ -33,26 +84,66 @@ export function nodeRedisTransport(c: any): ChannelTransport {
         if (!first) h.onSubscribed();
       });
       await sub.connect();
-      await sub.subscribe(channel, (msg: string) => h.onMessage(msg));
+      await sub.subscribe(channel, (msg: Buffer) => h.onMessage(msg), true);
       first = false;
       h.onSubscribed();
     },
-    ping: () => sub.ping(),
-    get: (key) => (c._self ?? c).get(key),
+    ping: () => (isNodeRedisCluster(sub) ? sub.sendCommand(undefined, true, ['PING']) : sub.ping()),
+    get: (key) => (c._self ?? c).withTypeMapping(BUFFERS).get(key),
     async close() {
       if (sub.isOpen) await sub.quit().catch(() => sub.disconnect?.());
     },
   };
 }
 
-export function installNodeRedis(client: any, core: Core): () => void {
+/** Wraps every node client of a node-redis cluster as node-redis hands
+ * it out (slots.nodeClient: every command's route goes through it). */
+export function installNodeRedisCluster(cluster: any, core: Core): () => void {
+  const slots = (cluster._self ?? cluster)._slots;
+  const undo = new Map<any, () => void>();
+  const hook = (c: any) => {
+    const self = c?._self ?? c;
+    if (self && !undo.has(self)) undo.set(self, installNodeRedis(self, core, 0));
+    return c;
+  };
+  const origNodeClient = slots.nodeClient;
+  slots.nodeClient = function (this: any, node: any) {
+    return origNodeClient.call(this, node).then(hook);
+  };
+  for (const n of [...(slots.masters ?? []), ...(slots.replicas ?? [])]) if (n.client) hook(n.client);
+  return () => {
+    delete slots.nodeClient;
+    if (slots.nodeClient !== origNodeClient) slots.nodeClient = origNodeClient;
+    for (const u of undo.values()) u();
+    undo.clear();
+  };
+}
+
+export function installNodeRedis(client: any, core: Core, db0: number): () => void {
   const self = client._self ?? client;
   const origSend = self.sendCommand;
   const origPipe = self._executePipeline;
   const origMulti = self._executeMulti;
+  const origSelect = self.SELECT;
+  const origReset = self.RESET;
   const send = (args: Arg[], options?: any): Promise<unknown> => origSend.call(self, args, options);
   let inMulti = false;
   let watching = false;
+  // The DB this connection is on (-1: unknown, nothing served). Moved when
+  // a SELECT is sent, so reads sent after it in the same order see it.
+  let db = db0;
+  let selecting = false; // inside client.select(): node-redis follows that one
+  let lost = false; // a raw SELECT: node-redis and the connection may disagree
+  const onDb = () => !lost && db === core.db;
+  const moveTo = (p: Promise<unknown>, to: number, before: number) => {
+    db = -1;
+    p.then(() => { if (db === -1) db = to; }, () => { if (db === -1) db = before; });
+  };
+  const lose = () => {
+    if (!lost) core.log.warn('hotsniff: a raw SELECT was sent through the client; its reads are not served from memory any more (use client.select())');
+    lost = true;
+    db = -1;
+  };
 
   // The reply form depends on the typeMapping a command asked for; a value
   // is served only to commands asking the same way it was fetched.
@@ -143,8 +234,7 @@ export function installNodeRedis(client: any, core: Core): () => void {
         const n = Number(await send(['HLEN', args[1]]));
         tk.e.sized = true;
         if (n > core.maxHashFields) {
-          tk.e.uncacheable = true;
-          core.release(tk);
+          core.tooBig(tk);
           return send(args, options);
         }
       }
@@ -156,9 +246,13 @@ export function installNodeRedis(client: any, core: Core): () => void {
       return send(args, options);
     }
     const hidx = hashIndex(r);
-    if (hidx === null || hidx.size > core.maxHashFields) {
+    if (hidx === null) {
       tk.e.uncacheable = true;
       core.release(tk);
+      return send(args, options);
+    }
+    if (hidx.size > core.maxHashFields) {
+      core.tooBig(tk);
       return send(args, options);
     }
     const v: Value = { expires: 0, raw: r, hidx, tag: tagOf(options) };
@@ -184,9 +278,15 @@ export function installNodeRedis(client: any, core: Core): () => void {
     } else if (name === 'MULTI') inMulti = true;
     else if (name === 'WATCH') watching = true;
     else if (name === 'UNWATCH') watching = false;
+    else if (name === 'SELECT') {
+      if (!selecting) lose();
+      const p = send(args, options);
+      if (selecting) moveTo(p, Number(String(args[1])), db);
+      return p;
+    }
     if (!core.active) return send(args, options);
     const n = args.length;
-    if (!inMulti && !watching) {
+    if (!inMulti && !watching && onDb()) {
       switch (name) {
         case 'GET': if (n === 2) return get(args, options); break;
         case 'MGET': if (n >= 2) return mget(args, options); break;
@@ -209,13 +309,28 @@ export function installNodeRedis(client: any, core: Core): () => void {
     }
     return p;
   };
-  const wholePipe = batch(origPipe);
+  // A batch that selects: node-redis sets its DB to selectedDB when the
+  // batch succeeds; a SELECT it does not know of (added raw) is lost, and
+  // so is the DB after a failed batch that selected (partly applied).
+  const selects = (commands: { args: Arg[] }[], selectedDB: unknown, p: Promise<unknown>) => {
+    const raw = (commands ?? []).some((c) => String(c.args[0]).toUpperCase() === 'SELECT');
+    if (selectedDB !== undefined) {
+      db = -1;
+      p.then(() => { if (db === -1) db = Number(selectedDB); }, () => lose());
+    } else if (raw) lose();
+  };
+  const wholePipe0 = batch(origPipe);
+  const wholePipe = function (this: any, commands: { args: Arg[] }[], selectedDB?: unknown, ...rest: unknown[]) {
+    const p = wholePipe0.call(this, commands, selectedDB, ...rest);
+    selects(commands, selectedDB, p);
+    return p;
+  };
   // A plain pipeline (multi().execAsPipeline()) that writes nothing and
   // changes no session state: hot reads are answered from memory and the
   // rest sent as one pipeline, in their order; the raw replies come back in
   // command order for node-redis to transform, as if all had been sent.
   self._executePipeline = async function (this: any, commands: { args: Arg[] }[], selectedDB?: unknown, ...rest: unknown[]) {
-    if (!core.active || selectedDB !== undefined || !core.servable(commands.map((c) => c.args))) {
+    if (!core.active || selectedDB !== undefined || !onDb() || !core.servable(commands.map((c) => c.args))) {
       return wholePipe.call(this, commands, selectedDB, ...rest);
     }
     const tag = this._commandOptions?.typeMapping;
@@ -290,11 +405,33 @@ export function installNodeRedis(client: any, core: Core): () => void {
     const p = multi.apply(this, a as any);
     const clear = () => { watching = false; };
     p.then(clear, clear);
+    selects(a[0], a[1], p);
     return p;
   };
+  // client.select(n): node-redis sends SELECT through sendCommand, then
+  // remembers n (and re-selects it on reconnect): the shim follows it.
+  self.SELECT = self.select = function (this: any, ...a: unknown[]) {
+    selecting = true;
+    try {
+      return origSelect.apply(this, a);
+    } finally {
+      selecting = false;
+    }
+  };
+  // client.reset(): back to the client's own DB.
+  if (typeof origReset === 'function') {
+    self.RESET = self.reset = function (this: any, ...a: unknown[]) {
+      const p: Promise<unknown> = origReset.apply(this, a);
+      lost = false;
+      moveTo(p, Number(self.options?.database ?? 0), -1);
+      return p;
+    };
+  }
   return () => {
     self.sendCommand = origSend;
     self._executePipeline = origPipe;
     self._executeMulti = origMulti;
+    self.SELECT = self.select = origSelect;
+    if (typeof origReset === 'function') self.RESET = self.reset = origReset;
   };
 }

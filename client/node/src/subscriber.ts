@@ -1,11 +1,26 @@
 // Follows the hot-key channel: subscribe, load the snapshot, apply messages
 // checking each publisher's seq, reload the snapshot on a gap, a restart or
-// a reconnect. The procedure is docs/channel-protocol.md §5.
+// a reconnect. The procedure is docs/channel-protocol.md §5; the rules for
+// hostile input (sizes, ranges, seq jumps, flapping verdicts, signatures),
+// restarts and channel outages are its subscriber rules, followed here.
 
 import { performance } from 'node:perf_hooks';
 import {
-  DecodeError, HotEvent, SOURCE_MANUAL, Snapshot, TYPE_COLD, TYPE_HOT, decodeMessage, decodeSnapshot,
+  BAD_REASONS, BadReason, DecodeError, HotEvent, SOURCE_MANUAL, Snapshot, TYPE_COLD, TYPE_HOT, decodeMessage, decodeSnapshot,
 } from './events';
+
+/** A seq jump the snapshot has not confirmed within this long is undone. */
+export const UNCONFIRMED_AFTER_MS = 5000;
+/** A key whose cacheable verdict changed FLAP_CHANGES times within
+ * FLAP_WINDOW_MS is held cacheable until the window passes with no change. */
+export const FLAP_WINDOW_MS = 10_000;
+export const FLAP_CHANGES = 4;
+/** At most this many keys' verdict histories are kept. */
+const MAX_FLAP_KEYS = 65_536;
+
+/** Counted reasons for a message or entry not applied. */
+export type Reason = BadReason | 'unconfirmed_seq' | 'flapping';
+export const REASONS: readonly Reason[] = [...BAD_REASONS, 'unconfirmed_seq', 'flapping'];
 
 export const DEFAULT_CHANNEL = 'hotsniff:hotkeys';
 
@@ -25,6 +40,7 @@ export interface ChannelTransport {
   /** Subscribes; calls onSubscribed each time the subscription is
    * (re)established, onMessage for each message, onLost when the link drops. */
   start(channel: string, h: { onSubscribed(): void; onMessage(p: string | Buffer): void; onLost(err: unknown): void }): Promise<void>;
+  /** The value's bytes (a string is taken as UTF-8). */
   get(key: string): Promise<string | Buffer | null>;
   /** PING on the subscription, to find a dead link on a silent channel. */
   ping(): Promise<unknown>;
@@ -40,10 +56,11 @@ export interface SubscriberOptions {
   channel?: string;
   logSize?: number;
   retryDelayMs?: number;
-  maxRetries?: number;
   restartWindow?: number;
   /** How long the channel may stay silent before the link is checked with PING (default 15000). */
   pingIntervalMs?: number;
+  /** With a secret, only signed messages and snapshots are accepted. */
+  secret?: Buffer;
   logger?: Logger;
 }
 
@@ -60,14 +77,24 @@ const lookupId = (proto: string, ns: string, key: string): string => proto + '\0
 
 interface Entry { ev: HotEvent; expires: number } // expires 0: until cold
 
+/** At most this many hot entries are held: a forged flood of hot keys
+ * costs bounded memory (the daemon publishes --max-hot, 1,024 by default). */
+export const MAX_HOT_ENTRIES = 1 << 17;
+
 /** The live entries, by entry id and by (proto, ns, key). */
 export class HotSet {
   m = new Map<string, Entry>();
   lookup = new Map<string, Set<string>>();
+  /** New entries refused because the set was full. */
+  refused = 0;
 
   put(e: HotEvent, t: number): void {
     const id = entryId(e);
     if (!this.m.has(id)) {
+      if (this.m.size >= MAX_HOT_ENTRIES) {
+        this.refused++;
+        return;
+      }
       const l = lookupId(e.proto, e.ns, e.key);
       let ids = this.lookup.get(l);
       if (!ids) this.lookup.set(l, (ids = new Set()));
@@ -130,15 +157,22 @@ type Item = { kind: 'subscribed' } | { kind: 'message'; p: string | Buffer } | {
 export class Subscriber {
   readonly channel: string;
   set = new HotSet();
-  stats = { messages: 0, stale: 0, invalid: 0, gaps: 0, restarts: 0, reloads: 0, reloadErrors: 0, reconnects: 0, logDropped: 0 };
+  stats = { messages: 0, stale: 0, invalid: 0, gaps: 0, restarts: 0, reloads: 0, reloadErrors: 0, reconnects: 0, logDropped: 0, hotSetFull: 0 };
+  /** Messages (and snapshot entries) not applied, by reason. */
+  bad: Record<Reason, number> = Object.fromEntries(REASONS.map((r) => [r, 0])) as Record<Reason, number>;
+  /** Whether the channel is up: subscribed and the last snapshot read worked. */
+  up = false;
+  /** When the channel went down (the hot set's clock stands still there). */
+  downAt = 0;
   /** Resolves once the first snapshot was loaded. */
   readonly synced: Promise<void>;
 
   private last = new Map<string, number>();
   private pending = new Map<string, number>();
+  private pendingSince = new Map<string, number>();
+  private flaps = new Map<string, { verdict: boolean; changes: number[] }>();
   private logbuf: HotEvent[] = [];
   private logFloor = new Map<string, number>();
-  private retries = 0;
   private lastReload = -Infinity;
   private retryTimer: NodeJS.Timeout | undefined;
   private expireTimer: NodeJS.Timeout | undefined;
@@ -151,9 +185,9 @@ export class Subscriber {
   private resolveSynced!: () => void;
   private readonly logSize: number;
   private readonly retryDelay: number;
-  private readonly maxRetries: number;
   private readonly restartWindow: number;
   private readonly pingInterval: number;
+  private readonly secret: Buffer | undefined;
   private lastHeard = now();
   private readonly log: Logger;
 
@@ -161,9 +195,9 @@ export class Subscriber {
     this.channel = opt.channel || DEFAULT_CHANNEL;
     this.logSize = Math.max(opt.logSize ?? 10000, 1);
     this.retryDelay = opt.retryDelayMs ?? 250;
-    this.maxRetries = opt.maxRetries ?? 20;
     this.restartWindow = opt.restartWindow ?? 2 ** 20;
     this.pingInterval = opt.pingIntervalMs ?? 15_000;
+    this.secret = opt.secret && opt.secret.length > 0 ? opt.secret : undefined;
     this.log = opt.logger ?? console;
     this.synced = new Promise((r) => (this.resolveSynced = r));
   }
@@ -171,13 +205,15 @@ export class Subscriber {
   async start(): Promise<void> {
     this.expireTimer = setInterval(() => {
       const t = now();
-      this.set.expire(t);
+      this.set.expire(this.clock());
+      this.pruneFlaps(t);
       if (t - this.lastHeard >= this.pingInterval) {
         // A quiet channel: check the link (the library reconnects a dead
         // one, and the resubscription reloads the snapshot).
         this.lastHeard = t;
         this.transport.ping().catch((err) => {
           if (!this.failing && !this.closed) this.log.warn(`hotsniff: hot-key subscription PING failed: ${String(err)}`);
+          this.down();
         });
       }
     }, 1000);
@@ -188,6 +224,7 @@ export class Subscriber {
       onLost: (err) => {
         if (!this.failing && !this.closed) this.log.warn(`hotsniff: hot-key subscription lost; reconnecting: ${String(err)}`);
         this.failing = true;
+        this.down();
       },
     });
   }
@@ -199,12 +236,58 @@ export class Subscriber {
     await this.transport.close();
   }
 
+  /** The hot set's clock: now while the channel is up; while it is down,
+   * the moment it went down, so no hot entry lapses during an outage (the
+   * cached values are still refreshed from the cache server). */
+  clock(): number {
+    return this.up || this.downAt === 0 ? now() : this.downAt;
+  }
+
+  private down(): void {
+    if (!this.up) return;
+    this.up = false;
+    this.downAt = now();
+  }
+
   hotUntil(proto: string, ns: string, key: string, match?: (e: HotEvent) => boolean) {
-    return this.set.hotUntil(proto, ns, key, now(), match);
+    return this.set.hotUntil(proto, ns, key, this.clock(), match);
   }
 
   hotSet(): HotEvent[] {
-    return this.set.live(now());
+    return this.set.live(this.clock());
+  }
+
+  private countBad(r: Reason, n = 1): void {
+    this.bad[r] += n;
+  }
+
+  /** Whether a cacheable:false for e's key is held back: the key's verdict
+   * has flipped FLAP_CHANGES times within FLAP_WINDOW_MS. Every verdict a
+   * message carries counts, held or not, so a key flipped on and on stays
+   * held. */
+  private flapping(e: HotEvent, t: number): boolean {
+    const id = lookupId(e.proto, e.ns, e.key);
+    let f = this.flaps.get(id);
+    if (f === undefined) {
+      if (this.flaps.size >= MAX_FLAP_KEYS) this.flaps.clear();
+      this.flaps.set(id, (f = { verdict: e.cacheable, changes: [] }));
+      return false;
+    }
+    while (f.changes.length > 0 && t - f.changes[0] >= FLAP_WINDOW_MS) f.changes.shift();
+    const held = !e.cacheable && f.changes.length >= FLAP_CHANGES;
+    if (e.cacheable !== f.verdict) {
+      f.verdict = e.cacheable;
+      f.changes.push(t);
+      if (f.changes.length > FLAP_CHANGES + 1) f.changes.shift();
+    }
+    return held;
+  }
+
+  private pruneFlaps(t: number): void {
+    for (const [id, f] of this.flaps) {
+      const lastChange = f.changes.length ? f.changes[f.changes.length - 1] : -Infinity;
+      if (t - lastChange >= FLAP_WINDOW_MS && f.verdict) this.flaps.delete(id);
+    }
   }
 
   // Messages and reloads are handled strictly in order: a reload's GET is
@@ -246,10 +329,11 @@ export class Subscriber {
     this.stats.messages++;
     let evs: HotEvent[];
     try {
-      evs = decodeMessage(p);
+      evs = decodeMessage(p, this.secret);
     } catch (err) {
       if (!(err instanceof DecodeError)) throw err;
       this.stats.invalid++;
+      this.countBad(err.reason);
       return false;
     }
     let reload = false;
@@ -280,8 +364,17 @@ export class Subscriber {
     } else {
       this.last.set(e.node, e.seq);
     }
+    if (e.type === TYPE_HOT && this.flapping(e, t)) {
+      // Held cacheable: the LocalTTL bound still holds (values are
+      // refreshed from the cache server); a flood of flips cannot turn
+      // the key's whole demand back onto its shard.
+      this.countBad('flapping');
+      e = { ...e, cacheable: true };
+    }
     this.remember(e);
+    const refused = this.set.refused;
     this.set.apply(e, t);
+    this.stats.hotSetFull += this.set.refused - refused;
     this.handler.onEvent(e);
     return reload;
   }
@@ -305,8 +398,10 @@ export class Subscriber {
 
   private want(node: string, seq: number): boolean {
     if (seq > (this.pending.get(node) ?? 0)) {
+      // The first unconfirmed jump starts the clock; later ones do not
+      // restart it, so a forger cannot keep a node frozen.
+      if (!this.pending.has(node)) this.pendingSince.set(node, now());
       this.pending.set(node, seq);
-      this.retries = 0;
     }
     if (now() - this.lastReload >= this.retryDelay) return true;
     this.scheduleRetry(this.lastReload + this.retryDelay - now());
@@ -324,20 +419,49 @@ export class Subscriber {
     this.lastReload = now();
     clearTimeout(this.retryTimer);
     let snap: Snapshot;
+    let doc: string | Buffer | null;
     try {
-      snap = decodeSnapshot(await this.transport.get(snapshotKey(this.channel)));
+      doc = await this.transport.get(snapshotKey(this.channel));
     } catch (err) {
       this.stats.reloadErrors++;
       if (!this.reloadFailing) this.log.warn(`hotsniff: reload hot-key snapshot; retrying: ${String(err)}`);
       this.reloadFailing = true;
+      this.down();
       if (!this.closed) this.scheduleRetry(this.retryDelay);
       return;
     }
+    try {
+      snap = decodeSnapshot(doc, this.secret);
+    } catch (err) {
+      if (!(err instanceof DecodeError)) throw err;
+      // A bad document (too large, unsigned, not JSON) is ignored: the
+      // state is kept. Retried only while a seq jump waits on it.
+      this.stats.reloadErrors++;
+      this.countBad(err.reason);
+      if (!this.reloadFailing) this.log.warn(`hotsniff: hot-key snapshot rejected; keeping the hot set: ${err.message}`);
+      this.reloadFailing = true;
+      this.up = !this.failing;
+      this.expirePending(new Map());
+      if (this.pending.size > 0 && !this.closed) this.scheduleRetry(this.retryDelay);
+      this.resolveSynced();
+      return;
+    }
     this.reloadFailing = false;
+    this.up = !this.failing;
+    for (const [r, n] of Object.entries(snap.bad)) this.countBad(r as Reason, n);
     const t = now();
+    const sec = snap.nodes;
+    for (const [n, w] of [...this.pending]) {
+      const q = sec.get(n);
+      if (q === undefined || q >= w) {
+        this.pending.delete(n);
+        this.pendingSince.delete(n);
+      }
+    }
+    // Before the log is replayed: an unconfirmed jump's messages go.
+    this.expirePending(sec);
     const hs = new HotSet();
     for (const e of snap.keys) hs.put(e, t);
-    const sec = snap.nodes;
     for (const e of this.logbuf) {
       const q = sec.get(e.node);
       if (q !== undefined && e.seq > q) hs.apply(e, t);
@@ -347,24 +471,34 @@ export class Subscriber {
       if (l === undefined || q > l) this.last.set(n, q);
       const f = this.logFloor.get(n) ?? 0;
       // Messages between the section and the log are gone: wait for a newer section.
-      if (f > q) this.pending.set(n, Math.max(this.pending.get(n) ?? 0, f));
+      if (f > q) {
+        if (!this.pending.has(n)) this.pendingSince.set(n, t);
+        this.pending.set(n, Math.max(this.pending.get(n) ?? 0, f));
+      }
     }
-    for (const [n, w] of [...this.pending]) {
-      const q = sec.get(n);
-      if (q === undefined || q >= w) this.pending.delete(n);
-    }
+    this.stats.hotSetFull += hs.refused;
     this.set = hs;
-    if (this.pending.size === 0) {
-      this.retries = 0;
-    } else if (++this.retries > this.maxRetries) {
-      this.log.warn('hotsniff: hot-key snapshot never caught up with the channel; carrying on');
-      this.pending.clear();
-      this.logFloor.clear();
-      this.retries = 0;
-    } else {
-      this.scheduleRetry(this.retryDelay);
-    }
+    if (this.pending.size > 0) this.scheduleRetry(this.retryDelay);
     this.handler.onSnapshot(snap);
     this.resolveSynced();
+  }
+
+  /** A seq jump the snapshot has not confirmed for UNCONFIRMED_AFTER_MS is
+   * not believed: the node's last seq becomes the snapshot's (possibly
+   * lower), so the node's real messages apply again. */
+  private expirePending(sec: Map<string, number>): void {
+    const t = now();
+    for (const [n] of [...this.pending]) {
+      if (t - (this.pendingSince.get(n) ?? t) < UNCONFIRMED_AFTER_MS) continue;
+      const q = sec.get(n);
+      if (q === undefined) this.last.delete(n);
+      else this.last.set(n, q);
+      this.pending.delete(n);
+      this.pendingSince.delete(n);
+      this.logFloor.delete(n);
+      this.logbuf = this.logbuf.filter((x) => x.node !== n || (q !== undefined && x.seq <= q));
+      this.countBad('unconfirmed_seq');
+      this.log.warn(`hotsniff: hot-key publisher ${JSON.stringify(n)} jumped to a seq its snapshot never confirmed; back to seq ${q ?? 'unknown'}`);
+    }
   }
 }

@@ -5,7 +5,7 @@ import * as assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { DecodeError, decodeMessage, decodeSnapshot, keyString } from '../events';
-import { HotSet } from '../subscriber';
+import { HotSet, MAX_HOT_ENTRIES } from '../subscriber';
 import { writtenKeys } from '../writes';
 
 const VECTORS = path.join(__dirname, '..', '..', '..', 'conformance', 'testdata', 'written_keys.json');
@@ -67,7 +67,7 @@ test('prom-client metrics', async () => {
   const prom = require('prom-client');
   const { Core } = require('../cache');
   const core = new Core({ db: 0 }, { anyServer: true });
-  core.sub = { stats: { reloads: 2, gaps: 1, reconnects: 0, messages: 7 } };
+  core.sub = { stats: { reloads: 2, gaps: 1, reconnects: 0, messages: 7 }, bad: { too_large: 1, out_of_range: 2, undecodable: 0, bad_signature: 0, unconfirmed_seq: 0, flapping: 0 }, up: true };
   core.m.hits = 5;
   core.invalidations.write = 3;
   const { registerMetrics } = require('../metrics');
@@ -77,4 +77,39 @@ test('prom-client metrics', async () => {
   assert.match(text, /^hotsniff_client_hits_total 5$/m);
   assert.match(text, /^hotsniff_client_invalidations_total\{reason="write"\} 3$/m);
   assert.match(text, /^hotsniff_client_channel_messages_total 7$/m);
+  assert.match(text, /^hotsniff_client_bad_messages_total\{reason="out_of_range"\} 2$/m);
+  assert.match(text, /^hotsniff_client_channel_up 1$/m);
+});
+
+test('hot set: bounded, a flood of new keys is refused and counted', () => {
+  const hs = new HotSet();
+  const ev = (k: number) => decodeMessage(`{"seq":1,"type":"hot","proto":"redis","ns":"0","key":"k${k}","ttl_ms":0,"node":"a"}`)[0];
+  for (let i = 0; i < MAX_HOT_ENTRIES + 10; i++) hs.apply(ev(i), 0);
+  assert.equal(hs.m.size, MAX_HOT_ENTRIES);
+  assert.equal(hs.refused, 10);
+  // Known entries are still renewed.
+  hs.apply(ev(0), 5);
+  assert.equal(hs.refused, 10);
+});
+
+test('hostile numbers are out of range, never accepted or fatal', () => {
+  const base = '{"v":1,"seq":1,"type":"hot","key":"k","ttl_ms":1}';
+  const cases: [string, string][] = [
+    [base.replace('"ttl_ms":1', '"ttl_ms":' + '9'.repeat(400)), 'out_of_range'],
+    [base.replace('"ttl_ms":1', '"ttl_ms":1e400'), 'out_of_range'],
+    [base.replace('"ttl_ms":1', '"ttl_ms":86400001'), 'out_of_range'],
+    [base.replace('"ttl_ms":1', '"ttl_ms":1.5'), 'out_of_range'],
+    [base.replace('"ttl_ms":1', '"ttl_ms":Infinity'), 'undecodable'],
+    [base.replace('"v":1', '"v":1e400'), 'out_of_range'],
+    [base.replace('"v":1', '"v":3'), 'out_of_range'],
+    [base.replace('"seq":1', '"seq":9007199254740992'), 'out_of_range'],
+    [base.replace('}', ',"qps":1e400}'), 'out_of_range'],
+    [base.replace('}', ',"sample":1.5}'), 'out_of_range'],
+    ['{"v":2,"events":[' + Array(4097).fill('{}').join(',') + ']}', 'too_large'],
+    [base.replace('}', `,"pad":"${'x'.repeat(1 << 20)}"}`), 'too_large'],
+  ];
+  for (const [m, reason] of cases) {
+    assert.throws(() => decodeMessage(m), (err: unknown) => err instanceof DecodeError && err.reason === reason, m.slice(0, 80));
+  }
+  assert.equal(decodeMessage(base)[0].ttlMs, 1);
 });
