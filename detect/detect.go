@@ -70,6 +70,9 @@ type Stats struct {
 	AbsorbedUnpaired  uint64 // not right after a read of its key on its connection
 	AbsorbedNotHot    uint64 // for a key that is not hot
 	AbsorbedCapped    uint64 // cut to the per-key bound
+
+	// Adopted counts hot keys taken over from the previous daemon (adopt.go).
+	Adopted uint64
 }
 
 // Detector is a decode.Sink that detects hot keys.
@@ -345,6 +348,16 @@ func (d *Detector) scan() {
 			}
 		} else {
 			cold = d.now >= e.expires
+		}
+		if e.adoptUntil != 0 {
+			if d.now < e.adoptUntil {
+				// Adopted and not yet measured for a full window: no
+				// evidence of low demand yet.
+				cold = false
+				e.qps = max(e.qps, e.adoptQPS)
+			} else {
+				e.adoptUntil = 0
+			}
 		}
 		if cold {
 			d.st.Cold++
