@@ -7,6 +7,8 @@
 package config
 
 import (
+	"time"
+
 	"github.com/hotsniff/hotsniff/bpf"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/publish"
@@ -36,6 +38,9 @@ type Capture struct {
 	Procs      int
 	Nice       int
 	MaxCPU     float64
+	// NoTrafficWarn: warn once when no segment on the server ports has been
+	// seen this long after capture starts (0: never).
+	NoTrafficWarn time.Duration
 }
 
 // Stream is the port map and the reassembly bounds.
@@ -89,6 +94,8 @@ func Default() Config {
 			ReplyCopy: bpf.DefaultReplyCopy,
 			Procs:     1,
 			Nice:      10,
+			// A cache server under any load sends within seconds.
+			NoTrafficWarn: 30 * time.Second,
 		},
 		Stream:  Stream{Progress: "auto", Config: s},
 		Detect:  Detect{Config: d, Output: "jsonl"},
