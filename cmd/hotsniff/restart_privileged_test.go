@@ -250,3 +250,44 @@ func TestRestartNoSpike(t *testing.T) {
 		t.Logf("last daemon:\n%s", d.log())
 	}
 }
+
+// TestRunReadyOrder: HTTP answers before capture is attached; /healthz is
+// 200 at once and /readyz 503 until capture is attached and the node's
+// previous hot set is adopted, 200 after.
+func TestRunReadyOrder(t *testing.T) {
+	netnstest.RequireRoot(t)
+	p := netnstest.NewPair(t)
+	p.StartRedis(t, 6379)
+	p.StartRedis(t, 6390)
+	d := launchDaemon(t, p, 19464, "--capture", "tc", "--port", "redis=6379", "--redis-url", "redis://127.0.0.1:6390")
+	var first503 string
+	healthyEarly := false
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, body := d.get("/readyz")
+		if code == http.StatusServiceUnavailable && first503 == "" {
+			first503 = body
+			if hc, _ := d.get("/healthz"); hc == http.StatusOK {
+				healthyEarly = true
+			}
+		}
+		if code == http.StatusOK {
+			if !strings.Contains(body, "adopted 0 hot key(s)") {
+				t.Errorf("/readyz when ready: %q", body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never ready: %d %q\n%s", code, body, d.log())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(first503, "capture not attached") || !healthyEarly {
+		t.Fatalf("before capture attached: /readyz said %q, /healthz ok %v; want 503 and 200", first503, healthyEarly)
+	}
+	// The daemon logged that it listened before it captured.
+	log := d.log()
+	if i, j := strings.Index(log, "capture mode chosen"), strings.Index(log, "msg=capturing"); i < 0 || j < i {
+		t.Fatalf("log order:\n%s", log)
+	}
+}
