@@ -45,6 +45,9 @@ type Capture struct {
 	KernelCount bool
 	// Decap names the tunnels interface captures follow (--decap).
 	Decap string
+	// NoTrafficWarn: warn once when no segment on the server ports has been
+	// seen this long after capture starts (0: never).
+	NoTrafficWarn time.Duration
 }
 
 // Stream is the port map and the reassembly bounds.
@@ -103,6 +106,8 @@ func Default() Config {
 			Procs:     1,
 			Nice:      10,
 			Decap:     tunnel.Default,
+			// A cache server under any load sends within seconds.
+			NoTrafficWarn: 30 * time.Second,
 		},
 		Stream:  Stream{Progress: "auto", Config: s},
 		Detect:  Detect{Config: d, Output: "jsonl"},

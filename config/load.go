@@ -493,6 +493,9 @@ func (c *Config) validate(fs *pflag.FlagSet, fromFile map[string]bool) error {
 		if k.Nice < -20 || k.Nice > 19 {
 			return errorf("--nice %d: must be between -20 and 19", k.Nice)
 		}
+		if k.NoTrafficWarn < 0 {
+			return errorf("--no-traffic-warn %v: must not be negative (0: never)", k.NoTrafficWarn)
+		}
 		if math.IsNaN(k.MaxCPU) || k.MaxCPU < 0 || k.MaxCPU > 1024 {
 			return errorf("--max-cpu %g: want a share of one core such as 0.05 (5 %%), or 0 for no budget", k.MaxCPU)
 		}

@@ -90,6 +90,7 @@ var settings = []setting{
 	// third of the daemon's CPU, and on a 64-core node it is worse.
 	{"gomaxprocs", SecCapture, "threads running Go code at once (GOMAXPROCS); 0 keeps Go's default (the GOMAXPROCS variable, else the CPU count or limit)", func(c *Config) any { return &c.Capture.Procs }},
 	{"nice", SecCapture, "CPU priority of the daemon's threads, -20 (highest) to 19: by default it yields to the cache server when the CPU is saturated (a daemon started at a higher nice value keeps it)", func(c *Config) any { return &c.Capture.Nice }},
+	{"no-traffic-warn", SecCapture, "warn once when capture has seen no segment on the server ports this long after it started (check --port and --iface); 0: never", func(c *Config) any { return &c.Capture.NoTrafficWarn }},
 	{"max-cpu", SecCapture, "CPU budget as a share of one core (0.05: 5 %), the eBPF programs' run time included: above it the programs copy only part of the connections (in steps of 4 %) and counts are scaled back, thresholds staying in true requests per second; 0: no budget", func(c *Config) any { return &c.Capture.MaxCPU }},
 
 	// http

@@ -84,6 +84,9 @@ type Stats struct {
 	// KernelSubWindows counts the kernel sub-windows of bucket counts taken
 	// (kernel.go).
 	KernelSubWindows uint64
+
+	// Adopted counts hot keys taken over from the previous daemon (adopt.go).
+	Adopted uint64
 }
 
 // Detector is a decode.Sink that detects hot keys.
@@ -369,6 +372,16 @@ func (d *Detector) scan() {
 			}
 		} else {
 			cold = d.now >= e.expires
+		}
+		if e.adoptUntil != 0 {
+			if d.now < e.adoptUntil {
+				// Adopted and not yet measured for a full window: no
+				// evidence of low demand yet.
+				cold = false
+				e.qps = max(e.qps, e.adoptQPS)
+			} else {
+				e.adoptUntil = 0
+			}
 		}
 		if cold {
 			d.st.Cold++

@@ -41,9 +41,14 @@ type hotEntry struct {
 	lastEmit  int64 // last hot event (ns): refresh rate limit
 	expires   int64 // tair: end of lifetime unless re-detected
 	lastInval int64 // last invalidate sent (ns)
-	invalSent bool  // an invalidate was sent since the key became hot
-	pending   bool  // a write was merged into the last invalidate: send one more
-	wr        writes
+	// adoptUntil: an adopted key (adopt.go) cannot turn cold before it,
+	// the end of its first full window of measurement; adoptQPS is the
+	// rate its previous daemon published, shown until then.
+	adoptUntil int64
+	adoptQPS   float64
+	invalSent  bool // an invalidate was sent since the key became hot
+	pending    bool // a write was merged into the last invalidate: send one more
+	wr         writes
 }
 
 // hotList is the bounded set of hot keys: a dense array (so the periodic scan

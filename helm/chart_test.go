@@ -387,6 +387,12 @@ func checkCommon(t *testing.T, m *manifests) (*appsv1.DaemonSet, *corev1.Contain
 	if got := fmt.Sprintf(":%d", c.Ports[0].ContainerPort); got != listen {
 		t.Errorf("containerPort %s != config listen %s", got, listen)
 	}
+	// The startup probe holds liveness off while the programs load and
+	// attach: tens of seconds on a saturated node, so two minutes.
+	if sp := c.StartupProbe; sp == nil || sp.HTTPGet == nil || sp.HTTPGet.Path != "/healthz" || sp.HTTPGet.Port != c.LivenessProbe.HTTPGet.Port ||
+		sp.PeriodSeconds*sp.FailureThreshold < 120 {
+		t.Errorf("startupProbe %+v: want GET /healthz on the liveness port, allowing at least 120 s", sp)
+	}
 	for name, p := range map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
 		if p == nil || p.HTTPGet == nil {
 			t.Errorf("no HTTP probe for %s", name)

@@ -79,6 +79,11 @@ type Snapshot struct {
 	// batch); PublishShed the refreshes the node's message budget shed,
 	// PublishDelayed the events that waited for it.
 	PublishMessages, PublishShed, PublishDelayed uint64
+	// Channel says the daemon publishes on a Redis channel; ChannelUp
+	// whether its last round trip to that Redis succeeded.
+	Channel, ChannelUp bool
+	// Adopted counts hot keys taken over from the node's previous daemon.
+	Adopted uint64
 	// Absorbed counts the absorbed-demand reports of client shims.
 	Absorbed Absorbed
 	// LateReads counts reads the detector could not place: they reached it
@@ -140,6 +145,7 @@ type Collector struct {
 	sampleRate, sampledOut, sampleRaises, cpuShare, cpuBudget, reportable  *prometheus.Desc
 	pubMsgs, pubOverflow                                                   *prometheus.Desc
 	incomplete, coldHeld, kernelFallback, rejected, rejectedBytes          *prometheus.Desc
+	channelUp, adopted                                                     *prometheus.Desc
 	absReports, absHits, absRejected, lateReads                            *prometheus.Desc
 	replyBytes, replyUnpaired, pendingDropped, pendingDesyncs, pendingHeld *prometheus.Desc
 }
@@ -192,6 +198,8 @@ func New() *Collector {
 		pubMsgs:     d("publish_messages_total", "Channel messages sent (one PUBLISH each; a v2 message carries a batch of events)."),
 		pubOverflow: d("publish_budget_overflow_total", "Events over this node's channel message budget: shed (refreshes left out) or delayed (waited, batched).", "action"),
 		replyBytes:  d("reply_bytes_total", "Reply bytes decoded (TCP payload from the server), attributed to keys or not.", "proto"),
+		channelUp:   d("channel_up", "1 while the channel Redis answers, 0 while it does not (events queue, bounded, and the capture goes on); absent without --redis-url."),
+		adopted:     d("adopted_keys_total", "Hot keys taken over at start from the node's previous daemon (its snapshot section)."),
 		replyUnpaired: d("reply_unpaired_bytes_total",
 			"Reply bytes that answer no request known to hotsniff (connections joined mid-stream, lost segments, pushes).", "proto"),
 		pendingDropped: d("reply_pairing_dropped_total",
@@ -216,7 +224,7 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.lateReads, c.pubMsgs, c.pubOverflow, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs, c.pendingHeld,
-		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable, c.incomplete, c.coldHeld, c.kernelFallback, c.rejected, c.rejectedBytes} {
+		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable, c.incomplete, c.coldHeld, c.kernelFallback, c.rejected, c.rejectedBytes, c.channelUp, c.adopted} {
 		ch <- d
 	}
 	c.lat.Describe(ch)
@@ -287,6 +295,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.pubDropped, float64(s.PublishDropped))
 	gauge(c.pubLag, s.PublishLag)
 	counter(c.pubMsgs, float64(s.PublishMessages))
+	if s.Channel {
+		up := 0.0
+		if s.ChannelUp {
+			up = 1
+		}
+		gauge(c.channelUp, up)
+	}
+	counter(c.adopted, float64(s.Adopted))
 	counter(c.pubOverflow, float64(s.PublishShed), "shed")
 	counter(c.pubOverflow, float64(s.PublishDelayed), "delayed")
 	counter(c.absReports, float64(s.Absorbed.Reports))

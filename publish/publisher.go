@@ -69,6 +69,13 @@ type Options struct {
 	// Secret, when set, signs every message and the snapshot document
 	// (--channel-secret-file; docs/channel-protocol.md, "Trust model").
 	Secret []byte
+	// Adopt, when set, makes the publisher take over the hot set its
+	// predecessor published for the same node: before its first section
+	// write it reads the node's section back, keeps its entries in the
+	// section and passes them to Adopt (which must not block), so a restart
+	// never writes an empty section over them. Until the read succeeds
+	// nothing is written or published (events queue, bounded).
+	Adopt  func(prev []*event.Event)
 	Logger *slog.Logger
 	// Now is the clock (tests).
 	Now func() time.Time
@@ -158,6 +165,13 @@ type Stats struct {
 	// LastLag is the time from Emit to Redis's acknowledgement for the
 	// oldest event of the last batch published.
 	LastLag time.Duration
+	// Adopted says the previous daemon's section has been read (Options.Adopt);
+	// AdoptedKeys is how many hot keys it held.
+	Adopted     bool
+	AdoptedKeys int
+	// Superseded says a newer daemon for this node took over its snapshot
+	// section: this publisher has stopped publishing.
+	Superseded bool
 }
 
 type queued struct {
@@ -195,6 +209,11 @@ type Publisher struct {
 	shed     atomic.Uint64
 	delayed  atomic.Uint64
 	oversize atomic.Uint64
+
+	closeErr   error // set by drain before done closes
+	adopted    atomic.Bool
+	adoptKeys  atomic.Int64
+	superseded atomic.Bool
 }
 
 // New starts a publisher. It does not need Redis to be up.
@@ -217,6 +236,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Publisher, error) {
 		kick:  make(chan struct{}, 1),
 	}
 	p.up.Store(true)
+	p.adopted.Store(opt.Adopt == nil)
 	go p.run()
 	return p, nil
 }
@@ -285,6 +305,7 @@ func (p *Publisher) Stats() Stats {
 		LastLag:  time.Duration(p.lag.Load()),
 		Messages: p.msgs.Load(), Shed: p.shed.Load(), Delayed: p.delayed.Load(),
 		Oversize: p.oversize.Load(),
+		Adopted:  p.adopted.Load(), AdoptedKeys: int(p.adoptKeys.Load()), Superseded: p.superseded.Load(),
 	}
 }
 
@@ -311,7 +332,7 @@ func (p *Publisher) Close(ctx context.Context) error {
 	p.stop <- ctx
 	select {
 	case <-p.done:
-		return nil
+		return p.closeErr
 	case <-ctx.Done():
 		p.cancel()
 		<-p.done
@@ -456,11 +477,24 @@ func (p *Publisher) hasExpired() bool {
 func (p *Publisher) flush(ctx context.Context, batch []queued, snap bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	if !p.adopted.Load() {
+		if err := p.adopt(ctx); err != nil {
+			return err
+		}
+		snap = true
+	}
+	if p.superseded.Load() {
+		return nil // the newer daemon publishes for this node
+	}
 	p.budgetTake(len(batch))
 	if snap {
 		if err := p.writeSnapshot(ctx); err != nil {
 			p.budgetRefund(len(batch))
 			return err
+		}
+		if p.superseded.Load() {
+			p.budgetRefund(len(batch))
+			return nil
 		}
 	}
 	if len(batch) == 0 {
@@ -538,9 +572,15 @@ func (p *Publisher) writeSnapshot(ctx context.Context) error {
 		field: "n:" + p.opt.Node,
 		ttl:   p.opt.SnapshotTTL,
 		meta:  &event.SnapshotNode{Node: p.opt.Node, Seq: seq, TS: now.UTC().Format(event.TSFormat), Keys: len(keys)},
-		keys:  keys, seq: seq, ts: now, node: p.opt.Node,
+		keys:  keys, seq: seq, ts: now, node: p.opt.Node, guard: true,
 	}
 	if err := writeSection(ctx, p.rdb, p.opt.Channel, s, p.opt.Secret); err != nil {
+		if errors.Is(err, errSuperseded) {
+			if !p.superseded.Swap(true) {
+				p.log.Info("a newer daemon for this node took over its snapshot section; this one stops publishing", "node", p.opt.Node, "seq", seq)
+			}
+			return nil
+		}
 		p.markDirty()
 		return err
 	}
@@ -548,8 +588,54 @@ func (p *Publisher) writeSnapshot(ctx context.Context) error {
 	return nil
 }
 
-// drain publishes what is left after Close, until ctx ends.
+// adopt reads the previous daemon's section for this node, keeps its keys in
+// the hot set (those not already there) and hands them to Options.Adopt.
+func (p *Publisher) adopt(ctx context.Context) error {
+	sec, ok, bad, err := ReadSection(ctx, p.rdb, p.opt.Channel, p.opt.Node)
+	if err != nil {
+		return err
+	}
+	now := p.opt.Now()
+	p.mu.Lock()
+	var took []*event.Event
+	for _, e := range sec.Keys {
+		if _, there := p.set.m[entryID(e)]; there {
+			continue
+		}
+		e.Node = p.opt.Node
+		p.set.apply(e, now)
+		took = append(took, e)
+	}
+	if ok && sec.Seq >= p.seq {
+		// The clock went back since the previous daemon started: seq
+		// must still grow, or subscribers would take our messages for
+		// old ones and the section guard would refuse our writes.
+		p.log.Warn("previous daemon's seq is ahead of the clock; continuing from it", "prev_seq", sec.Seq, "seq", p.seq)
+		p.seq = sec.Seq + 1
+	}
+	p.dirty = true
+	p.mu.Unlock()
+	if bad > 0 {
+		p.log.Warn("previous snapshot section had undecodable entries; skipped", "node", p.opt.Node, "skipped", bad)
+	}
+	p.adoptKeys.Store(int64(len(took)))
+	if len(took) > 0 {
+		p.opt.Adopt(took)
+	}
+	p.adopted.Store(true)
+	p.log.Info("adopted the previous hot set of this node", "node", p.opt.Node, "keys", len(took), "found", ok, "prev_seq", sec.Seq)
+	return nil
+}
+
+// ErrChannelDown is returned by Close when the channel Redis was already
+// unreachable: Close tries once and does not wait for it.
+var ErrChannelDown = errors.New("channel Redis unreachable")
+
+// drain publishes what is left after Close, until ctx ends. When Redis was
+// already failing it tries once: waiting out ctx for a server that has been
+// down would only delay the exit.
 func (p *Publisher) drain(ctx context.Context, batch []queued) {
+	wasDown := !p.up.Load()
 	for {
 		for len(batch) < p.opt.MaxBatch {
 			select {
@@ -567,6 +653,12 @@ func (p *Publisher) drain(ctx context.Context, batch []queued) {
 		last := len(batch) == 0 || len(p.queue) == 0
 		if err := p.flush(ctx, batch, last && p.isDirty()); err != nil {
 			p.errs.Add(1)
+			lost := len(batch) + len(p.queue)
+			if wasDown {
+				p.closeErr = fmt.Errorf("%w: %v", ErrChannelDown, err)
+				p.drops.Add(uint64(lost))
+				return
+			}
 			// Keep trying while the caller lets us: Redis may be
 			// restarting just as we shut down.
 			t := time.NewTimer(p.opt.BackoffMin)
@@ -576,8 +668,8 @@ func (p *Publisher) drain(ctx context.Context, batch []queued) {
 			case <-ctx.Done():
 				t.Stop()
 			}
-			p.log.Warn("flush on close failed; events lost", "err", err, "lost", len(batch)+len(p.queue))
-			p.drops.Add(uint64(len(batch) + len(p.queue)))
+			p.log.Warn("flush on close failed; events lost", "err", err, "lost", lost)
+			p.drops.Add(uint64(lost))
 			return
 		}
 		if last {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -55,10 +56,29 @@ func hasHashTag(k string) bool {
 // KEYS[1] snapshot key, KEYS[2] sections hash.
 // ARGV[1] "set" or "del"; ARGV[2] field; ARGV[3] section ttl in ms;
 // ARGV[4] meta JSON; ARGV[5] entries; ARGV[6] writer seq (decimal);
-// ARGV[7] writer ts; ARGV[8] writer node as a JSON string.
+// ARGV[7] writer ts; ARGV[8] writer node as a JSON string; ARGV[9] "sign"
+// to return the document for signing instead of storing it; ARGV[10] "1" to
+// refuse the write when the field holds a section of a higher seq.
+//
+// Returns the number of node sections merged, or -1 when the write was
+// refused: a daemon's seq starts at its start time in microseconds, so a
+// section with a higher seq than the writer's is a newer daemon's for the
+// same node (a rolling update's new pod), which has taken over.
 var mergeScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ARGV[10] == '1' then
+  local cur = redis.call('HGET', KEYS[2], ARGV[2])
+  if cur then
+    local a = string.find(cur, '\n', 1, true)
+    local exp = a and tonumber(string.sub(cur, 1, a - 1))
+    local b = a and string.find(cur, '\n', a + 1, true)
+    local seq = b and string.match(string.sub(cur, a + 1, b - 1), '"seq":(%d+)')
+    if exp and exp > now and seq and tonumber(seq) > tonumber(ARGV[6]) then
+      return -1
+    end
+  end
+end
 if ARGV[1] == 'del' then
   redis.call('HDEL', KEYS[2], ARGV[2])
 else
@@ -137,7 +157,13 @@ type section struct {
 	seq  uint64
 	ts   time.Time
 	node string
+	// guard refuses the write when the field holds a newer writer's
+	// section (errSuperseded).
+	guard bool
 }
+
+// errSuperseded: a newer daemon for the same node has written its section.
+var errSuperseded = errors.New("a newer daemon for this node has taken over its snapshot section")
 
 // writeSection runs the merge script for s.
 // With a secret the document is signed (sign.go).
@@ -176,12 +202,19 @@ func writeSection(ctx context.Context, rdb redis.UniversalClient, channel string
 		// unless another writer merged meanwhile.
 		mode = "sign"
 	}
+	guard := "0"
+	if s.guard {
+		guard = "1"
+	}
 	keys := []string{SnapshotKey(channel), SectionsKey(channel), GenKey(channel)}
 	res, err := mergeScript.Run(ctx, rdb, keys,
 		op, s.field, strconv.FormatInt(ttl.Milliseconds(), 10), string(meta), ents.String(),
-		strconv.FormatUint(s.seq, 10), s.ts.UTC().Format(event.TSFormat), string(node), mode).Result()
+		strconv.FormatUint(s.seq, 10), s.ts.UTC().Format(event.TSFormat), string(node), mode, guard).Result()
 	if err != nil {
 		return fmt.Errorf("write snapshot %s: %w", SnapshotKey(channel), err)
+	}
+	if n, ok := res.(int64); ok && n < 0 {
+		return errSuperseded
 	}
 	if secret == nil {
 		return nil
@@ -199,6 +232,69 @@ func writeSection(ctx context.Context, rdb redis.UniversalClient, channel string
 		return fmt.Errorf("write snapshot %s: %w", SnapshotKey(channel), err)
 	}
 	return nil
+}
+
+// maxSection bounds a section read back at start (the channel's snapshot
+// document bound).
+const maxSection = 64 << 20
+
+// Section is a publisher's own section of the snapshot, read back by the
+// next daemon for the same node.
+type Section struct {
+	Seq  uint64
+	Keys []*event.Event
+}
+
+// ReadSection reads node's live section of the snapshot; ok is false when
+// there is none (never written, or aged out). Entries that do not decode
+// are skipped and counted in bad.
+func ReadSection(ctx context.Context, rdb redis.UniversalClient, channel, node string) (sec Section, ok bool, bad int, err error) {
+	v, err := rdb.HGet(ctx, SectionsKey(channel), "n:"+node).Bytes()
+	if err == redis.Nil {
+		return Section{}, false, 0, nil
+	}
+	if err != nil {
+		return Section{}, false, 0, fmt.Errorf("read snapshot section of %s: %w", node, err)
+	}
+	if len(v) > maxSection {
+		return Section{}, false, 1, nil
+	}
+	a := bytes.IndexByte(v, '\n')
+	if a < 0 {
+		return Section{}, false, 1, nil
+	}
+	b := bytes.IndexByte(v[a+1:], '\n')
+	if b < 0 {
+		return Section{}, false, 1, nil
+	}
+	b += a + 1
+	// An expired section is one the script has not yet deleted; expiry is
+	// on the server's clock.
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		return Section{}, false, 0, fmt.Errorf("read snapshot section of %s: %w", node, err)
+	}
+	if exp, perr := strconv.ParseInt(string(v[:a]), 10, 64); perr != nil || exp <= now.UnixMilli() {
+		return Section{}, false, 0, nil
+	}
+	var meta event.SnapshotNode
+	if err := json.Unmarshal(v[a+1:b], &meta); err != nil {
+		return Section{}, false, 1, nil
+	}
+	sec.Seq = meta.Seq
+	var raw []json.RawMessage
+	if err := json.Unmarshal(append(append([]byte{'['}, v[b+1:]...), ']'), &raw); err != nil {
+		return sec, true, 1, nil
+	}
+	for _, r := range raw {
+		e := new(event.Event)
+		if err := json.Unmarshal(r, e); err != nil || e.Type != event.TypeHot {
+			bad++
+			continue
+		}
+		sec.Keys = append(sec.Keys, e)
+	}
+	return sec, true, bad, nil
 }
 
 // ReadSnapshot reads the merged snapshot; a missing key is an empty snapshot

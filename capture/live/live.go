@@ -62,6 +62,16 @@ type Capture struct {
 	log      *slog.Logger
 }
 
+// SetDeadline forwards to the source when it has one (the eBPF and
+// AF_PACKET readers do): the embedded interface hides it, and without it a
+// live pipeline ticks only on traffic, so a quiet node's hot keys were
+// neither refreshed nor cooled, and metrics went stale.
+func (c *Capture) SetDeadline(t time.Time) {
+	if d, ok := c.Source.(interface{ SetDeadline(time.Time) }); ok {
+		d.SetDeadline(t)
+	}
+}
+
 // Mode names what was opened: cgroup, xdp, tc, auto (interfaces) or afpacket.
 func (c *Capture) Mode() string { return c.mode }
 

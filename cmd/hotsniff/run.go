@@ -86,16 +86,23 @@ it cleanly: the pipeline drains, the publisher flushes, the programs detach.`,
 			if err != nil {
 				return err
 			}
-			if n, ok := niceToSet(cfg.Capture.Nice, cmd.Flags().Changed("nice"), cur); ok {
-				if err := setNice(n); err != nil {
-					return usageError{fmt.Errorf("%w (running at nice %d: a lower --nice needs CAP_SYS_NICE)", err, cur)}
-				}
-			}
+			// Applied once capture is attached: loading and attaching the
+			// programs at a low priority on a busy node took tens of seconds.
+			niceTo, setNiceTo := niceToSet(cfg.Capture.Nice, cmd.Flags().Changed("nice"), cur)
 			base := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			d := &daemon{
 				log: base.With("component", "run"), base: base,
 				cfg: cfg, mode: mode, ports: ports, target: target,
 				stdout: cmd.OutOrStdout(),
+				nice: func() error {
+					if !setNiceTo {
+						return nil
+					}
+					if err := setNice(niceTo); err != nil {
+						return usageError{fmt.Errorf("%w (running at nice %d: a lower --nice needs CAP_SYS_NICE)", err, cur)}
+					}
+					return nil
+				},
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -118,7 +125,15 @@ type daemon struct {
 	skipErr bool // a reply skip update failed (logged once)
 	target  *publish.Target
 	stdout  io.Writer
+	nice    func() error // lowers the priority, once capture is attached
 
+	// adopt hands the previous daemon's hot set from the publisher to the
+	// pipeline goroutine; pub is set before running.
+	adopt   chan []*event.Event
+	pub     *publish.Publisher
+	noTraff pipeline.NoTraffic
+
+	rdb         interface{ Close() error }
 	cap         *live.Capture
 	pl          *pipeline.Pipeline
 	lastMetrics time.Time
@@ -136,46 +151,52 @@ type daemon struct {
 }
 
 func (d *daemon) run(ctx context.Context) error {
+	d.col = metrics.New()
+	// HTTP first: /healthz answers while capture attaches, and /readyz
+	// says 503 until it is attached and the previous hot set adopted.
+	var srv *httpserve.Server
+	if d.cfg.HTTP.Listen != "" {
+		var err error
+		if srv, err = d.serve(); err != nil {
+			return err
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			srv.Shutdown(cctx)
+			cancel()
+		}()
+	}
+	if err := d.openCapture(); err != nil {
+		return err
+	}
+	d.cap.FollowDecap(ctx)
+	if err := d.nice(); err != nil {
+		d.cap.Close()
+		return err
+	}
 	var em emitters
 	var pub *publish.Publisher
 	if d.target != nil {
+		// The publisher starts once capture is attached: its first act is
+		// to take over this node's section of the snapshot (a surge
+		// rollout's old daemon stops publishing then), so it must not
+		// happen before this daemon can carry on.
 		quietRedisLogs()
-		rdb, err := publish.Connect(d.target, tlsOptions(d.cfg.Publish))
-		if err != nil {
-			return err
-		}
-		defer rdb.Close()
-		// Redis may be down now: the publisher queues (bounded) and
-		// reconnects with backoff; capture starts regardless.
-		secret, err := loadSecret(d.cfg.Publish)
-		if err != nil {
-			return err
-		}
-		opt, err := publishOptions(d.cfg.Publish)
-		if err != nil {
-			return err
-		}
-		opt.Node, opt.Logger, opt.Secret = d.cfg.Detect.Node, d.base, secret
-		pub, err = publish.New(rdb, opt)
-		if err != nil {
+		var err error
+		if pub, err = d.startPublisher(); err != nil {
+			d.cap.Close()
 			return err
 		}
 		em = append(em, pub)
 	} else {
 		w, err := publish.NewWriter(d.stdout, d.cfg.Detect.Output, d.cfg.Detect.Node)
 		if err != nil {
+			d.cap.Close()
 			return usageError{err}
 		}
 		em = append(em, w)
 	}
-	if err := d.openCapture(); err != nil {
-		if pub != nil {
-			pub.Close(context.Background())
-		}
-		return err
-	}
-	d.cap.FollowDecap(ctx)
-	d.col = metrics.New()
+	d.pub = pub
 	// The capabilities of the capture, looked up once.
 	skips := d.cap.ReplySkips()
 	heads := skips != nil
@@ -198,6 +219,7 @@ func (d *daemon) run(ctx context.Context) error {
 		RequestsOnly: d.cap.RequestsOnly()})
 	if err != nil {
 		d.cap.Close()
+		d.closePublisher(pub)
 		return usageError{err}
 	}
 	if heads {
@@ -207,15 +229,8 @@ func (d *daemon) run(ctx context.Context) error {
 	d.startKernelReader()
 	d.samp = d.startSampler()
 	defer d.samp.close()
+	d.noTraff.After = d.cfg.Capture.NoTrafficWarn
 
-	var srv *httpserve.Server
-	if d.cfg.HTTP.Listen != "" {
-		srv, err = d.serve()
-		if err != nil {
-			d.cap.Close()
-			return err
-		}
-	}
 	// The pipeline owns the assembler, decoders and detector: one goroutine,
 	// no locks on the per-packet path.
 	done := make(chan error, 1)
@@ -241,23 +256,65 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	d.running.Store(false)
 	pl.Flush() // merged invalidates still waiting for their interval
-	if pub != nil {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		before := pub.Stats().Dropped
-		cerr := pub.Close(cctx)
-		cancel()
-		// Subscribers missed what was lost: the exit status says so, as
-		// replay's does, so a supervisor or a script sees it.
-		if lost := pub.Stats().Dropped - before; (cerr != nil || lost > 0) && perr == nil {
-			perr = fmt.Errorf("publish on shutdown: %d event(s) not published to %s: %w", lost, d.target.Redacted, cmp.Or(cerr, errLostOnClose))
-		}
-	}
-	if srv != nil {
-		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		srv.Shutdown(cctx)
-		cancel()
+	if cerr := d.closePublisher(pub); cerr != nil && perr == nil {
+		perr = cerr
 	}
 	return perr
+}
+
+// startPublisher connects the channel Redis (which may be down: the
+// publisher queues, bounded, and reconnects with backoff) and starts a
+// publisher that adopts this node's previous hot set.
+func (d *daemon) startPublisher() (*publish.Publisher, error) {
+	rdb, err := publish.Connect(d.target, tlsOptions(d.cfg.Publish))
+	if err != nil {
+		return nil, err
+	}
+	secret, err := loadSecret(d.cfg.Publish)
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	opt, err := publishOptions(d.cfg.Publish)
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	d.adopt = make(chan []*event.Event, 1)
+	opt.Node, opt.Logger, opt.Secret = d.cfg.Detect.Node, d.base, secret
+	opt.Adopt = func(prev []*event.Event) { d.adopt <- prev } // called once
+	pub, err := publish.New(rdb, opt)
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	d.rdb = rdb
+	return pub, nil
+}
+
+// closePublisher flushes the publisher and says truly what was lost.
+func (d *daemon) closePublisher(pub *publish.Publisher) error {
+	if pub == nil {
+		return nil
+	}
+	defer d.rdb.Close()
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	before := pub.Stats().Dropped
+	cerr := pub.Close(cctx)
+	cancel()
+	lost := pub.Stats().Dropped - before
+	if lost == 0 && errors.Is(cerr, publish.ErrChannelDown) {
+		// Nothing was waiting: only the last rewrite of this node's
+		// section did not happen; it ages out on its own.
+		d.log.Warn("stopped with the channel Redis unreachable: no event lost; this node's snapshot section was not rewritten and ages out after the snapshot ttl", "redis", d.target.Redacted, "err", cerr)
+		return nil
+	}
+	// Subscribers missed what was lost: the exit status says so, as
+	// replay's does, so a supervisor or a script sees it.
+	if cerr != nil || lost > 0 {
+		return fmt.Errorf("publish on shutdown: %d event(s) not published to %s: %w", lost, d.target.Redacted, cmp.Or(cerr, errLostOnClose))
+	}
+	return nil
 }
 
 var errLostOnClose = errors.New("Redis did not take them before the shutdown deadline")
@@ -272,6 +329,12 @@ const tickEvery = 100 * time.Millisecond
 func (d *daemon) tick(now time.Time, pub *publish.Publisher) {
 	det := d.pl.Detector()
 	d.beat.Store(now.UnixNano())
+	select {
+	case prev := <-d.adopt: // nil channel without a publisher
+		n := det.Adopt(prev, now.UnixNano())
+		d.log.Info("previous hot set adopted: keys stay hot until measured for a full window", "keys", n, "offered", len(prev), "window", det.Config().Window)
+	default:
+	}
 	if now.Sub(d.lastMetrics) < time.Second {
 		if d.samp != nil && d.samp.early(now) {
 			d.samp.step(d, det, now)
@@ -291,10 +354,16 @@ func (d *daemon) tick(now time.Time, pub *publish.Publisher) {
 	if pub != nil {
 		pub.UpdateRates(hot) // the snapshot carries current rates
 	}
-	d.updateMetrics(d.pl.StreamStats(), d.pl.Counter(), hot, pub)
-	d.noteEvidence(det, d.pl.StreamStats().BytesLost, d.captureStats(), d.clock)
+	st := d.pl.StreamStats()
+	d.updateMetrics(st, d.pl.Counter(), hot, pub)
+	d.noteEvidence(det, st.BytesLost, d.captureStats(), d.clock)
 	ds := det.Stats()
-	d.col.Update(func(s *metrics.Snapshot) { s.Absorbed, s.LateReads = absorbedMetrics(ds), ds.Late })
+	d.col.Update(func(s *metrics.Snapshot) {
+		s.Absorbed, s.LateReads, s.Adopted = absorbedMetrics(ds), ds.Late, ds.Adopted
+	})
+	if msg, ok := d.noTraff.Check(now, st.Segments, d.ports.List(), d.cfg.Capture.Ifaces); ok {
+		d.log.Warn(msg)
+	}
 }
 
 func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.Event, pub *publish.Publisher) {
@@ -335,6 +404,7 @@ func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.E
 			ps := pub.Stats()
 			s.Published, s.PublishErrors, s.PublishDropped, s.PublishLag = ps.Published, ps.Errors, ps.Dropped, ps.LastLag.Seconds()
 			s.PublishMessages, s.PublishShed, s.PublishDelayed = ps.Messages, ps.Shed, ps.Delayed
+			s.Channel, s.ChannelUp = true, ps.Connected
 		}
 		for _, l := range d.lat {
 			s.DetectionLatency = append(s.DetectionLatency, l.Seconds())
@@ -434,12 +504,37 @@ func (d *daemon) healthz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
+// readyz is 503 until capture is attached and, when publishing, this node's
+// previous hot set is adopted (which needs the channel Redis once), 200
+// after. A later channel outage does not make the daemon unready (capture
+// and detection go on, events queue): the body and hotsniff_channel_up say
+// so.
 func (d *daemon) readyz(w http.ResponseWriter, _ *http.Request) {
 	if !d.running.Load() {
-		http.Error(w, "capture not running", http.StatusServiceUnavailable)
+		http.Error(w, "starting: capture not attached yet", http.StatusServiceUnavailable)
 		return
 	}
-	fmt.Fprintf(w, "ready: capturing with %s\n", d.cap.Mode())
+	if d.pub == nil {
+		fmt.Fprintf(w, "ready: capturing with %s\n", d.cap.Mode())
+		return
+	}
+	st := d.pub.Stats()
+	if !st.Adopted {
+		why := "reading this node's previous hot set from the channel Redis"
+		if !st.Connected {
+			why = "channel Redis unreachable: waiting for it to read this node's previous hot set"
+		}
+		http.Error(w, fmt.Sprintf("starting: capturing with %s; %s", d.cap.Mode(), why), http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintf(w, "ready: capturing with %s; adopted %d hot key(s)", d.cap.Mode(), st.AdoptedKeys)
+	switch {
+	case st.Superseded:
+		fmt.Fprint(w, "; a newer daemon for this node publishes now")
+	case !st.Connected:
+		fmt.Fprint(w, "; channel Redis unreachable: events queue until it is back")
+	}
+	fmt.Fprintln(w)
 }
 
 // hotkeysDoc is the /hotkeys document as a reader decodes it.
