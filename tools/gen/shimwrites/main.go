@@ -1,9 +1,10 @@
-// Command shimwrites writes the table of written keys that the Go (embedded),
+// Command shimwrites writes the table of written keys (client/writes.json:
+// one file; the Python and Node packages link to it) that the Go (embedded),
 // Python and Node client shims use to drop cached keys on writes, derived from the
 // redis-server COMMAND table in decode/redis, so every shim agrees with the
 // Go shim's writtenKeys.
 //
-//	go run ./tools/gen/shimwrites -out client/writes.json -out client/python/hotsniff_shim/writes.json -out client/node/src/writes.json
+//	go run ./tools/gen/shimwrites -out client/writes.json
 package main
 
 import (

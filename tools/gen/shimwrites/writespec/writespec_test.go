@@ -20,7 +20,7 @@ func TestCommittedTablesCurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
-			t.Errorf("%s is stale: run go run ./tools/gen/shimwrites -out client/writes.json -out client/python/hotsniff_shim/writes.json -out client/node/src/writes.json", p)
+			t.Errorf("%s is stale: run go run ./tools/gen/shimwrites -out client/writes.json", p)
 		}
 	}
 }
