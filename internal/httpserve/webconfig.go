@@ -7,11 +7,15 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.yaml.in/yaml/v2"
+	"golang.org/x/crypto/bcrypt"
 )
 
 // webConfig is the --web-config file (the Prometheus exporter-toolkit
@@ -40,10 +44,39 @@ func Validate(path string) error {
 		return nil
 	}
 	if err := web.Validate(path); err != nil {
+		if strings.HasPrefix(err.Error(), "crypto/bcrypt:") {
+			return fmt.Errorf("basic_auth_users: %s is not a bcrypt hash (%v): store the hash of the password, e.g. from htpasswd -nbBC 10 \"\" 'PASSWORD' | tr -d ':\\n'", badHashUsers(path), err)
+		}
 		return err
 	}
 	_, _, err := loadWebConfig(path)
 	return err
+}
+
+// badHashUsers names the users of the file whose password is not a bcrypt
+// hash (the toolkit's error names none), for the error line.
+func badHashUsers(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "a password"
+	}
+	var c struct {
+		Users map[string]string `yaml:"basic_auth_users"`
+	}
+	if yaml.Unmarshal(b, &c) != nil {
+		return "a password"
+	}
+	var bad []string
+	for u, h := range c.Users {
+		if _, err := bcrypt.Cost([]byte(h)); err != nil {
+			bad = append(bad, strconv.Quote(u))
+		}
+	}
+	if len(bad) == 0 {
+		return "a password"
+	}
+	sort.Strings(bad)
+	return "the password of user " + strings.Join(bad, ", ")
 }
 
 func loadWebConfig(path string) (*web.Config, *tls.Config, error) {
