@@ -45,7 +45,14 @@ func NewWriter(w io.Writer, format, node string) (*Writer, error) {
 
 // Emit writes e and flushes, so a subscriber's output is live. The first
 // write error is kept (Err) and later events are discarded.
-func (w *Writer) Emit(e *event.Event) {
+func (w *Writer) Emit(e *event.Event) { w.emit(e, false) }
+
+// EmitSnapshot writes an entry read from the snapshot rather than received
+// as a message: in JSONL it carries "snapshot":true after the event's own
+// fields, in text its TYPE is marked "(snap)".
+func (w *Writer) EmitSnapshot(e *event.Event) { w.emit(e, true) }
+
+func (w *Writer) emit(e *event.Event, snap bool) {
 	if e == nil {
 		return
 	}
@@ -75,10 +82,13 @@ func (w *Writer) Emit(e *event.Event) {
 			w.err = fmt.Errorf("encode event: %w", err)
 			return
 		}
+		if snap && len(b) > 1 && b[len(b)-1] == '}' {
+			b = append(b[:len(b)-1:len(b)-1], `,"snapshot":true}`...)
+		}
 		w.w.Write(b)
 		w.w.WriteByte('\n')
 	} else {
-		w.text(e)
+		w.text(e, snap)
 	}
 	if err := w.w.Flush(); err != nil {
 		w.err = fmt.Errorf("write event: %w", err)
@@ -89,7 +99,7 @@ func (w *Writer) Emit(e *event.Event) {
 // than being cut, since a truncated key is a wrong key.
 const textRow = "%-27s %-10s %-8s %-21s %-3s %-40s %10s\n"
 
-func (w *Writer) text(e *event.Event) {
+func (w *Writer) text(e *event.Event, snap bool) {
 	if !w.header {
 		w.header = true
 		fmt.Fprintf(w.w, textRow, "TIME", "TYPE", "PROTO", "SERVER", "NS", "KEY", "QPS")
@@ -116,6 +126,9 @@ func (w *Writer) text(e *event.Event) {
 	typ := termtext.Field(e.Type)
 	if e.Source == event.SourceManual {
 		typ += "*" // manual entries are marked, the rest of the row is the same
+	}
+	if snap {
+		typ += " (snap)" // read from the snapshot, not received as a message
 	}
 	ns := "-"
 	if e.NS != "" {

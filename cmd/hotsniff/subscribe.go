@@ -102,7 +102,7 @@ on SIGINT or SIGTERM.`,
 					OnSnapshot: func(s *event.Snapshot) {
 						for _, e := range s.Keys {
 							if e != nil {
-								w.Emit(e)
+								w.EmitSnapshot(e)
 							}
 						}
 					},
