@@ -117,10 +117,15 @@ export function eventFrom(o: unknown): HotEvent {
   };
 }
 
+/** A bare Infinity or NaN where a value goes: not JSON, but a number out of range, as the Go and Python shims count it. */
+const NON_FINITE = /[:[,]\s*-?(?:Infinity|NaN)\s*[,}\]]/;
+
 function parse(payload: Buffer): unknown {
+  const text = payload.toString('utf8');
   try {
-    return JSON.parse(payload.toString('utf8'));
+    return JSON.parse(text);
   } catch (err) {
+    if (NON_FINITE.test(text)) throw range(`decode message: ${(err as Error).message}`);
     throw new DecodeError(`decode message: ${(err as Error).message}`);
   }
 }

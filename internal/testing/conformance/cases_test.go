@@ -36,12 +36,6 @@ func (c *tcase) applies(mode string) bool { return c.cluster == (mode == "cluste
 // shows them as not passing. Remove an entry as soon as the shim gains the
 // feature.
 var pending = map[string]map[string]string{
-	"node-ioredis/single": {
-		"hostile-numbers": "one of the four out-of-range number forms is counted under another reason than out_of_range (it is still rejected and counted once, and the shim keeps serving)",
-	},
-	"node-redis/single": {
-		"hostile-numbers": "one of the four out-of-range number forms is counted under another reason than out_of_range (it is still rejected and counted once, and the shim keeps serving)",
-	},
 	"node-ioredis/cluster": {
 		"cluster-slot-move": "after the slot moves, the first read of the key is still answered locally instead of once from its new master (the value is refreshed from the new master within the staleness bound)",
 	},
