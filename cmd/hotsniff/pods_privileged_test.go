@@ -207,7 +207,7 @@ func TestPodsAfterStart(t *testing.T) {
 				args = append(args, "--iface", "veth*")
 			}
 			d := startNodeDaemon(t, node.NS, node.NSIP, args...)
-			if mode == "auto" && !strings.Contains(d.log(), `msg="capture mode chosen" component=run mode=cgroup reason="cgroup v2 mounted at`) {
+			if mode == "auto" && !strings.Contains(d.log(), `msg="capture mode chosen" component=capture mode=cgroup reason="cgroup v2 mounted at`) {
 				t.Errorf("auto without --iface on a cgroup v2 host: want the cgroup capture, and why\n%s", d.log())
 			}
 

@@ -135,7 +135,7 @@ func TestHotkeysAndSubscribe(t *testing.T) {
 	// A fresh subscriber in text form starts from that snapshot.
 	sub2, stop2 := startSubscribe(t, rdb, "--redis-url", url, "--channel", "hk", "--output", "text")
 	lines = waitLines(t, sub2, 2)
-	if !strings.HasPrefix(lines[0], "TIME ") || !strings.Contains(lines[1], ` hot*  `) || !strings.Contains(lines[1], `"\xff\x00"`) {
+	if !strings.HasPrefix(lines[0], "TIME ") || !strings.Contains(lines[1], ` hot* (snap) `) || !strings.Contains(lines[1], `"\xff\x00"`) {
 		t.Errorf("text output %q", lines)
 	}
 	if err := stop2(); err != nil {
