@@ -41,10 +41,3 @@ func (c *Counter) Absorbed(f *Flow, a *Absorbed) {
 		c.Next.Absorbed(f, a)
 	}
 }
-
-// Absorbed forwards a report to every sink.
-func (t Tee) Absorbed(f *Flow, a *Absorbed) {
-	for _, s := range t {
-		s.Absorbed(f, a)
-	}
-}

@@ -133,36 +133,3 @@ func (c *Counter) Reply(f *Flow, n uint64, paired bool) {
 		c.Next.Reply(f, n, paired)
 	}
 }
-
-// Tee forwards every call to each sink in order.
-type Tee []Sink
-
-func (t Tee) Request(f *Flow, r *Request) {
-	for _, s := range t {
-		s.Request(f, r)
-	}
-}
-
-func (t Tee) Key(f *Flow, r *Request, k Key) {
-	for _, s := range t {
-		s.Key(f, r, k)
-	}
-}
-
-func (t Tee) Error(f *Flow, reason string) {
-	for _, s := range t {
-		s.Error(f, reason)
-	}
-}
-
-func (t Tee) ReplyKey(f *Flow, ns int32, k Key, n uint64) {
-	for _, s := range t {
-		s.ReplyKey(f, ns, k, n)
-	}
-}
-
-func (t Tee) Reply(f *Flow, n uint64, paired bool) {
-	for _, s := range t {
-		s.Reply(f, n, paired)
-	}
-}

@@ -176,9 +176,6 @@ func (p *Pipeline) Counter() *decode.Counter { return p.counter }
 // StreamStats are the stream layer's counters.
 func (p *Pipeline) StreamStats() stream.Stats { return p.asm.Stats() }
 
-// Ports is the port map the pipeline decodes.
-func (p *Pipeline) Ports() *stream.Ports { return p.ports }
-
 // Truncated is how many segments the capture did not copy whole.
 func (p *Pipeline) Truncated() uint64 { return p.truncated }
 
