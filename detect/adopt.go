@@ -65,6 +65,7 @@ func (d *Detector) Adopt(evs []*event.Event, now int64) int {
 		if d.bdet != nil && bthr > 0 {
 			e.bthr, e.bsince = bthr, d.now
 			e.bwin = window{epoch: d.epoch}
+			e.bn = window{epoch: d.epoch}
 		}
 		e.gate = uint32(h >> (64 - gateBits))
 		d.gate[e.gate]++

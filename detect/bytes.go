@@ -21,6 +21,7 @@ import (
 type bytesInit struct {
 	thr   float64
 	win   *window
+	reads uint32 // weighted reads answered with the bytes in win
 	since int64
 	bps   float64
 }
@@ -35,11 +36,11 @@ func (d *Detector) ReplyKey(f *decode.Flow, ns int32, k decode.Key, n uint64) {
 		return
 	}
 	h := d.identity(f, ns, k.Bytes)
-	c := uint32(min(n, math.MaxUint32))
+	c, w := uint32(min(n, math.MaxUint32)), k.Weight
 	d.st.ReplyBytes += n
 	if d.samp.guard != 0 {
 		// Replies of sampled-out connections are skipped with them.
-		c = d.scaleWeight(c)
+		c, w = d.scaleWeight(c), d.scaleWeight(w)
 	}
 	if d.gate[h>>(64-gateBits)] != 0 {
 		if e := d.hot.find(h, f, ns, k.Bytes); e != nil {
@@ -47,6 +48,7 @@ func (d *Detector) ReplyKey(f *decode.Flow, ns int32, k decode.Key, n uint64) {
 				e.bsince = d.now
 			}
 			e.bwin.add(d.epoch, c)
+			e.bn.add(d.epoch, w)
 			return
 		}
 	}
@@ -100,7 +102,7 @@ func (d *Detector) promoteFrom(w *windowed, h uint64, f *decode.Flow, ns int32, 
 	}
 	b := &bytesInit{thr: bthr, since: d.now}
 	if bytes != nil {
-		b.win, b.since = &bytes.own, bytes.since
+		b.win, b.since, b.reads = &bytes.own, bytes.since, bytes.reads
 		b.bps = d.rate(&bytes.own, bytes.since, d.sub/8)
 	}
 	var rw *window
@@ -134,9 +136,18 @@ func (e *hotEntry) bytesPS(typ string) float64 {
 	return math.Round(e.bps)
 }
 
-// valueBytes is the mean reply size: reply bytes per weighted read.
+// valueBytes is the mean reply size: reply bytes per weighted read answered.
+// Both counts come from the same replies, so a reply still in flight when a
+// window closes (its read counted, its bytes not yet) does not skew it; the
+// two rates are only a fallback when no answered read was counted.
 func (e *hotEntry) valueBytes(typ string, qps float64) float64 {
-	if typ == event.TypeInvalidate || e.bps == 0 || qps <= 0 {
+	if typ == event.TypeInvalidate || e.bps == 0 {
+		return 0
+	}
+	if e.bn.sum > 0 {
+		return math.Round(float64(e.bwin.sum) / float64(e.bn.sum))
+	}
+	if qps <= 0 {
 		return 0
 	}
 	return math.Round(e.bps / qps)

@@ -88,6 +88,20 @@ func TestHotByBytes(t *testing.T) {
 	if math.Abs(e.BytesPS-5e6)/5e6 > 0.1 || math.Abs(e.ValueBytes-100_000)/100_000 > 0.1 || math.Abs(e.QPS-50)/50 > 0.1 {
 		t.Errorf("big: bytes_ps %v value_bytes %v qps %v, want ~5e6, ~100000, ~50", e.BytesPS, e.ValueBytes, e.QPS)
 	}
+	// Every event's mean reply size (when known: a key promoted on reads
+	// alone has no bytes yet) is the size of each reply, exactly:
+	// it is computed from the replies themselves, whichever stage
+	// promoted the key and however its reads and bytes straddle a window.
+	for _, ev := range rec.ev {
+		if ev.Type != event.TypeHot {
+			continue
+		}
+		for _, s := range ss[:3] {
+			if string(ev.Key) == s.key && ev.ValueBytes != 0 && ev.ValueBytes != float64(s.size) {
+				t.Errorf("%s: value_bytes %v, every reply is %d bytes", s.key, ev.ValueBytes, s.size)
+			}
+		}
+	}
 	// The first event already carries both measurements.
 	for _, ev := range rec.ev {
 		if string(ev.Key) == "big" {

@@ -355,6 +355,7 @@ func (d *Detector) scan() {
 		e.qpsLow = d.span(e.since) < 2*d.sub
 		if e.bthr > 0 || e.bwin.sum > 0 {
 			e.bwin.advance(d.epoch)
+			e.bn.advance(d.epoch)
 			e.bps = d.rate(&e.bwin, e.bsince, 2*d.sub)
 		}
 		e.abs.advance(d.epoch)
@@ -438,6 +439,7 @@ func (d *Detector) promote(h uint64, f *decode.Flow, ns int32, k decode.Key, thr
 		e.bthr, e.bsince, e.bps = b.thr, b.since, b.bps
 		if b.win != nil {
 			e.bwin = *b.win
+			e.bn = b.win.scaled(b.reads)
 		}
 	}
 	e.gate = uint32(h >> (64 - gateBits))

@@ -32,6 +32,7 @@ type hotEntry struct {
 	// bsince, and the last measured rate.
 	bthr   float64
 	bwin   window
+	bn     window // weighted reads answered with the bytes in bwin: their mean size
 	bsince int64
 	bps    float64
 	gate   uint32 // index of the gate counter (bucket) it is registered in

@@ -49,3 +49,23 @@ func (w *window) add(ep int64, n uint32) {
 	w.ring[j] = v
 	w.sum += uint64(v - old)
 }
+
+// scaled is w spread to total n: each sub-window gets its share of n by its
+// share of w. The bytes stage counts a key's answered reads as one total
+// beside its window of bytes; spreading the total the way the bytes fell
+// keeps reads and bytes aging out together.
+func (w *window) scaled(n uint32) window {
+	out := window{epoch: w.epoch}
+	if w.sum == 0 {
+		if n > 0 {
+			out.add(w.epoch, n)
+		}
+		return out
+	}
+	for j, c := range w.ring {
+		v := uint32(uint64(c) * uint64(n) / w.sum)
+		out.ring[j] = v
+		out.sum += uint64(v)
+	}
+	return out
+}
