@@ -226,6 +226,10 @@ def main() -> int:
                 out = watch(r, key(req), req["want"], req["ms"])
             elif op == "load":
                 out = load(r, key(req), req.get("want"), req["ms"], int(req.get("threads", 1)))
+            elif op == "trace":
+                out = trace(r, key(req), req["ms"], int(req.get("threads", 1)))
+            elif op == "read_keys":
+                out = read_keys(r, req["keys"], int(req.get("n", 1)))
             elif op == "plain_get":
                 out = {"value": _s(plain.get(key(req)))}
             elif op == "close":
@@ -272,6 +276,60 @@ def load(r, k, want, ms, threads):
     for t in ts:
         t.join()
     return {"reads": sum(counts), "bad": sum(bad)}
+
+
+def trace(r, k, ms, threads):
+    """Reads k for ms from threads loops; for each value seen, the wall-clock
+    start (Unix ns) of the last read that returned it, so the driver can
+    compare it with the write that replaced it. Errors are counted, not
+    raised: the driver checks that none reached the application."""
+    end = time.monotonic() + ms / 1000.0
+    lock = threading.Lock()
+    last = {}
+    tot = {"reads": 0, "errors": 0, "nil": 0, "first_error": ""}
+
+    def run():
+        mine, reads, errors, nils, first = {}, 0, 0, 0, ""
+        while time.monotonic() < end:
+            start = time.time_ns()
+            try:
+                v = _s(r.get(k))
+            except Exception as err:  # noqa: BLE001 - counted for the driver
+                errors += 1
+                first = first or "%s: %s" % (type(err).__name__, err)
+                continue
+            reads += 1
+            if v is None:
+                nils += 1
+            else:
+                mine[v] = start
+        with lock:
+            for v, ns in mine.items():
+                last[v] = max(last.get(v, 0), ns)
+            tot["reads"] += reads
+            tot["errors"] += errors
+            tot["nil"] += nils
+            tot["first_error"] = tot["first_error"] or first
+    ts = [threading.Thread(target=run) for _ in range(max(threads, 1))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    tot["last_ns"] = last
+    return tot
+
+
+def read_keys(r, keys, n):
+    """Reads each key n times in turn (admits a large hot set)."""
+    reads, errors = 0, 0
+    for _ in range(n):
+        for k in keys:
+            try:
+                r.get(k)
+                reads += 1
+            except Exception:  # noqa: BLE001 - counted for the driver
+                errors += 1
+    return {"reads": reads, "errors": errors}
 
 
 if __name__ == "__main__":
