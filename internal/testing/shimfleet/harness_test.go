@@ -299,8 +299,8 @@ func (a *app) do(req map[string]any) map[string]any {
 // traceResult is the adapter's answer to a trace op.
 type traceResult struct {
 	reads, errors, nils int
-	firstError        string
-	last              map[string]int64 // value -> start (Unix ns) of the last read returning it
+	firstError          string
+	last                map[string]int64 // value -> start (Unix ns) of the last read returning it
 }
 
 func parseTrace(m map[string]any) traceResult {
