@@ -106,7 +106,8 @@ func pythonBin() string {
 }
 
 // shims are the three shims, each on its library's cluster client (mode
-// "cluster") or plain client (standalone). HOTSNIFF_SHIMFLEET_SHIMS=go,node
+// "cluster": go-redis ClusterClient, redis-py RedisCluster, ioredis Cluster,
+// node-redis createCluster) or plain client (standalone). HOTSNIFF_SHIMFLEET_SHIMS=go,node
 // runs only some.
 func shims(t testing.TB, cluster bool) []shim {
 	client := filepath.Join(repoRoot(), "client")
@@ -138,30 +139,8 @@ func shims(t testing.TB, cluster bool) []shim {
 				return []string{pythonBin(), "-m", "hotsniff_shim.conformance_adapter", cfg}
 			},
 			env: []string{"PYTHONPATH=" + filepath.Join(client, "python"), "PYTHONDONTWRITEBYTECODE=1"}},
-		{name: "node-ioredis", mode: nodeMode,
-			prepare: func(t testing.TB) {
-				t.Helper()
-				if _, err := exec.LookPath("node"); err != nil {
-					netnstest.Skip(t, "node not installed (apt-get install nodejs npm)")
-				}
-				if _, err := os.Stat(filepath.Join(nodeDir, "node_modules")); err != nil {
-					netnstest.Skip(t, "client/node has no node_modules: run `npm ci` there")
-				}
-				nodeOnce.Do(func() {
-					cmd := exec.Command("npm", "run", "--silent", "build")
-					cmd.Dir = nodeDir
-					if out, err := cmd.CombinedOutput(); err != nil {
-						nodeErr = fmt.Errorf("npm run build in client/node: %v: %s", err, out)
-					}
-				})
-				if nodeErr != nil {
-					t.Fatal(nodeErr)
-				}
-			},
-			argv: func(_ testing.TB, cfg string) []string {
-				return []string{"node", filepath.Join(nodeDir, "dist", "conformance-adapter.js"), cfg}
-			},
-			env: []string{"HOTSNIFF_NODE_CLIENT=ioredis"}},
+		nodeShim("node-ioredis", "ioredis", nodeDir, nodeMode),
+		nodeShim("node-redis", "node-redis", nodeDir, nodeMode),
 	}
 	only := os.Getenv("HOTSNIFF_SHIMFLEET_SHIMS")
 	var out []shim
@@ -171,6 +150,34 @@ func shims(t testing.TB, cluster bool) []shim {
 		}
 	}
 	return out
+}
+
+// nodeShim is the Node shim on one client library (HOTSNIFF_NODE_CLIENT).
+func nodeShim(name, lib, nodeDir, mode string) shim {
+	return shim{name: name, mode: mode,
+		prepare: func(t testing.TB) {
+			t.Helper()
+			if _, err := exec.LookPath("node"); err != nil {
+				netnstest.Skip(t, "node not installed (apt-get install nodejs npm)")
+			}
+			if _, err := os.Stat(filepath.Join(nodeDir, "node_modules")); err != nil {
+				netnstest.Skip(t, "client/node has no node_modules: run `npm ci` there")
+			}
+			nodeOnce.Do(func() {
+				cmd := exec.Command("npm", "run", "--silent", "build")
+				cmd.Dir = nodeDir
+				if out, err := cmd.CombinedOutput(); err != nil {
+					nodeErr = fmt.Errorf("npm run build in client/node: %v: %s", err, out)
+				}
+			})
+			if nodeErr != nil {
+				t.Fatal(nodeErr)
+			}
+		},
+		argv: func(_ testing.TB, cfg string) []string {
+			return []string{"node", filepath.Join(nodeDir, "dist", "conformance-adapter.js"), cfg}
+		},
+		env: []string{"HOTSNIFF_NODE_CLIENT=" + lib}}
 }
 
 // config is the adapter's configuration (the conformance suite's

@@ -119,6 +119,7 @@ const maxTracked = 1024
 func TestServerCostBounded(t *testing.T) {
 	for _, s := range shims(t, false) {
 		t.Run(s.name, func(t *testing.T) {
+			s.prepare(t)
 			e := newCostEnv(t, 40000)
 			conns0 := e.clients(t)
 			a := e.install(t, s, 2*maxTracked)
@@ -205,6 +206,7 @@ func TestServerCostFigures(t *testing.T) {
 	for _, n := range []int{1024, 40000} {
 		for _, s := range shims(t, false) {
 			t.Run(fmt.Sprintf("%s/%d", s.name, n), func(t *testing.T) {
+				s.prepare(t) // builds before the first arm, not in it
 				e := newCostEnv(t, n)
 				var none, with []float64
 				var usNone, usWith []float64
