@@ -49,10 +49,19 @@ func TestClusterLive(t *testing.T) {
 	netnstest.RequireRoot(t)
 	netnstest.Need(t, "redis-cli")
 	list := shims(t, true)
+	// Builds (or skips) before the cluster runs; the daemon builds
+	// meanwhile.
+	var bin string
+	var berr error
+	var wg sync.WaitGroup
+	wg.Go(func() { bin, berr = buildPath("hotsniff") })
 	for _, s := range list {
-		s.prepare(t) // builds (or skips) before the cluster runs
+		s.prepare(t)
 	}
-	bin := goBuild(t, "hotsniff")
+	wg.Wait()
+	if berr != nil {
+		t.Fatal(berr)
+	}
 	p := netnstest.NewPair(t)
 	var addrs []string
 	for _, port := range []int{7000, 7001, 7002} {

@@ -35,48 +35,60 @@ func goBin() string {
 	return "/usr/local/go/bin/go"
 }
 
-var (
-	buildMu sync.Mutex
-	built   = map[string]string{}
-)
+// build is one binary built once per test binary.
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+var builds = map[string]*build{"hotsniff": {}, "adapter": {}}
 
 // goBuild builds once per test binary: "hotsniff" is the daemon, "adapter"
 // the conformance suite's test binary, which runs the Go shim's adapter
-// when started with HOTSNIFF_CONFORMANCE_ADAPTER=1.
+// when started with HOTSNIFF_CONFORMANCE_ADAPTER=1. Different binaries may
+// build at the same time.
 func goBuild(t testing.TB, what string) string {
 	t.Helper()
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if p, ok := built[what]; ok {
-		return p
-	}
-	dir, err := os.MkdirTemp("", "shimfleet-build-")
+	p, err := buildPath(what)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(dir, what)
-	var cmd *exec.Cmd
-	switch what {
-	case "hotsniff":
-		cmd = exec.Command(goBin(), "build", "-o", out, "./cmd/hotsniff")
-	case "adapter":
-		cmd = exec.Command(goBin(), "test", "-c", "-o", out, "./internal/testing/conformance")
-	default:
-		t.Fatalf("unknown build %q", what)
+	return p
+}
+
+// buildPath is goBuild for any goroutine.
+func buildPath(what string) (string, error) {
+	b, ok := builds[what]
+	if !ok {
+		return "", fmt.Errorf("unknown build %q", what)
 	}
-	cmd.Dir = repoRoot()
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%v: %v\n%s", cmd.Args, err, b)
-	}
-	built[what] = out
-	return out
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "shimfleet-build-")
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.path = filepath.Join(dir, what)
+		cmd := exec.Command(goBin(), "build", "-o", b.path, "./cmd/hotsniff")
+		if what == "adapter" {
+			cmd = exec.Command(goBin(), "test", "-c", "-o", b.path, "./internal/testing/conformance")
+		}
+		cmd.Dir = repoRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("%v: %v\n%s", cmd.Args, err, out)
+		}
+	})
+	return b.path, b.err
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	for _, p := range built {
-		os.RemoveAll(filepath.Dir(p))
+	for _, b := range builds {
+		if b.path != "" {
+			os.RemoveAll(filepath.Dir(b.path))
+		}
 	}
 	os.Exit(code)
 }
