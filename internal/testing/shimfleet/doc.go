@@ -10,6 +10,10 @@
 //   - TestServerCostBounded and TestServerCostFigures: what one shim with a
 //     large (or forged) hot set costs the cache server.
 //
-// The tests are slow (real processes, a cluster, a daemon), so they live in
-// a package of their own.
+// HOTSNIFF_SHIMFLEET_SHIMS=go,python,node-ioredis,node-redis runs only some
+// shims. A missing runtime (root for the namespace, redis-cli, python3 with
+// redis-py, node with client/node/node_modules) skips, or fails under
+// CI=true. The figures and how to run them are in docs/client-shim.md. The
+// tests are slow (real processes, a cluster, a daemon), so they live in a
+// package of their own.
 package shimfleet
