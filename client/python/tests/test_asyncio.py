@@ -134,3 +134,44 @@ def test_asyncio_pipeline_write_invalidates(port):
             shim.close()
             await (ar.aclose() if hasattr(ar, "aclose") else ar.close())
     run(main())
+
+
+def test_asyncio_blocking_pool_select(port):
+    """The asyncio BlockingConnectionPool (redis-py 4 keeps its connections
+    in _connections): after SELECT 1 on its one connection every read is
+    DB 1's, after SELECT 0 DB 0's, and it is served again."""
+    k = unique("ak")
+    redis.Redis(port=port).set(k, "db0")
+    redis.Redis(port=port, db=1).set(k, "db1")
+    ch = unique("ach")
+    pub = Publisher(redis.Redis(port=port), ch)
+    pub.write_snapshot()
+
+    async def main():
+        ar = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool(port=port, max_connections=1))
+        shim = hotsniff_shim.install(ar, channel=ch, channel_client=redis.Redis(port=port), local_ttl=0.05)
+        try:
+            assert await asyncio.get_running_loop().run_in_executor(None, shim.wait_synced, 5)
+            pub.send(k)
+            await _warm(shim, k)
+            for _ in range(5):
+                assert await ar.get(k) == b"db0"
+            assert shim.stats()["hits"] >= 1
+            await ar.select(1)
+            wrong = 0
+            for _ in range(40):
+                wrong += await ar.get(k) != b"db1"
+                await asyncio.sleep(0.005)
+            await ar.select(0)
+            for _ in range(40):
+                wrong += await ar.get(k) != b"db0"
+                await asyncio.sleep(0.005)
+            assert wrong == 0
+            hits = shim.stats()["hits"]
+            for _ in range(5):
+                assert await ar.get(k) == b"db0"
+            assert shim.stats()["hits"] > hits
+        finally:
+            shim.close()
+            await (ar.aclose() if hasattr(ar, "aclose") else ar.close())
+    run(main())
