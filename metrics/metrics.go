@@ -43,6 +43,9 @@ type CaptureStat struct {
 	Dropped map[string]uint64
 	// TruncatedBytes is payload bytes not copied (snap length, eBPF limit).
 	TruncatedBytes uint64
+	// DroppedBytes is the payload bytes of the records lost because a
+	// ring buffer was full.
+	DroppedBytes uint64
 }
 
 // Snapshot is the state the pipeline reports.
@@ -152,7 +155,7 @@ type Collector struct {
 	sampleRate, sampledOut, sampleRaises, cpuShare, cpuBudget, reportable  *prometheus.Desc
 	pubMsgs, pubOverflow                                                   *prometheus.Desc
 	incomplete, coldHeld, kernelFallback, rejected, rejectedBytes          *prometheus.Desc
-	incompleteSecs, shed, shedBytes                                        *prometheus.Desc
+	incompleteSecs, shed, shedBytes, droppedBytes                          *prometheus.Desc
 	channelUp, adopted                                                     *prometheus.Desc
 	absReports, absHits, absRejected, lateReads                            *prometheus.Desc
 	replyBytes, replyUnpaired, pendingDropped, pendingDesyncs, pendingHeld *prometheus.Desc
@@ -171,6 +174,7 @@ func New() *Collector {
 		}),
 		packets:       d("packets_total", "Packets seen by the capture.", "iface", "mode"),
 		dropped:       d("capture_dropped_total", "Packets or records lost by the capture.", "iface", "reason"),
+		droppedBytes:  d("capture_dropped_bytes_total", "Payload bytes of the records lost because an eBPF ring buffer was full (capture_dropped_total{reason=\"ringbuf_full\"} counts the records).", "iface"),
 		truncated:     d("capture_truncated_bytes_total", "Payload bytes not copied by the capture (copy limit, snap length).", "iface"),
 		requests:      d("requests_total", "Decoded requests (MGET a b is one).", "proto", "op"),
 		keys:          d("keys_total", "Decoded key occurrences (MGET a b is two), reads and writes.", "proto"),
@@ -235,7 +239,7 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.lateReads, c.pubMsgs, c.pubOverflow, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs, c.pendingHeld,
-		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable, c.incomplete, c.coldHeld, c.incompleteSecs, c.shed, c.shedBytes, c.kernelFallback, c.rejected, c.rejectedBytes, c.channelUp, c.adopted} {
+		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable, c.incomplete, c.coldHeld, c.incompleteSecs, c.shed, c.shedBytes, c.droppedBytes, c.kernelFallback, c.rejected, c.rejectedBytes, c.channelUp, c.adopted} {
 		ch <- d
 	}
 	c.lat.Describe(ch)
@@ -263,6 +267,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		counter(c.truncated, float64(cs.TruncatedBytes), cs.Iface)
+		counter(c.droppedBytes, float64(cs.DroppedBytes), cs.Iface)
 	}
 	counter(c.dropped, float64(s.TruncatedSegments), "all", "truncated")
 	for k, v := range s.Requests {

@@ -430,7 +430,7 @@ func (d *daemon) captureStats() []metrics.CaptureStat {
 	}
 	out := make([]metrics.CaptureStat, 0, len(cs))
 	for _, c := range cs {
-		out = append(out, metrics.CaptureStat{Iface: c.Iface, Mode: c.Mode, Packets: c.Packets, Dropped: c.Dropped, TruncatedBytes: c.TruncatedBytes})
+		out = append(out, metrics.CaptureStat{Iface: c.Iface, Mode: c.Mode, Packets: c.Packets, Dropped: c.Dropped, TruncatedBytes: c.TruncatedBytes, DroppedBytes: c.DroppedBytes})
 	}
 	return out
 }
