@@ -119,7 +119,8 @@ type Snapshot struct {
 type Sampling struct {
 	// Rate is the fraction of connections copied (1: all).
 	Rate float64
-	// SampledOut counts segments of connections skipped on purpose (not a loss).
+	// SampledOut counts segments of connections skipped by flow sampling
+	// (planned, or shed: Snapshot.ShedSegments).
 	SampledOut uint64
 	// KernelRaises counts the times the programs lowered the rate because a ring was filling.
 	KernelRaises uint64
@@ -198,12 +199,12 @@ func New() *Collector {
 		absRejected: d("absorbed_rejected_total",
 			"Absorbed-demand reports not credited (capped: credited only up to the per-key bound), by reason.", "reason"),
 		sampleRate:     d("capture_sample_rate", "Fraction of connections the capture copies (1: all; lower under the --max-cpu budget). Counts and rates are scaled back to true units."),
-		sampledOut:     d("capture_sampled_out_total", "Segments of connections skipped on purpose by flow sampling (not a loss)."),
+		sampledOut:     d("capture_sampled_out_total", "Segments of connections skipped by flow sampling: on purpose under --max-cpu, or shed by the programs when a ring was filling (those are also in capture_shed_total, a loss)."),
 		sampleRaises:   d("capture_sample_kernel_steps_total", "Times the eBPF programs halved the sample rate themselves because a ring buffer was more than three quarters full."),
 		cpuShare:       d("cpu_share", "Measured cost of hotsniff as a share of one core: user and system time plus eBPF program run time."),
 		cpuBudget:      d("cpu_budget", "The --max-cpu budget as a share of one core (0: none)."),
 		reportable:     d("detect_reportable_qps", "Lowest rate (requests per second) at which a key is reported under the sampling in effect: the lowest threshold, or higher when sampling is too deep to tell keys near it apart."),
-		incomplete:     d("detect_incomplete_spans_total", "Times the capture missed requests (ring buffer drops, stream holes, sampling steps by the programs, kernel counts read too late) and the detector was told: rates over those spans are lower bounds."),
+		incomplete:     d("detect_incomplete_spans_total", "Times the capture missed requests (ring buffer drops, stream holes, connections the programs shed, kernel counts read too late) and the detector was told: rates over those spans are lower bounds."),
 		incompleteSecs: d("detect_incomplete_seconds_total", "Seconds of traffic whose counts are incomplete because the capture missed requests (the spans of detect_incomplete_spans_total, overlaps counted once): keys are not announced cold over them."),
 		shed:           d("capture_shed_total", "Segments of connections the eBPF programs shed on their own because a ring buffer was more than three quarters full, until the sample rate was back where it was: a loss (what they carried was not seen), unlike sampling under --max-cpu."),
 		shedBytes:      d("capture_shed_bytes_total", "Request payload bytes of the segments counted in capture_shed_total."),
