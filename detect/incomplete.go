@@ -42,14 +42,17 @@ func (d *Detector) Incomplete(from, to int64) {
 }
 
 // Confirm tells the detector that the capture has reported with Incomplete
-// everything it missed of packet time up to t: cold verdicts on time up to
-// t may be given. From the first call on, a cold verdict reached beyond
-// the time confirmed waits for the next call. The live pipeline calls it
-// before each Tick, after looking at its loss counters; like Tick, it runs
-// on the observing goroutine.
+// everything it missed of packet time up to t, and around every read it
+// has already handed on: cold verdicts on that time may be given. From
+// the first call on, a cold verdict reached beyond the time confirmed
+// waits for the next call. The live pipeline calls it before each Tick,
+// after looking at its loss counters; like Tick, it runs on the observing
+// goroutine. (The reads handed on count too, so a packet clock ahead of t,
+// after the wall clock was stepped back, cannot hold verdicts for as long
+// as the step.)
 func (d *Detector) Confirm(t int64) {
 	d.confirming = true
-	d.confirmed = max(d.confirmed, t)
+	d.confirmed = max(d.confirmed, t, d.now)
 }
 
 // holdCold reports whether a cold verdict must be held now.
