@@ -31,6 +31,15 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the binary built for the package's tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtBin != "" {
+		os.RemoveAll(filepath.Dir(builtBin))
+	}
+	os.Exit(code)
+}
+
 // hotsniffBin builds ./cmd/hotsniff once per test binary (HOTSNIFF_BIN
 // overrides it).
 func hotsniffBin(t testing.TB) string {
