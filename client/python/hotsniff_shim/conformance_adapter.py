@@ -108,6 +108,11 @@ def clients(cfg):
         return r, r, RedisCluster(host=host, port=int(port), **kw)
     db = int(cfg.get("db", 0))
     plain = redis.Redis(host=host, port=int(port), db=db, **kw)
+    # pool_size bounds a pooled client's connections the way go-redis's
+    # PoolSize does: a caller waits for a free connection (redis-py's
+    # BlockingConnectionPool). A single-connection client has no pool of
+    # its own to bound.
+    size = int(cfg.get("pool_size") or 0)
     if mode == "single":
         r = redis.Redis(host=host, port=int(port), db=db, single_connection_client=True, **kw)
         return r, Locked(r), plain
@@ -115,10 +120,17 @@ def clients(cfg):
         import redis.asyncio as aioredis
         loop = asyncio.new_event_loop()
         threading.Thread(target=loop.run_forever, name="adapter-loop", daemon=True).start()
-        r = aioredis.Redis(host=host, port=int(port), db=db, **kw)
+        if size:
+            pool = aioredis.BlockingConnectionPool(host=host, port=int(port), db=db, max_connections=size, **kw)
+            r = aioredis.Redis(connection_pool=pool)
+        else:
+            r = aioredis.Redis(host=host, port=int(port), db=db, **kw)
         return r, Syncify(r, loop), plain
     if mode != "sync":
         raise SystemExit("conformance adapter: unknown mode %r (sync, single, asyncio, cluster)" % mode)
+    if size:
+        pool = redis.BlockingConnectionPool(host=host, port=int(port), db=db, max_connections=size, **kw)
+        return redis.Redis(connection_pool=pool), None, plain
     return redis.Redis(host=host, port=int(port), db=db, **kw), None, plain
 
 
@@ -186,6 +198,17 @@ def main() -> int:
             elif op == "pipeline_write_read":
                 p = r.pipeline(transaction=False)
                 p.set(key(req), req["value"])
+                p.get(key(req))
+                out = {"value": _s(p.execute()[1])}
+            elif op == "select":
+                # Through the client the application uses: on a pool it
+                # moves one pooled connection, on a single-connection client
+                # its connection.
+                r.select(int(req["db"]))
+                out = {}
+            elif op == "pipeline_select_get":
+                p = r.pipeline(transaction=False)
+                p.select(int(req["db"]))
                 p.get(key(req))
                 out = {"value": _s(p.execute()[1])}
             elif op == "multi_get":
