@@ -36,9 +36,6 @@ func (c *tcase) applies(mode string) bool { return c.cluster == (mode == "cluste
 // shows them as not passing. Remove an entry as soon as the shim gains the
 // feature.
 var pending = map[string]map[string]string{
-	"node-ioredis/cluster": {
-		"cluster-slot-move": "after the slot moves, the first read of the key is still answered locally instead of once from its new master (the value is refreshed from the new master within the staleness bound)",
-	},
 	"python/cluster": {
 		"cluster-slot-move": "after the slot moves, the first read of the key is still answered locally instead of once from its new master (the value is refreshed from the new master within the staleness bound)",
 	},
