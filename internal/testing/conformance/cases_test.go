@@ -55,9 +55,6 @@ var pending = map[string]map[string]string{
 		"select-then-read":          "the Python adapter does not implement the suite's select op yet (the Python shim's own tests cover SELECT: client/python/tests/test_namespaces.py)",
 		"select-pipeline":           "the Python adapter does not implement the suite's pipeline_select_get op yet (covered by client/python/tests/test_namespaces.py)",
 	},
-	"go/conn": {
-		"pipeline-served": "go-redis builds a Conn's pipeline hook chain apart from its single commands, so the shim cannot follow that connection's session there: pipelines on a Conn are sent as they are (docs/client-shim.md)",
-	},
 }
 
 var cases = []tcase{
