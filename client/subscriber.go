@@ -153,9 +153,12 @@ type Subscriber struct {
 	subscribed bool
 	// reloadFailing keeps an outage to one warning, not one per retry.
 	reloadFailing bool
-	lastExpire    time.Time
-	lastPrune     time.Time
-	decoded       []*event.Event // reused by onMessage
+	// missingSince: since when the snapshot document has been missing while
+	// a hot set was held (zero: it is there); see reload.
+	missingSince time.Time
+	lastExpire   time.Time
+	lastPrune    time.Time
+	decoded      []*event.Event // reused by onMessage
 
 	synced     chan struct{}
 	syncedOnce sync.Once
@@ -591,6 +594,34 @@ func (s *Subscriber) reload(ctx context.Context) {
 	s.lastReload = time.Now()
 	s.retryAt = time.Time{}
 	snap, err := s.readSnapshot(ctx)
+	if errors.Is(err, errNoSnapshot) {
+		err = nil
+		s.mu.RLock()
+		held := len(s.set.m) > 0
+		s.mu.RUnlock()
+		if held || len(s.last) > 0 {
+			// No document where there was one: the channel's Redis
+			// restarted empty (or was flushed). Publishers rewrite their
+			// sections about every second, so this is not a fresh snapshot
+			// saying nothing is hot: keep the hot set and read again. Still
+			// missing after ConfirmTimeout, it is believed (no publisher is
+			// left), so held keys never outlive their publishers by more.
+			if s.missingSince.IsZero() {
+				s.missingSince = time.Now()
+				s.log.Warn("snapshot missing (the channel's Redis restarted empty?); keeping the hot set until it is rewritten")
+			}
+			if time.Since(s.missingSince) < s.opt.ConfirmTimeout {
+				s.reloadFailing = false
+				s.retryAt = time.Now().Add(s.opt.RetryDelay)
+				if s.subscribed {
+					s.setUp(true)
+				}
+				s.syncedOnce.Do(func() { close(s.synced) })
+				return
+			}
+		}
+	}
+	s.missingSince = time.Time{}
 	if errors.Is(err, errBadSnapshot) {
 		// A hostile or broken document: keep the state we have, try again
 		// later, count it; the channel itself is fine.
@@ -711,6 +742,10 @@ func (s *Subscriber) unconfirmed(node string, sectionSeq uint64) {
 // errBadSnapshot marks a snapshot that was read but is not applied.
 var errBadSnapshot = errors.New("bad snapshot")
 
+// errNoSnapshot: there is no snapshot document (the empty snapshot comes
+// with it).
+var errNoSnapshot = errors.New("no snapshot document")
+
 func (s *Subscriber) readSnapshot(ctx context.Context) (*event.Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -726,7 +761,7 @@ func (s *Subscriber) readSnapshot(ctx context.Context) (*event.Snapshot, error) 
 	}
 	b, err := s.rdb.Get(ctx, key).Bytes()
 	if err == redis.Nil {
-		return &event.Snapshot{V: event.Version}, nil
+		return &event.Snapshot{V: event.Version}, errNoSnapshot
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read snapshot %s: %w", key, err)

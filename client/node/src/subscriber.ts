@@ -177,6 +177,9 @@ export class Subscriber {
   private retryTimer: NodeJS.Timeout | undefined;
   private expireTimer: NodeJS.Timeout | undefined;
   private reloadFailing = false;
+  /** Since when the snapshot document has been missing while a hot set
+   * was held (0: it is there). */
+  private missingSince = 0;
   private failing = false;
   private subscribedOnce = false;
   private queue: Item[] = [];
@@ -430,6 +433,27 @@ export class Subscriber {
       if (!this.closed) this.scheduleRetry(this.retryDelay);
       return;
     }
+    if ((doc === null || doc === undefined) && (this.last.size > 0 || this.set.m.size > 0)) {
+      // No document where there was one: the channel's Redis restarted
+      // empty (or was flushed). Its publishers rewrite their sections about
+      // every second, so this is not a fresh snapshot saying nothing is hot:
+      // the hot set is kept and the read retried. Still missing after
+      // UNCONFIRMED_AFTER_MS, it is believed (no publisher is left), so
+      // held keys never outlive their publishers by more than that.
+      const t = now();
+      if (this.missingSince === 0) {
+        this.missingSince = t;
+        this.log.warn('hotsniff: hot-key snapshot missing (the channel\'s Redis restarted empty?); keeping the hot set until it is rewritten');
+      }
+      if (t - this.missingSince < UNCONFIRMED_AFTER_MS) {
+        this.reloadFailing = false;
+        this.up = !this.failing;
+        if (!this.closed) this.scheduleRetry(this.retryDelay);
+        this.resolveSynced();
+        return;
+      }
+    }
+    this.missingSince = 0;
     try {
       snap = decodeSnapshot(doc, this.secret);
     } catch (err) {

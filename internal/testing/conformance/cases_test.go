@@ -35,14 +35,7 @@ func (c *tcase) applies(mode string) bool { return c.cluster == (mode == "cluste
 // -> reason): they are skipped there, and the table in docs/client-shim.md
 // shows them as not passing. Remove an entry as soon as the shim gains the
 // feature.
-var pending = map[string]map[string]string{
-	"node-ioredis/cluster": {
-		"cluster-slot-move": "after the slot moves, the first read of the key is still answered locally instead of once from its new master (the value is refreshed from the new master within the staleness bound)",
-	},
-	"go/conn": {
-		"pipeline-served": "go-redis builds a Conn's pipeline hook chain apart from its single commands, so the shim cannot follow that connection's session there: pipelines on a Conn are sent as they are (docs/client-shim.md)",
-	},
-}
+var pending = map[string]map[string]string{}
 
 var cases = []tcase{
 	{name: "snapshot-on-start", what: "keys in the snapshot are hot on start (subscribe, then read the snapshot)",
