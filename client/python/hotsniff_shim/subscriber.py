@@ -194,6 +194,7 @@ class Subscriber:
         self.log = logger or log
         self.lock = threading.Lock()
         self.set = HotSet()
+        self.missing_since = 0.0  # since when the snapshot document is missing while a hot set is held
         self.flap = Flapping()
         # Owned by the subscriber thread.
         self.last: Dict[str, int] = {}
@@ -398,6 +399,33 @@ class Subscriber:
             self.set.expire(now)
             self.last_expire = now
 
+    def _missing_kept(self) -> bool:
+        """No snapshot document where there was one: the channel's Redis
+        restarted empty (or was flushed). Publishers rewrite their sections
+        about every second, so this is not a fresh snapshot saying nothing is
+        hot: the hot set is kept and the read retried. A document still
+        missing after confirm_after is believed (no publisher is left), so
+        held keys never outlive their publishers by more."""
+        with self.lock:
+            held = len(self.set.m) > 0
+        if not held and not self.last:
+            return False
+        now = time.monotonic()
+        if not self.missing_since:
+            self.missing_since = now
+            self.log.warning("hot-key snapshot missing (the channel's Redis restarted empty?); "
+                             "keeping the hot set until it is rewritten")
+        if now - self.missing_since >= self.confirm_after:
+            return False
+        self.reload_failing = False
+        self.retry_at = now + self.retry_delay
+        ps = self._ps
+        if ps is not None and ps.subscribed:
+            self.last_progress = now
+            self._set_up(True)
+        self.synced.set()
+        return True
+
     def _reload(self) -> None:
         self.stats["reloads"] += 1
         self.last_reload = time.monotonic()
@@ -412,6 +440,9 @@ class Subscriber:
             self._set_up(False)
             self.retry_at = time.monotonic() + self.retry_delay
             return
+        if raw is None and self._missing_kept():
+            return
+        self.missing_since = 0.0
         try:
             snap = decode_snapshot(raw, self.secret)
         except DecodeError as err:

@@ -241,6 +241,53 @@ def test_channel_outage_serves_on():
         chan.close()
 
 
+def test_empty_channel_restart_keeps_hot_set():
+    """The channel's Redis restarts empty: the missing snapshot document is
+    not a snapshot saying nothing is hot. The hot set is kept until the
+    publisher rewrites its snapshot, and believed missing only after
+    confirm_after."""
+    data = Server()
+    chan = Server()
+    try:
+        plain = redis.Redis(port=data.port)
+        plain.set("k", "v1")
+        pub = Publisher(redis.Redis(port=chan.port), "c")
+        pub.write_snapshot()
+        r = redis.Redis(port=data.port)
+        shim = hotsniff_shim.install(r, channel="c", channel_client=redis.Redis(port=chan.port),
+                                     local_ttl=60, retry_delay=0.1, confirm_after=2.0)
+        try:
+            assert shim.wait_synced(5)
+            pub.send("k", ttl_ms=0)
+            wait(lambda: shim.is_hot("k"), what="hot")
+            r.get("k")
+            r.get("k")
+            for rewrite in (True, False):
+                chan.stop()
+                wait(lambda: not shim.stats()["channel_up"], what="channel down seen")
+                reloads = shim.stats()["channel_reloads"]
+                chan.start()  # empty: no snapshot document
+                wait(lambda: shim.stats()["channel_up"] and shim.stats()["channel_reloads"] > reloads + 2,
+                     10, what="reloads on the empty channel")
+                assert shim.is_hot("k"), "k dropped on a missing snapshot document"
+                assert served(plain, r, "k") == 0
+                t0 = time.monotonic()
+                if rewrite:
+                    # The publisher rewrites its snapshot, still listing k.
+                    pub.write_snapshot()
+                    time.sleep(2.5)
+                    assert shim.is_hot("k"), "k dropped although the rewritten snapshot lists it"
+                else:
+                    # No publisher comes back: believed after confirm_after.
+                    wait(lambda: not shim.is_hot("k"), 10, what="k dropped once the missing document is believed")
+                    assert time.monotonic() - t0 >= 1.0, "dropped before confirm_after"
+        finally:
+            shim.close()
+    finally:
+        data.close()
+        chan.close()
+
+
 @pytest.mark.parametrize("doc,secret,reason", [
     ('{"v":1,"keys":[{"v":1,"ttl_ms":', None, "undecodable"),
     ('{"v":1,"seq":1,"node":"t","nodes":[],"keys":[]}', b"s3cret", "bad_signature"),
