@@ -101,8 +101,14 @@ type hotsniffKcScratch struct {
 		Ntok     uint32
 		Tnum     uint32
 		Tdig     uint8
-		Pad2     [3]uint8
+		Ncached  uint8
+		Pad2     [2]uint8
 		Cmd      hotsniffKcCmd
+		_        [4]byte
+		Nlo      uint64
+		Nhi      uint64
+		Ncmd     hotsniffKcCmd
+		Nkey     hotsniffKcName
 		_        [4]byte
 	}
 	In struct {

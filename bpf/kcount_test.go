@@ -466,7 +466,8 @@ func TestKernelCountVerifier(t *testing.T) {
 			t.Fatalf("%s: no stats in the verifier log %q", name, log)
 		}
 		n, _ := strconv.Atoi(m[1])
-		t.Logf("%s: %d instructions processed (limit 1000000), loaded in %v", name, n, time.Since(start).Round(time.Millisecond))
+		stack := regexp.MustCompile(`stack depth [0-9+]+`).FindString(log)
+		t.Logf("%s: %d instructions processed (limit 1000000), %s, loaded in %v", name, n, stack, time.Since(start).Round(time.Millisecond))
 		// Half the limit: a change that multiplies the states the
 		// verifier explores shows here before it fails to load.
 		if n > 500000 {

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,7 +42,10 @@ import (
 //	HOTSNIFF_COST=1 HOTSNIFF_BIN_BEFORE=/tmp/hotsniff-before go test -count=1 -timeout 60m -run TestCostRatio -v ./internal/testing/perf/
 //
 // HOTSNIFF_ROUNDS (default 2) sets the rounds, HOTSNIFF_MODES (default
-// "tc xdp cgroup afpacket") the modes.
+// "tc xdp cgroup afpacket") the modes. With HOTSNIFF_BIN_BEFORE the earlier
+// build also runs with --kernel-count ("before --kernel-count").
+// HOTSNIFF_ARMS keeps only the arms named (before, before-kc, after,
+// after-max-cpu, after-kc), e.g. HOTSNIFF_ARMS="before-kc after-kc".
 func TestCostRatio(t *testing.T) {
 	rounds := measurement(t, "HOTSNIFF_COST", 2)
 	netnstest.Need(t, "redis-benchmark")
@@ -57,10 +61,23 @@ func TestCostRatio(t *testing.T) {
 	after := buildHotsniff(t)
 	var arms []arm
 	if b := os.Getenv("HOTSNIFF_BIN_BEFORE"); b != "" {
-		arms = append(arms, arm{"before", b, nil})
+		arms = append(arms, arm{"before", b, nil}, arm{"before --kernel-count", b, []string{"--kernel-count"}})
 	}
 	arms = append(arms, arm{"after", after, nil}, arm{"after --max-cpu 0.05", after, []string{"--max-cpu", "0.05"}},
 		arm{"after --kernel-count", after, []string{"--kernel-count"}})
+	if only := strings.Fields(os.Getenv("HOTSNIFF_ARMS")); len(only) > 0 {
+		// HOTSNIFF_ARMS="before-kc after-kc" keeps the arms named so (the
+		// name with spaces and flags' dashes folded: "after --kernel-count"
+		// is after-kc, "after --max-cpu 0.05" after-max-cpu).
+		var kept []arm
+		for _, a := range arms {
+			short := strings.NewReplacer(" --kernel-count", "-kc", " --max-cpu 0.05", "-max-cpu").Replace(a.name)
+			if slices.Contains(only, short) {
+				kept = append(kept, a)
+			}
+		}
+		arms = kept
+	}
 
 	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
 	if err != nil {
