@@ -61,12 +61,17 @@ type hotsniffKcFlow struct {
 
 type hotsniffKcLocated struct {
 	_    structs.HostLayout
-	Bits [64]uint64
+	Bits [1024]uint64
 }
 
 type hotsniffKcName struct {
 	_ structs.HostLayout
 	N [16]uint8
+}
+
+type hotsniffKcPart struct {
+	_ structs.HostLayout
+	C [8192]uint32
 }
 
 type hotsniffKcScratch struct {
@@ -131,7 +136,7 @@ type hotsniffKcScratch struct {
 type hotsniffKcSlot struct {
 	_     structs.HostLayout
 	Epoch uint64
-	C     [4096]uint32
+	Dirty uint64
 }
 
 type hotsniffKcStats struct {
@@ -213,6 +218,7 @@ const (
 	hotsniffMapDecapCfg               = "decap_cfg"
 	hotsniffMapKcCmds                 = "kc_cmds"
 	hotsniffMapKcCounts               = "kc_counts"
+	hotsniffMapKcEpoch                = "kc_epoch"
 	hotsniffMapKcFlows                = "kc_flows"
 	hotsniffMapKcHot                  = "kc_hot"
 	hotsniffMapKcLocated              = "kc_located"
@@ -232,7 +238,6 @@ const (
 	hotsniffProgHotsniffTcIngress     = "hotsniff_tc_ingress"
 	hotsniffProgHotsniffXdp           = "hotsniff_xdp"
 	hotsniffVarKcOn                   = "kc_on"
-	hotsniffVarKcShift                = "kc_shift"
 	hotsniffVarKcSubNs                = "kc_sub_ns"
 	hotsniffVarMaxCopy                = "max_copy"
 	hotsniffVarRawIp                  = "raw_ip"
@@ -243,6 +248,7 @@ const (
 	hotsniffVarUnusedKcFlow           = "unused_kc_flow"
 	hotsniffVarUnusedKcLocated        = "unused_kc_located"
 	hotsniffVarUnusedKcName           = "unused_kc_name"
+	hotsniffVarUnusedKcPart           = "unused_kc_part"
 	hotsniffVarUnusedKcSlot           = "unused_kc_slot"
 	hotsniffVarUnusedKcStats          = "unused_kc_stats"
 	hotsniffVarUnusedPortBitmap       = "unused_port_bitmap"
@@ -311,6 +317,7 @@ type hotsniffMapSpecs struct {
 	DecapCfg   *ebpf.MapSpec `ebpf:"decap_cfg"`
 	KcCmds     *ebpf.MapSpec `ebpf:"kc_cmds"`
 	KcCounts   *ebpf.MapSpec `ebpf:"kc_counts"`
+	KcEpoch    *ebpf.MapSpec `ebpf:"kc_epoch"`
 	KcFlows    *ebpf.MapSpec `ebpf:"kc_flows"`
 	KcHot      *ebpf.MapSpec `ebpf:"kc_hot"`
 	KcLocated  *ebpf.MapSpec `ebpf:"kc_located"`
@@ -331,7 +338,6 @@ type hotsniffMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type hotsniffVariableSpecs struct {
 	KcOn               *ebpf.VariableSpec `ebpf:"kc_on"`
-	KcShift            *ebpf.VariableSpec `ebpf:"kc_shift"`
 	KcSubNs            *ebpf.VariableSpec `ebpf:"kc_sub_ns"`
 	MaxCopy            *ebpf.VariableSpec `ebpf:"max_copy"`
 	RawIp              *ebpf.VariableSpec `ebpf:"raw_ip"`
@@ -342,6 +348,7 @@ type hotsniffVariableSpecs struct {
 	UnusedKcFlow       *ebpf.VariableSpec `ebpf:"unused_kc_flow"`
 	UnusedKcLocated    *ebpf.VariableSpec `ebpf:"unused_kc_located"`
 	UnusedKcName       *ebpf.VariableSpec `ebpf:"unused_kc_name"`
+	UnusedKcPart       *ebpf.VariableSpec `ebpf:"unused_kc_part"`
 	UnusedKcSlot       *ebpf.VariableSpec `ebpf:"unused_kc_slot"`
 	UnusedKcStats      *ebpf.VariableSpec `ebpf:"unused_kc_stats"`
 	UnusedPortBitmap   *ebpf.VariableSpec `ebpf:"unused_port_bitmap"`
@@ -377,6 +384,7 @@ type hotsniffMaps struct {
 	DecapCfg   *ebpf.Map `ebpf:"decap_cfg"`
 	KcCmds     *ebpf.Map `ebpf:"kc_cmds"`
 	KcCounts   *ebpf.Map `ebpf:"kc_counts"`
+	KcEpoch    *ebpf.Map `ebpf:"kc_epoch"`
 	KcFlows    *ebpf.Map `ebpf:"kc_flows"`
 	KcHot      *ebpf.Map `ebpf:"kc_hot"`
 	KcLocated  *ebpf.Map `ebpf:"kc_located"`
@@ -397,6 +405,7 @@ func (m *hotsniffMaps) Close() error {
 		m.DecapCfg,
 		m.KcCmds,
 		m.KcCounts,
+		m.KcEpoch,
 		m.KcFlows,
 		m.KcHot,
 		m.KcLocated,
@@ -418,7 +427,6 @@ func (m *hotsniffMaps) Close() error {
 // It can be passed to loadHotsniffObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hotsniffVariables struct {
 	KcOn               *ebpf.Variable `ebpf:"kc_on"`
-	KcShift            *ebpf.Variable `ebpf:"kc_shift"`
 	KcSubNs            *ebpf.Variable `ebpf:"kc_sub_ns"`
 	MaxCopy            *ebpf.Variable `ebpf:"max_copy"`
 	RawIp              *ebpf.Variable `ebpf:"raw_ip"`
@@ -429,6 +437,7 @@ type hotsniffVariables struct {
 	UnusedKcFlow       *ebpf.Variable `ebpf:"unused_kc_flow"`
 	UnusedKcLocated    *ebpf.Variable `ebpf:"unused_kc_located"`
 	UnusedKcName       *ebpf.Variable `ebpf:"unused_kc_name"`
+	UnusedKcPart       *ebpf.Variable `ebpf:"unused_kc_part"`
 	UnusedKcSlot       *ebpf.Variable `ebpf:"unused_kc_slot"`
 	UnusedKcStats      *ebpf.Variable `ebpf:"unused_kc_stats"`
 	UnusedPortBitmap   *ebpf.Variable `ebpf:"unused_port_bitmap"`

@@ -16,12 +16,18 @@ import (
 
 // Limits of the in-kernel parser, mirrored from kcount.h.
 const (
-	// KernelBuckets is the most buckets the programs count.
-	KernelBuckets = 4096
+	// KernelBuckets is how many buckets the programs count, whatever the
+	// detector's bucket count (at most this many): finer buckets keep
+	// random traffic from locating them (detect.Detector.KernelCounts).
+	KernelBuckets = 65536
+	// kernelPart is the buckets of one kc_counts entry (a per-CPU map
+	// value is at most 32 KiB); kernelParts entries make one sub-window.
+	kernelPart  = 8192
+	kernelParts = KernelBuckets / kernelPart
 	// KernelSlots is how many sub-windows of counts the programs keep: a
 	// sub-window's counts can be read until KernelSlots-1 sub-windows
 	// after it ended.
-	KernelSlots = 16
+	KernelSlots = 8
 	// KernelMaxSegment is the most request payload parsed per segment.
 	KernelMaxSegment = 4096
 	// KernelMaxKey is the longest key counted in the kernel.
@@ -80,7 +86,8 @@ type KernelCountConfig struct {
 	// window / 8).
 	SubWindow time.Duration
 	// Buckets is the detector's bucket count (a power of two, at most
-	// KernelBuckets).
+	// KernelBuckets). The programs count KernelBuckets buckets whatever it
+	// is: the detector's bucket of a key is its kernel bucket's prefix.
 	Buckets int
 	// Protos is the protocol of each server port (decode.Proto values:
 	// 1 redis, 2 memcache); ports of other protocols are copied as before.
@@ -103,10 +110,11 @@ func (k *KernelCountConfig) validate() error {
 func setKernelVars(spec *ebpf.CollectionSpec, k *KernelCountConfig) error {
 	var on uint8
 	var sub uint64 = 1
-	var shift uint32 = 64
 	if k != nil {
 		on, sub = 1, uint64(k.SubWindow.Nanoseconds())
-		shift = uint32(64 - bitsLen(k.Buckets))
+	} else {
+		// Off: the programs never count; no 2 MiB of counts per CPU.
+		spec.Maps[hotsniffMapKcCounts].MaxEntries = 1
 	}
 	if err := spec.Variables[hotsniffVarKcOn].Set(on); err != nil {
 		return fmt.Errorf("set kc_on: %w", err)
@@ -114,19 +122,7 @@ func setKernelVars(spec *ebpf.CollectionSpec, k *KernelCountConfig) error {
 	if err := spec.Variables[hotsniffVarKcSubNs].Set(sub); err != nil {
 		return fmt.Errorf("set kc_sub_ns: %w", err)
 	}
-	if err := spec.Variables[hotsniffVarKcShift].Set(shift); err != nil {
-		return fmt.Errorf("set kc_shift: %w", err)
-	}
 	return nil
-}
-
-func bitsLen(n int) int {
-	b := 0
-	for n > 1 {
-		n >>= 1
-		b++
-	}
-	return b
 }
 
 // Command kinds and session commands, as in kcount.h.
@@ -239,11 +235,14 @@ func (c *Capture) KernelEpochStart(ep int64) int64 {
 	return ep*c.cfg.KernelCount.SubWindow.Nanoseconds() + MonotonicOffset()
 }
 
-// ReadKernelCounts adds every CPU's bucket counts of sub-window ep into dst
-// (len Buckets). complete is false when ep has not ended yet or when it
-// is too old to be read whole (the programs reuse its slot KernelSlots
-// sub-windows later): the counts are then a lower bound, not evidence of
-// low demand. It does not allocate after the first call.
+// ReadKernelCounts adds every CPU's bucket counts of sub-window ep into dst:
+// len(dst) is KernelBuckets, or a smaller power of two to which the counts
+// are folded (bucket b of KernelBuckets goes to b >> (16 - log2 len)).
+// complete is false when ep has not ended yet or when it is too old to be
+// read whole (the programs reuse its slot KernelSlots sub-windows later):
+// the counts are then a lower bound, not evidence of low demand. Only the
+// parts of the slot the programs wrote in ep are read. It does not
+// allocate after the first call.
 func (c *Capture) ReadKernelCounts(ep int64, dst []uint32) (complete bool, err error) {
 	if c.cfg.KernelCount == nil {
 		return false, errors.New("read kernel counts: kernel counting is off")
@@ -252,25 +251,56 @@ func (c *Capture) ReadKernelCounts(ep int64, dst []uint32) (complete bool, err e
 	if ep >= before || before-ep >= KernelSlots-1 {
 		return false, nil
 	}
-	if err := c.kcCounts.Lookup(uint32(ep%KernelSlots), &c.kcBuf); err != nil {
-		return false, fmt.Errorf("read kernel counts: %w", err)
-	}
-	n := min(len(dst), KernelBuckets)
-	for i := range c.kcBuf {
-		s := &c.kcBuf[i]
-		if s.Epoch != uint64(ep) {
-			continue // no reads on that CPU in ep (or reused: caught below)
-		}
-		for b, v := range s.C[:n] {
-			if v != 0 {
-				dst[b] = satAdd32(dst[b], v)
-			}
-		}
+	if err := c.readKernelSlot(ep, dst); err != nil {
+		return false, err
 	}
 	if after := c.KernelEpoch(); after-ep >= KernelSlots-1 {
 		return false, nil
 	}
 	return true, nil
+}
+
+// readKernelSlot adds the counts of ep's slot, as the programs left it,
+// into dst (ReadKernelCounts).
+func (c *Capture) readKernelSlot(ep int64, dst []uint32) error {
+	shift := 0
+	for n := len(dst); n < KernelBuckets; n <<= 1 {
+		if n == 0 {
+			return errors.New("read kernel counts: no buckets")
+		}
+		shift++
+	}
+	si := uint32(ep % KernelSlots)
+	if err := c.kcEpoch.Lookup(si, &c.kcSlots); err != nil {
+		return fmt.Errorf("read kernel counts: %w", err)
+	}
+	var dirty uint64
+	for i := range c.kcSlots {
+		if s := &c.kcSlots[i]; s.Epoch == uint64(ep) {
+			dirty |= s.Dirty // other CPUs: no reads in ep (or reused: caught by the caller)
+		}
+	}
+	for p := range kernelParts {
+		if dirty&(1<<p) == 0 {
+			continue
+		}
+		if err := c.kcCounts.Lookup(si*kernelParts+uint32(p), &c.kcBuf); err != nil {
+			return fmt.Errorf("read kernel counts: %w", err)
+		}
+		for i := range c.kcBuf {
+			if s := &c.kcSlots[i]; s.Epoch != uint64(ep) || s.Dirty&(1<<p) == 0 {
+				continue
+			}
+			base := p * kernelPart
+			for b, v := range c.kcBuf[i].C {
+				if v != 0 {
+					d := (base + b) >> shift
+					dst[d] = satAdd32(dst[d], v)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func satAdd32(a, b uint32) uint32 {
@@ -280,8 +310,9 @@ func satAdd32(a, b uint32) uint32 {
 	return ^uint32(0)
 }
 
-// SetLocated writes the located buckets (a bitmap of KernelBuckets bits):
-// reads whose bucket is located are copied to user space.
+// SetLocated writes the located buckets (a bitmap of KernelBuckets bits,
+// the kernel's buckets): reads whose bucket is located are copied to user
+// space.
 func (c *Capture) SetLocated(bits []uint64) error {
 	var l hotsniffKcLocated
 	copy(l.Bits[:], bits)

@@ -25,8 +25,15 @@
 //               value; a segment of at most KC_SCRATCH bytes never needs more
 //   KC_NAME     command name length (longer: KR_UNKNOWN)
 
-#define KC_BUCKETS 4096
-#define KC_SLOTS 16
+// KC_BUCKETS is how many buckets the programs count, whatever the
+// detector's bucket count: user space locates on these (detect/kernel.go),
+// so random reads at a total rate below about KC_BUCKETS × threshold / 4
+// locate no bucket. A per-CPU map value is at most 32 KiB, so a slot's
+// counts are KC_PARTS entries of KC_PART buckets.
+#define KC_BUCKETS 65536
+#define KC_PART 8192
+#define KC_PARTS (KC_BUCKETS / KC_PART)
+#define KC_SLOTS 8
 #define KC_SCRATCH 4096
 #define KC_MASK (KC_SCRATCH - 1)
 #define KC_MAX_KEY 250
@@ -38,7 +45,7 @@
 // before (--kernel-count=false).
 volatile const __u8 kc_on = 0;
 volatile const __u64 kc_sub_ns = 100000000;
-volatile const __u32 kc_shift = 52; // 64 - log2(buckets)
+#define KC_SHIFT 48 // 64 - log2(KC_BUCKETS)
 
 // Fallback reasons: the segment is copied and its keys are counted in user
 // space. Mirrored in kcount.go.
@@ -88,13 +95,19 @@ struct {
 	__type(value, struct kc_stats);
 } kc_stat SEC(".maps");
 
-// kc_slot is one sub-window of bucket counts on one CPU; slot epoch %
-// KC_SLOTS. A program that finds an older epoch in it clears it first, so
-// the counts of a sub-window stay readable for KC_SLOTS - 1 sub-windows
-// after it ends: a reader late by less than that loses nothing.
+// A slot is one sub-window of bucket counts on one CPU (slot = epoch %
+// KC_SLOTS): its kc_epoch entry and KC_PARTS kc_counts entries (slot *
+// KC_PARTS + part). A program that finds an older epoch in it clears the
+// parts that were written (dirty) first, so the counts of a sub-window
+// stay readable for KC_SLOTS - 1 sub-windows after it ends: a reader late
+// by less than that loses nothing. The reader reads only dirty parts.
 struct kc_slot {
 	__u64 epoch;
-	__u32 c[KC_BUCKETS];
+	__u64 dirty; // bit p: part p has counts
+};
+
+struct kc_part {
+	__u32 c[KC_PART];
 };
 
 struct {
@@ -102,6 +115,14 @@ struct {
 	__uint(max_entries, KC_SLOTS);
 	__type(key, __u32);
 	__type(value, struct kc_slot);
+} kc_epoch SEC(".maps");
+
+// Loaded with one entry when counting is off (bpf/kcount.go).
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, KC_SLOTS * KC_PARTS);
+	__type(key, __u32);
+	__type(value, struct kc_part);
 } kc_counts SEC(".maps");
 
 struct kc_located {
@@ -266,6 +287,7 @@ struct {
 
 const struct kc_stats *unused_kc_stats __attribute__((unused));
 const struct kc_slot *unused_kc_slot __attribute__((unused));
+const struct kc_part *unused_kc_part __attribute__((unused));
 const struct kc_located *unused_kc_located __attribute__((unused));
 const struct kc_cmd *unused_kc_cmd __attribute__((unused));
 const struct kc_name *unused_kc_name __attribute__((unused));
@@ -405,7 +427,7 @@ static __always_inline int kc_located_bit(__u64 h)
 	struct kc_located *l = bpf_map_lookup_elem(&kc_located, &zero);
 	if (!l)
 		return 0;
-	__u32 b = (h >> kc_shift) & (KC_BUCKETS - 1);
+	__u32 b = (h >> KC_SHIFT) & (KC_BUCKETS - 1);
 	return (l->bits[b >> 6] >> (b & 63)) & 1;
 }
 
@@ -982,21 +1004,22 @@ static __always_inline int kc_parse(struct kc_st *st)
 }
 
 struct kc_zero_ctx {
-	struct kc_slot *slot;
+	struct kc_part *part;
 };
 
 static long kc_zero(__u64 i, struct kc_zero_ctx *z)
 {
-	__u32 j = (i * 16) & (KC_BUCKETS - 16);
+	__u32 j = (i * 16) & (KC_PART - 16);
 #pragma unroll
 	for (int k = 0; k < 16; k++)
-		z->slot->c[j + k] = 0;
+		z->part->c[j + k] = 0;
 	return 0;
 }
 
 struct kc_commit_ctx {
 	struct kc_st *st;
 	struct kc_slot *slot;
+	__u32 si;
 	__u64 reads;
 };
 
@@ -1005,32 +1028,44 @@ static long kc_commit_one(__u64 i, struct kc_commit_ctx *c)
 	__u32 j = i & (KC_MAX_KEYS - 1);
 	__u64 h = kc_buf(c->st)->kh[j];
 	__u32 w = kc_buf(c->st)->kw[j];
-	__u32 b = (h >> kc_shift) & (KC_BUCKETS - 1);
-	__u32 v = c->slot->c[b] + w;
+	__u32 b = (h >> KC_SHIFT) & (KC_BUCKETS - 1);
+	__u32 pi = b / KC_PART;
+	__u32 key = c->si * KC_PARTS + pi;
+	struct kc_part *part = bpf_map_lookup_elem(&kc_counts, &key);
+	if (!part)
+		return 1;
+	if (!(c->slot->dirty & (1ULL << pi))) {
+		// First count in this part since the slot was last cleared.
+		struct kc_zero_ctx z = {.part = part};
+		bpf_loop(KC_PART / 16, kc_zero, &z, 0);
+		c->slot->dirty |= 1ULL << pi;
+	}
+	__u32 *cp = &part->c[b & (KC_PART - 1)];
+	__u32 v = *cp + w;
 	if (v < w)
 		v = 0xffffffff;
-	c->slot->c[b] = v;
+	*cp = v;
 	c->reads += w;
 	return 0;
 }
 
 // kc_commit adds the segment's reads to this CPU's slot of the current
-// sub-window.
+// sub-window. A part is cleared when it is first written in a new
+// sub-window, so a slot costs nothing to reuse when few parts are used.
 static __always_inline __u64 kc_commit(struct kc_st *st)
 {
 	if (!st->nkeys)
 		return 0;
 	__u64 ep = bpf_ktime_get_ns() / kc_sub_ns;
 	__u32 si = ep % KC_SLOTS;
-	struct kc_slot *slot = bpf_map_lookup_elem(&kc_counts, &si);
+	struct kc_slot *slot = bpf_map_lookup_elem(&kc_epoch, &si);
 	if (!slot)
 		return 0;
 	if (slot->epoch != ep) {
-		struct kc_zero_ctx z = {.slot = slot};
-		bpf_loop(KC_BUCKETS / 16, kc_zero, &z, 0);
+		slot->dirty = 0;
 		slot->epoch = ep;
 	}
-	struct kc_commit_ctx c = {.st = st, .slot = slot};
+	struct kc_commit_ctx c = {.st = st, .slot = slot, .si = si};
 	bpf_loop(st->nkeys, kc_commit_one, &c, 0);
 	return c.reads;
 }

@@ -114,7 +114,7 @@ func (e *kcEnv) counts() []uint32 {
 	e.t.Helper()
 	last := e.c.KernelEpoch()
 	time.Sleep(e.sub + 20*time.Millisecond)
-	out := make([]uint32, 4096)
+	out := make([]uint32, KernelBuckets)
 	for ep := e.ep0; ep <= last; ep++ {
 		ok, err := e.c.ReadKernelCounts(ep, out)
 		if err != nil {
@@ -149,7 +149,7 @@ func resp(args ...string) []byte {
 type want map[int]uint32
 
 func (w want) add(srv netip.AddrPort, p decode.Proto, ns int32, key string, n uint32) {
-	w[detect.Bucket(detect.Identity(srv, p, ns, []byte(key)), 4096)] += n
+	w[detect.Bucket(detect.Identity(srv, p, ns, []byte(key)), KernelBuckets)] += n
 }
 
 func (e *kcEnv) check(w want) {
@@ -392,7 +392,7 @@ func TestKernelCountCopies(t *testing.T) {
 	prog := e.objs.HotsniffTcIngress
 	hot := detect.Identity(srv4, decode.ProtoRedis, 0, []byte("hot"))
 	var bits [KernelBuckets / 64]uint64
-	b := detect.Bucket(hot, 4096)
+	b := detect.Bucket(hot, KernelBuckets)
 	bits[b/64] |= 1 << (b % 64)
 	if err := e.c.SetLocated(bits[:]); err != nil {
 		t.Fatal(err)

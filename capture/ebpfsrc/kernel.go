@@ -38,9 +38,11 @@ type KernelReaderStats struct {
 	Lost       uint64 // sub-windows not read whole (the reader was late): held as unknown, not cold
 }
 
-// NewKernelReader starts reading c's counts (buckets of them per
-// sub-window) from the current sub-window on.
+// NewKernelReader starts reading c's counts from the current sub-window
+// on. b is the detector's bucket count; the reader hands the detector the
+// kernel's finer buckets (bpf.KernelBuckets), which it locates on.
 func NewKernelReader(c *bpf.Capture, d Stage1, b int) *KernelReader {
+	b = max(b, bpf.KernelBuckets)
 	return &KernelReader{c: c, d: d, next: c.KernelEpoch(), counts: make([]uint32, b), zero: make([]uint32, b),
 		hot: make(map[uint64]bool), seen: make(map[uint64]bool)}
 }
