@@ -106,13 +106,8 @@ type hotsniffKcScratch struct {
 		Ntok     uint32
 		Tnum     uint32
 		Tdig     uint8
-		Ncached  uint8
-		Pad2     [2]uint8
+		Pad2     [3]uint8
 		Cmd      hotsniffKcCmd
-		_        [4]byte
-		Nlo      uint64
-		Nhi      uint64
-		Ncmd     hotsniffKcCmd
 		Nkey     hotsniffKcName
 		_        [4]byte
 	}
@@ -127,6 +122,15 @@ type hotsniffKcScratch struct {
 		Xdp    uint8
 		Pad    uint8
 		Rec    uint32
+	}
+	Nc struct {
+		_   structs.HostLayout
+		Lo  uint64
+		Hi  uint64
+		Cmd hotsniffKcCmd
+		Ok  uint8
+		Pad [7]uint8
+		_   [4]byte
 	}
 	Buf [4608]uint8
 	Kh  [128]uint64
