@@ -156,6 +156,7 @@ type hotsniffKcStats struct {
 	CopyHot     uint64
 	CopySession uint64
 	CopyReport  uint64
+	Duplicate   uint64
 }
 
 type hotsniffPortBitmap struct {

@@ -244,35 +244,43 @@ func (c *Capture) KernelEpochStart(ep int64) int64 {
 // parts of the slot the programs wrote in ep are read. It does not
 // allocate after the first call.
 func (c *Capture) ReadKernelCounts(ep int64, dst []uint32) (complete bool, err error) {
+	_, complete, err = c.ReadKernelCountsAt(ep, dst, nil)
+	return complete, err
+}
+
+// ReadKernelCountsAt is ReadKernelCounts that also appends to idx the
+// buckets of dst it made non-zero (zero before, counts added), so a caller
+// that keeps dst zero between calls can clear and read just those.
+func (c *Capture) ReadKernelCountsAt(ep int64, dst []uint32, idx []uint32) (_ []uint32, complete bool, err error) {
 	if c.cfg.KernelCount == nil {
-		return false, errors.New("read kernel counts: kernel counting is off")
+		return idx, false, errors.New("read kernel counts: kernel counting is off")
 	}
 	before := c.KernelEpoch()
 	if ep >= before || before-ep >= KernelSlots-1 {
-		return false, nil
+		return idx, false, nil
 	}
-	if err := c.readKernelSlot(ep, dst); err != nil {
-		return false, err
+	if idx, err = c.readKernelSlot(ep, dst, idx); err != nil {
+		return idx, false, err
 	}
 	if after := c.KernelEpoch(); after-ep >= KernelSlots-1 {
-		return false, nil
+		return idx, false, nil
 	}
-	return true, nil
+	return idx, true, nil
 }
 
 // readKernelSlot adds the counts of ep's slot, as the programs left it,
-// into dst (ReadKernelCounts).
-func (c *Capture) readKernelSlot(ep int64, dst []uint32) error {
+// into dst (ReadKernelCountsAt).
+func (c *Capture) readKernelSlot(ep int64, dst []uint32, idx []uint32) ([]uint32, error) {
 	shift := 0
 	for n := len(dst); n < KernelBuckets; n <<= 1 {
 		if n == 0 {
-			return errors.New("read kernel counts: no buckets")
+			return idx, errors.New("read kernel counts: no buckets")
 		}
 		shift++
 	}
 	si := uint32(ep % KernelSlots)
 	if err := c.kcEpoch.Lookup(si, &c.kcSlots); err != nil {
-		return fmt.Errorf("read kernel counts: %w", err)
+		return idx, fmt.Errorf("read kernel counts: %w", err)
 	}
 	var dirty uint64
 	for i := range c.kcSlots {
@@ -285,7 +293,7 @@ func (c *Capture) readKernelSlot(ep int64, dst []uint32) error {
 			continue
 		}
 		if err := c.kcCounts.Lookup(si*kernelParts+uint32(p), &c.kcBuf); err != nil {
-			return fmt.Errorf("read kernel counts: %w", err)
+			return idx, fmt.Errorf("read kernel counts: %w", err)
 		}
 		for i := range c.kcBuf {
 			if s := &c.kcSlots[i]; s.Epoch != uint64(ep) || s.Dirty&(1<<p) == 0 {
@@ -295,12 +303,15 @@ func (c *Capture) readKernelSlot(ep int64, dst []uint32) error {
 			for b, v := range c.kcBuf[i].C {
 				if v != 0 {
 					d := (base + b) >> shift
+					if dst[d] == 0 {
+						idx = append(idx, uint32(d))
+					}
 					dst[d] = satAdd32(dst[d], v)
 				}
 			}
 		}
 	}
-	return nil
+	return idx, nil
 }
 
 func satAdd32(a, b uint32) uint32 {
@@ -350,6 +361,7 @@ type KernelStats struct {
 	CopyHot     uint64                     // ...for a write to a hot key
 	CopySession uint64                     // ...for a session command
 	CopyReport  uint64                     // ...for an ECHO (absorbed-demand report)
+	Duplicate   uint64                     // request segments seen again after they were counted (cgroup's second view, retransmissions), not copied
 }
 
 // KernelStats reads the kernel-counting counters.
@@ -374,6 +386,7 @@ func (c *Capture) KernelStats() (KernelStats, error) {
 		st.CopyHot += p.CopyHot
 		st.CopySession += p.CopySession
 		st.CopyReport += p.CopyReport
+		st.Duplicate += p.Duplicate
 	}
 	return st, nil
 }

@@ -86,6 +86,7 @@ struct kc_stats {
 	__u64 copy_hot;
 	__u64 copy_session;
 	__u64 copy_report;
+	__u64 duplicate;   // request segments seen again after they were counted, not copied
 };
 
 struct {
@@ -1124,7 +1125,17 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 		if (!fl)
 			return 0;
 	}
-	__u32 len = in->len;
+	if (fl->synced && in->seq + in->len == fl->next_seq && in->len - 1 < KC_SCRATCH) {
+		// Exactly the segment counted last on this connection, seen
+		// again: the cgroup programs see a local client's request at its
+		// egress and at the server's ingress, and a retransmission
+		// repeats it. Counted once; user space has what it needs of it.
+		cnt->duplicate++;
+		return 1;
+	}
+	// A fresh load: the bounds checked below are what the verifier
+	// checks the payload load by, whatever the compiler kept from above.
+	__u32 len = *(volatile __u32 *)&in->len;
 	int reason = -1;
 	if (len > KC_SCRATCH) {
 		reason = KR_LARGE;

@@ -433,6 +433,32 @@ func TestKernelCountCopies(t *testing.T) {
 	e.check(w)
 }
 
+// TestKernelCountDuplicate: a request segment seen twice (the cgroup
+// programs see a local client's request at its egress and again at the
+// server's ingress; a retransmission) is counted once, and the second view
+// is neither copied nor taken for a gap: the next segment still counts.
+func TestKernelCountDuplicate(t *testing.T) {
+	e := openKC(t)
+	prog := e.objs.HotsniffTcIngress
+	c := e.newConn(srv4, prog, true)
+	get := resp("GET", "cold")
+	e.send(prog, c, get)
+	e.run(prog, pkt{src: c.cli, dst: c.srv, flags: 0x18, seq: c.seq - uint32(len(get)), ack: 1, payload: get})
+	if recs := e.drain(); len(recs) != 0 {
+		t.Errorf("the second view was copied: %+v", recs)
+	}
+	if recs := e.send(prog, c, get); len(recs) != 0 {
+		t.Errorf("the segment after it was copied: %+v", recs)
+	}
+	st := e.stats()
+	if st.Duplicate != 1 || st.Skipped != 2 || sumFallback(st) != 0 {
+		t.Errorf("stats %+v, want one duplicate, two counted and skipped, no fallback", st)
+	}
+	w := want{}
+	w.add(srv4, decode.ProtoRedis, 0, "cold", 2)
+	e.check(w)
+}
+
 // TestKernelCountVerifier: with kernel counting on, every program passes
 // the verifier of this kernel with room to spare: the parsers are bpf_loop
 // callbacks without loops of their own, so each program explores a bounded

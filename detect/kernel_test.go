@@ -207,3 +207,24 @@ func TestKernelStage1Fallbacks(t *testing.T) {
 		t.Fatalf("hot set %+v, want the long key at 2×; events %d", hs, len(rec.ev))
 	}
 }
+
+// BenchmarkKernelCounts: one kernel sub-window of counts into the detector,
+// 65536 kernel buckets of which about 6000 have reads (random keys at
+// ~50 000 reads/s, a sub-window of 125 ms).
+func BenchmarkKernelCounts(b *testing.B) {
+	d, err := New(Config{HotQPS: T}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	counts := make([]uint32, 65536)
+	var idx []uint32
+	for i := range 6000 {
+		b := (i * 7919) % 65536
+		counts[b]++
+		idx = append(idx, uint32(b))
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		d.KernelCountsAt(base+int64(i)*d.sub, base+int64(i+1)*d.sub, counts, idx, true)
+	}
+}
