@@ -3,10 +3,13 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // In-kernel counting (kcount.h): the programs parse whole request segments,
@@ -279,12 +282,17 @@ func (c *Capture) readKernelSlot(ep int64, dst []uint32, idx []uint32) ([]uint32
 		shift++
 	}
 	si := uint32(ep % KernelSlots)
-	if err := c.kcEpoch.Lookup(si, &c.kcSlots); err != nil {
+	cpus := len(c.kcRawSlots) / kcSlotSize
+	if err := lookupPerCPU(c.kcEpoch, si, c.kcRawSlots); err != nil {
 		return idx, fmt.Errorf("read kernel counts: %w", err)
 	}
+	// The per-CPU values as the kernel lays them out: one after the other
+	// (sizes are multiples of 8), little-endian on every host that runs
+	// the programs (bpfel).
+	slots := unsafe.Slice((*hotsniffKcSlot)(unsafe.Pointer(&c.kcRawSlots[0])), cpus)
 	var dirty uint64
-	for i := range c.kcSlots {
-		if s := &c.kcSlots[i]; s.Epoch == uint64(ep) {
+	for i := range slots {
+		if s := &slots[i]; s.Epoch == uint64(ep) {
 			dirty |= s.Dirty // other CPUs: no reads in ep (or reused: caught by the caller)
 		}
 	}
@@ -292,15 +300,16 @@ func (c *Capture) readKernelSlot(ep int64, dst []uint32, idx []uint32) ([]uint32
 		if dirty&(1<<p) == 0 {
 			continue
 		}
-		if err := c.kcCounts.Lookup(si*kernelParts+uint32(p), &c.kcBuf); err != nil {
+		if err := lookupPerCPU(c.kcCounts, si*kernelParts+uint32(p), c.kcRawParts); err != nil {
 			return idx, fmt.Errorf("read kernel counts: %w", err)
 		}
-		for i := range c.kcBuf {
-			if s := &c.kcSlots[i]; s.Epoch != uint64(ep) || s.Dirty&(1<<p) == 0 {
+		parts := unsafe.Slice((*hotsniffKcPart)(unsafe.Pointer(&c.kcRawParts[0])), cpus)
+		for i := range parts {
+			if s := &slots[i]; s.Epoch != uint64(ep) || s.Dirty&(1<<p) == 0 {
 				continue
 			}
 			base := p * kernelPart
-			for b, v := range c.kcBuf[i].C {
+			for b, v := range parts[i].C {
 				if v != 0 {
 					d := (base + b) >> shift
 					if dst[d] == 0 {
@@ -312,6 +321,32 @@ func (c *Capture) readKernelSlot(ep int64, dst []uint32, idx []uint32) ([]uint32
 		}
 	}
 	return idx, nil
+}
+
+// Sizes of the per-CPU values (multiples of 8: no padding between CPUs).
+const (
+	kcSlotSize = int(unsafe.Sizeof(hotsniffKcSlot{}))
+	kcPartSize = int(unsafe.Sizeof(hotsniffKcPart{}))
+)
+
+// lookupPerCPU reads every CPU's value of key in a per-CPU map into buf
+// (possible CPUs × the value size) with one BPF_MAP_LOOKUP_ELEM: the
+// library's Lookup allocates two copies of them per call, 1 MiB per
+// sub-window for the counts.
+func lookupPerCPU(m *ebpf.Map, key uint32, buf []byte) error {
+	attr := struct {
+		fd    uint32
+		_     uint32
+		key   unsafe.Pointer
+		value unsafe.Pointer
+		flags uint64
+	}{fd: uint32(m.FD()), key: unsafe.Pointer(&key), value: unsafe.Pointer(&buf[0])}
+	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_MAP_LOOKUP_ELEM, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	runtime.KeepAlive(buf)
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 func satAdd32(a, b uint32) uint32 {

@@ -582,3 +582,30 @@ func testRedisTable() []RedisCommand {
 	}
 	return out
 }
+
+// BenchmarkReadKernelSlot: reading one sub-window of counts whose every
+// part has reads (as random keys make it), for the touched buckets.
+func BenchmarkReadKernelSlot(b *testing.B) {
+	e := openKCSub(b, time.Hour)
+	prog := e.objs.HotsniffTcIngress
+	c := e.newConn(srv4, prog, true)
+	for i := range 256 {
+		e.send(prog, c, resp("GET", fmt.Sprintf("key:%012d", i)))
+	}
+	dst := make([]uint32, KernelBuckets)
+	var idx []uint32
+	ep := e.c.KernelEpoch()
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, i := range idx {
+			dst[i] = 0
+		}
+		var err error
+		if idx, err = e.c.readKernelSlot(ep, dst, idx[:0]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if len(idx) == 0 {
+		b.Fatal("no counts")
+	}
+}

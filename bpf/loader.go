@@ -172,8 +172,7 @@ type Capture struct {
 	kcMaps                                              map[string]*ebpf.Map
 	kcCounts, kcLocated, kcHot, kcCmds, kcProto, kcStat *ebpf.Map
 	kcEpoch                                             *ebpf.Map
-	kcSlots                                             []hotsniffKcSlot
-	kcBuf                                               []hotsniffKcPart
+	kcRawSlots, kcRawParts                              []byte    // per-CPU values read in place (readKernelSlot)
 	decap                                               *ebpf.Map // tunnels followed (decap.go)
 
 	mu     sync.Mutex
@@ -344,6 +343,13 @@ func (c *Capture) createMaps(online []bool) error {
 	}
 	c.kcCounts, c.kcLocated, c.kcHot = c.kcMaps[hotsniffMapKcCounts], c.kcMaps[hotsniffMapKcLocated], c.kcMaps[hotsniffMapKcHot]
 	c.kcEpoch = c.kcMaps[hotsniffMapKcEpoch]
+	if c.cfg.KernelCount != nil {
+		cpus, err := ebpf.PossibleCPU()
+		if err != nil {
+			return fmt.Errorf("count possible CPUs: %w", err)
+		}
+		c.kcRawSlots, c.kcRawParts = make([]byte, cpus*kcSlotSize), make([]byte, cpus*kcPartSize)
+	}
 	c.kcCmds, c.kcProto, c.kcStat = c.kcMaps[hotsniffMapKcCmds], c.kcMaps[hotsniffMapKcProto], c.kcMaps[hotsniffMapKcStat]
 	return c.initKernelMaps()
 }

@@ -104,6 +104,7 @@ func TestCostRatio(t *testing.T) {
 					}
 					s := startSniffer(t, a.bin, p, srv, mode, a.extra...)
 					time.Sleep(300 * time.Millisecond)
+					p0 := progStats(t, s.cmd.Process.Pid)
 					r0, h0, b0 := procCPU(t, redisPID), s.cpuSeconds(t), progRunTime(t, s.cmd.Process.Pid)
 					benchmark(t, srv, n, pipe)
 					r1 := procCPU(t, redisPID)
@@ -111,6 +112,7 @@ func TestCostRatio(t *testing.T) {
 					// the ring after the benchmark: count its CPU once idle.
 					m := s.waitIdle(t)
 					h1, b1 := s.cpuSeconds(t), progRunTime(t, s.cmd.Process.Pid)
+					t.Logf("%s -P %d %s: programs: %s", mode, pipe, a.name, perProgram(p0, progStats(t, s.cmd.Process.Pid)))
 					s.stop(t)
 					k := key{mode, a.name, pipe}
 					ratio := (h1 - h0 + (b1 - b0).Seconds()) / (r1 - r0)
@@ -218,13 +220,24 @@ func procCPU(t testing.TB, pid int) float64 {
 // other hotsniff instances on the machine do not count.
 func progRunTime(t testing.TB, pid int) time.Duration {
 	t.Helper()
+	var total time.Duration
+	for _, st := range progStats(t, pid) {
+		total += st.Runtime
+	}
+	return total
+}
+
+// progStats is the kernel's run-time accounting of each eBPF program the
+// process holds, by program name (subprograms are part of their caller).
+func progStats(t testing.TB, pid int) map[string]ebpf.ProgramStats {
+	t.Helper()
+	out := map[string]ebpf.ProgramStats{}
 	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	seen := map[uint64]bool{}
-	var total time.Duration
 	for _, e := range ents {
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
@@ -244,13 +257,32 @@ func progRunTime(t testing.TB, pid int) time.Duration {
 			if err != nil {
 				continue
 			}
-			if st, err := prog.Stats(); err == nil {
-				total += st.Runtime
+			st, err := prog.Stats()
+			info, ierr := prog.Info()
+			if err == nil && ierr == nil {
+				o := out[info.Name]
+				o.Runtime += st.Runtime
+				o.RunCount += st.RunCount
+				out[info.Name] = o
 			}
 			prog.Close()
 		}
 	}
-	return total
+	return out
+}
+
+// perProgram says, for each program, its runs and its mean run time
+// between two progStats.
+func perProgram(a, b map[string]ebpf.ProgramStats) string {
+	var parts []string
+	for name, y := range b {
+		x := a[name]
+		if n := y.RunCount - x.RunCount; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d runs × %d ns", name, n, (y.Runtime-x.Runtime).Nanoseconds()/int64(n)))
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
 }
 
 // TestMaxCPUBudget is the --max-cpu check: under -P 16 load over many
