@@ -45,7 +45,8 @@ import (
 // "tc xdp cgroup afpacket") the modes. With HOTSNIFF_BIN_BEFORE the earlier
 // build also runs with --kernel-count ("before --kernel-count").
 // HOTSNIFF_ARMS keeps only the arms named (before, before-kc, after,
-// after-max-cpu, after-kc), e.g. HOTSNIFF_ARMS="before-kc after-kc".
+// after-max-cpu, after-kc), e.g. HOTSNIFF_ARMS="before-kc after-kc";
+// HOTSNIFF_PIPES="1" runs only that pipeline depth.
 func TestCostRatio(t *testing.T) {
 	rounds := measurement(t, "HOTSNIFF_COST", 2)
 	netnstest.Need(t, "redis-benchmark")
@@ -95,7 +96,7 @@ func TestCostRatio(t *testing.T) {
 	rates := map[key][]float64{}
 	for range rounds {
 		for _, mode := range modes {
-			for _, pipe := range []int{1, 16} {
+			for _, pipe := range pipes() {
 				for _, a := range arms {
 					// About 2 s of load each: /proc counts CPU in 10 ms ticks.
 					n := 100000
@@ -131,7 +132,7 @@ func TestCostRatio(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("| mode | load | " + armNames(arms, func(a arm) string { return a.name }) + " |\n|---|---|" + strings.Repeat("---|", len(arms)) + "\n")
 	for _, mode := range modes {
-		for _, pipe := range []int{1, 16} {
+		for _, pipe := range pipes() {
 			fmt.Fprintf(&b, "| %s | -P %d |", mode, pipe)
 			for _, a := range arms {
 				fmt.Fprintf(&b, " %s |", span(ratios[key{mode, a.name, pipe}], "%.3f"))
@@ -140,6 +141,21 @@ func TestCostRatio(t *testing.T) {
 		}
 	}
 	t.Logf("hotsniff CPU (user+sys+bpf) / redis-server CPU, median [min–max] of %d rounds; load average %s at end\n%s", rounds, loadavg(), b.String())
+}
+
+// pipes is the pipeline depths TestCostRatio runs: 1 and 16, or
+// HOTSNIFF_PIPES ("1").
+func pipes() []int {
+	var out []int
+	for _, f := range strings.Fields(os.Getenv("HOTSNIFF_PIPES")) {
+		if n, err := strconv.Atoi(f); err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 {
+		out = []int{1, 16}
+	}
+	return out
 }
 
 // waitIdle scrapes /metrics until the decoded request count stops moving
