@@ -15,8 +15,8 @@ package detect
 //
 // The pipeline, each kernel sub-window:
 //
-//	complete, _ := capture.ReadKernelCounts(ep, counts)
-//	bits := det.KernelCounts(start, end, counts, complete)
+//	idx, complete, _ := capture.ReadKernelCountsAt(ep, counts, idx[:0]) // counts zero but for idx
+//	bits := det.KernelCountsAt(start, end, counts, idx, complete)
 //	capture.SetLocated(bits)
 //	for _, h := range det.HotHashes(nil) { capture.SetHot(h, true) } // and remove the others
 //
