@@ -61,12 +61,17 @@ type hotsniffKcFlow struct {
 
 type hotsniffKcLocated struct {
 	_    structs.HostLayout
-	Bits [64]uint64
+	Bits [1024]uint64
 }
 
 type hotsniffKcName struct {
 	_ structs.HostLayout
 	N [16]uint8
+}
+
+type hotsniffKcPart struct {
+	_ structs.HostLayout
+	C [8192]uint32
 }
 
 type hotsniffKcScratch struct {
@@ -103,6 +108,7 @@ type hotsniffKcScratch struct {
 		Tdig     uint8
 		Pad2     [3]uint8
 		Cmd      hotsniffKcCmd
+		Nkey     hotsniffKcName
 		_        [4]byte
 	}
 	In struct {
@@ -117,6 +123,15 @@ type hotsniffKcScratch struct {
 		Pad    uint8
 		Rec    uint32
 	}
+	Nc struct {
+		_   structs.HostLayout
+		Lo  uint64
+		Hi  uint64
+		Cmd hotsniffKcCmd
+		Ok  uint8
+		Pad [7]uint8
+		_   [4]byte
+	}
 	Buf [4608]uint8
 	Kh  [128]uint64
 	Kw  [128]uint32
@@ -125,7 +140,7 @@ type hotsniffKcScratch struct {
 type hotsniffKcSlot struct {
 	_     structs.HostLayout
 	Epoch uint64
-	C     [4096]uint32
+	Dirty uint64
 }
 
 type hotsniffKcStats struct {
@@ -141,6 +156,7 @@ type hotsniffKcStats struct {
 	CopyHot     uint64
 	CopySession uint64
 	CopyReport  uint64
+	Duplicate   uint64
 }
 
 type hotsniffPortBitmap struct {
@@ -207,6 +223,7 @@ const (
 	hotsniffMapDecapCfg               = "decap_cfg"
 	hotsniffMapKcCmds                 = "kc_cmds"
 	hotsniffMapKcCounts               = "kc_counts"
+	hotsniffMapKcEpoch                = "kc_epoch"
 	hotsniffMapKcFlows                = "kc_flows"
 	hotsniffMapKcHot                  = "kc_hot"
 	hotsniffMapKcLocated              = "kc_located"
@@ -226,7 +243,6 @@ const (
 	hotsniffProgHotsniffTcIngress     = "hotsniff_tc_ingress"
 	hotsniffProgHotsniffXdp           = "hotsniff_xdp"
 	hotsniffVarKcOn                   = "kc_on"
-	hotsniffVarKcShift                = "kc_shift"
 	hotsniffVarKcSubNs                = "kc_sub_ns"
 	hotsniffVarMaxCopy                = "max_copy"
 	hotsniffVarRawIp                  = "raw_ip"
@@ -237,6 +253,7 @@ const (
 	hotsniffVarUnusedKcFlow           = "unused_kc_flow"
 	hotsniffVarUnusedKcLocated        = "unused_kc_located"
 	hotsniffVarUnusedKcName           = "unused_kc_name"
+	hotsniffVarUnusedKcPart           = "unused_kc_part"
 	hotsniffVarUnusedKcSlot           = "unused_kc_slot"
 	hotsniffVarUnusedKcStats          = "unused_kc_stats"
 	hotsniffVarUnusedPortBitmap       = "unused_port_bitmap"
@@ -305,6 +322,7 @@ type hotsniffMapSpecs struct {
 	DecapCfg   *ebpf.MapSpec `ebpf:"decap_cfg"`
 	KcCmds     *ebpf.MapSpec `ebpf:"kc_cmds"`
 	KcCounts   *ebpf.MapSpec `ebpf:"kc_counts"`
+	KcEpoch    *ebpf.MapSpec `ebpf:"kc_epoch"`
 	KcFlows    *ebpf.MapSpec `ebpf:"kc_flows"`
 	KcHot      *ebpf.MapSpec `ebpf:"kc_hot"`
 	KcLocated  *ebpf.MapSpec `ebpf:"kc_located"`
@@ -325,7 +343,6 @@ type hotsniffMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type hotsniffVariableSpecs struct {
 	KcOn               *ebpf.VariableSpec `ebpf:"kc_on"`
-	KcShift            *ebpf.VariableSpec `ebpf:"kc_shift"`
 	KcSubNs            *ebpf.VariableSpec `ebpf:"kc_sub_ns"`
 	MaxCopy            *ebpf.VariableSpec `ebpf:"max_copy"`
 	RawIp              *ebpf.VariableSpec `ebpf:"raw_ip"`
@@ -336,6 +353,7 @@ type hotsniffVariableSpecs struct {
 	UnusedKcFlow       *ebpf.VariableSpec `ebpf:"unused_kc_flow"`
 	UnusedKcLocated    *ebpf.VariableSpec `ebpf:"unused_kc_located"`
 	UnusedKcName       *ebpf.VariableSpec `ebpf:"unused_kc_name"`
+	UnusedKcPart       *ebpf.VariableSpec `ebpf:"unused_kc_part"`
 	UnusedKcSlot       *ebpf.VariableSpec `ebpf:"unused_kc_slot"`
 	UnusedKcStats      *ebpf.VariableSpec `ebpf:"unused_kc_stats"`
 	UnusedPortBitmap   *ebpf.VariableSpec `ebpf:"unused_port_bitmap"`
@@ -371,6 +389,7 @@ type hotsniffMaps struct {
 	DecapCfg   *ebpf.Map `ebpf:"decap_cfg"`
 	KcCmds     *ebpf.Map `ebpf:"kc_cmds"`
 	KcCounts   *ebpf.Map `ebpf:"kc_counts"`
+	KcEpoch    *ebpf.Map `ebpf:"kc_epoch"`
 	KcFlows    *ebpf.Map `ebpf:"kc_flows"`
 	KcHot      *ebpf.Map `ebpf:"kc_hot"`
 	KcLocated  *ebpf.Map `ebpf:"kc_located"`
@@ -391,6 +410,7 @@ func (m *hotsniffMaps) Close() error {
 		m.DecapCfg,
 		m.KcCmds,
 		m.KcCounts,
+		m.KcEpoch,
 		m.KcFlows,
 		m.KcHot,
 		m.KcLocated,
@@ -412,7 +432,6 @@ func (m *hotsniffMaps) Close() error {
 // It can be passed to loadHotsniffObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hotsniffVariables struct {
 	KcOn               *ebpf.Variable `ebpf:"kc_on"`
-	KcShift            *ebpf.Variable `ebpf:"kc_shift"`
 	KcSubNs            *ebpf.Variable `ebpf:"kc_sub_ns"`
 	MaxCopy            *ebpf.Variable `ebpf:"max_copy"`
 	RawIp              *ebpf.Variable `ebpf:"raw_ip"`
@@ -423,6 +442,7 @@ type hotsniffVariables struct {
 	UnusedKcFlow       *ebpf.Variable `ebpf:"unused_kc_flow"`
 	UnusedKcLocated    *ebpf.Variable `ebpf:"unused_kc_located"`
 	UnusedKcName       *ebpf.Variable `ebpf:"unused_kc_name"`
+	UnusedKcPart       *ebpf.Variable `ebpf:"unused_kc_part"`
 	UnusedKcSlot       *ebpf.Variable `ebpf:"unused_kc_slot"`
 	UnusedKcStats      *ebpf.Variable `ebpf:"unused_kc_stats"`
 	UnusedPortBitmap   *ebpf.Variable `ebpf:"unused_port_bitmap"`

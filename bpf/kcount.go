@@ -3,10 +3,13 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // In-kernel counting (kcount.h): the programs parse whole request segments,
@@ -16,12 +19,18 @@ import (
 
 // Limits of the in-kernel parser, mirrored from kcount.h.
 const (
-	// KernelBuckets is the most buckets the programs count.
-	KernelBuckets = 4096
+	// KernelBuckets is how many buckets the programs count, whatever the
+	// detector's bucket count (at most this many): finer buckets keep
+	// random traffic from locating them (detect.Detector.KernelCounts).
+	KernelBuckets = 65536
+	// kernelPart is the buckets of one kc_counts entry (a per-CPU map
+	// value is at most 32 KiB); kernelParts entries make one sub-window.
+	kernelPart  = 8192
+	kernelParts = KernelBuckets / kernelPart
 	// KernelSlots is how many sub-windows of counts the programs keep: a
 	// sub-window's counts can be read until KernelSlots-1 sub-windows
 	// after it ended.
-	KernelSlots = 16
+	KernelSlots = 8
 	// KernelMaxSegment is the most request payload parsed per segment.
 	KernelMaxSegment = 4096
 	// KernelMaxKey is the longest key counted in the kernel.
@@ -80,7 +89,8 @@ type KernelCountConfig struct {
 	// window / 8).
 	SubWindow time.Duration
 	// Buckets is the detector's bucket count (a power of two, at most
-	// KernelBuckets).
+	// KernelBuckets). The programs count KernelBuckets buckets whatever it
+	// is: the detector's bucket of a key is its kernel bucket's prefix.
 	Buckets int
 	// Protos is the protocol of each server port (decode.Proto values:
 	// 1 redis, 2 memcache); ports of other protocols are copied as before.
@@ -103,10 +113,11 @@ func (k *KernelCountConfig) validate() error {
 func setKernelVars(spec *ebpf.CollectionSpec, k *KernelCountConfig) error {
 	var on uint8
 	var sub uint64 = 1
-	var shift uint32 = 64
 	if k != nil {
 		on, sub = 1, uint64(k.SubWindow.Nanoseconds())
-		shift = uint32(64 - bitsLen(k.Buckets))
+	} else {
+		// Off: the programs never count; no 2 MiB of counts per CPU.
+		spec.Maps[hotsniffMapKcCounts].MaxEntries = 1
 	}
 	if err := spec.Variables[hotsniffVarKcOn].Set(on); err != nil {
 		return fmt.Errorf("set kc_on: %w", err)
@@ -114,19 +125,7 @@ func setKernelVars(spec *ebpf.CollectionSpec, k *KernelCountConfig) error {
 	if err := spec.Variables[hotsniffVarKcSubNs].Set(sub); err != nil {
 		return fmt.Errorf("set kc_sub_ns: %w", err)
 	}
-	if err := spec.Variables[hotsniffVarKcShift].Set(shift); err != nil {
-		return fmt.Errorf("set kc_shift: %w", err)
-	}
 	return nil
-}
-
-func bitsLen(n int) int {
-	b := 0
-	for n > 1 {
-		n >>= 1
-		b++
-	}
-	return b
 }
 
 // Command kinds and session commands, as in kcount.h.
@@ -239,38 +238,115 @@ func (c *Capture) KernelEpochStart(ep int64) int64 {
 	return ep*c.cfg.KernelCount.SubWindow.Nanoseconds() + MonotonicOffset()
 }
 
-// ReadKernelCounts adds every CPU's bucket counts of sub-window ep into dst
-// (len Buckets). complete is false when ep has not ended yet or when it
-// is too old to be read whole (the programs reuse its slot KernelSlots
-// sub-windows later): the counts are then a lower bound, not evidence of
-// low demand. It does not allocate after the first call.
+// ReadKernelCounts adds every CPU's bucket counts of sub-window ep into dst:
+// len(dst) is KernelBuckets, or a smaller power of two to which the counts
+// are folded (bucket b of KernelBuckets goes to b >> (16 - log2 len)).
+// complete is false when ep has not ended yet or when it is too old to be
+// read whole (the programs reuse its slot KernelSlots sub-windows later):
+// the counts are then a lower bound, not evidence of low demand. Only the
+// parts of the slot the programs wrote in ep are read. It does not
+// allocate after the first call.
 func (c *Capture) ReadKernelCounts(ep int64, dst []uint32) (complete bool, err error) {
+	_, complete, err = c.ReadKernelCountsAt(ep, dst, nil)
+	return complete, err
+}
+
+// ReadKernelCountsAt is ReadKernelCounts that also appends to idx the
+// buckets of dst it made non-zero (zero before, counts added), so a caller
+// that keeps dst zero between calls can clear and read just those.
+func (c *Capture) ReadKernelCountsAt(ep int64, dst []uint32, idx []uint32) (_ []uint32, complete bool, err error) {
 	if c.cfg.KernelCount == nil {
-		return false, errors.New("read kernel counts: kernel counting is off")
+		return idx, false, errors.New("read kernel counts: kernel counting is off")
 	}
 	before := c.KernelEpoch()
 	if ep >= before || before-ep >= KernelSlots-1 {
-		return false, nil
+		return idx, false, nil
 	}
-	if err := c.kcCounts.Lookup(uint32(ep%KernelSlots), &c.kcBuf); err != nil {
-		return false, fmt.Errorf("read kernel counts: %w", err)
+	if idx, err = c.readKernelSlot(ep, dst, idx); err != nil {
+		return idx, false, err
 	}
-	n := min(len(dst), KernelBuckets)
-	for i := range c.kcBuf {
-		s := &c.kcBuf[i]
-		if s.Epoch != uint64(ep) {
-			continue // no reads on that CPU in ep (or reused: caught below)
+	if after := c.KernelEpoch(); after-ep >= KernelSlots-1 {
+		return idx, false, nil
+	}
+	return idx, true, nil
+}
+
+// readKernelSlot adds the counts of ep's slot, as the programs left it,
+// into dst (ReadKernelCountsAt).
+func (c *Capture) readKernelSlot(ep int64, dst []uint32, idx []uint32) ([]uint32, error) {
+	shift := 0
+	for n := len(dst); n < KernelBuckets; n <<= 1 {
+		if n == 0 {
+			return idx, errors.New("read kernel counts: no buckets")
 		}
-		for b, v := range s.C[:n] {
-			if v != 0 {
-				dst[b] = satAdd32(dst[b], v)
+		shift++
+	}
+	si := uint32(ep % KernelSlots)
+	cpus := len(c.kcRawSlots) / kcSlotSize
+	if err := lookupPerCPU(c.kcEpoch, si, c.kcRawSlots); err != nil {
+		return idx, fmt.Errorf("read kernel counts: %w", err)
+	}
+	// The per-CPU values as the kernel lays them out: one after the other
+	// (sizes are multiples of 8), little-endian on every host that runs
+	// the programs (bpfel).
+	slots := unsafe.Slice((*hotsniffKcSlot)(unsafe.Pointer(&c.kcRawSlots[0])), cpus)
+	var dirty uint64
+	for i := range slots {
+		if s := &slots[i]; s.Epoch == uint64(ep) {
+			dirty |= s.Dirty // other CPUs: no reads in ep (or reused: caught by the caller)
+		}
+	}
+	for p := range kernelParts {
+		if dirty&(1<<p) == 0 {
+			continue
+		}
+		if err := lookupPerCPU(c.kcCounts, si*kernelParts+uint32(p), c.kcRawParts); err != nil {
+			return idx, fmt.Errorf("read kernel counts: %w", err)
+		}
+		parts := unsafe.Slice((*hotsniffKcPart)(unsafe.Pointer(&c.kcRawParts[0])), cpus)
+		for i := range parts {
+			if s := &slots[i]; s.Epoch != uint64(ep) || s.Dirty&(1<<p) == 0 {
+				continue
+			}
+			base := p * kernelPart
+			for b, v := range parts[i].C {
+				if v != 0 {
+					d := (base + b) >> shift
+					if dst[d] == 0 {
+						idx = append(idx, uint32(d))
+					}
+					dst[d] = satAdd32(dst[d], v)
+				}
 			}
 		}
 	}
-	if after := c.KernelEpoch(); after-ep >= KernelSlots-1 {
-		return false, nil
+	return idx, nil
+}
+
+// Sizes of the per-CPU values (multiples of 8: no padding between CPUs).
+const (
+	kcSlotSize = int(unsafe.Sizeof(hotsniffKcSlot{}))
+	kcPartSize = int(unsafe.Sizeof(hotsniffKcPart{}))
+)
+
+// lookupPerCPU reads every CPU's value of key in a per-CPU map into buf
+// (possible CPUs × the value size) with one BPF_MAP_LOOKUP_ELEM: the
+// library's Lookup allocates two copies of them per call, 1 MiB per
+// sub-window for the counts.
+func lookupPerCPU(m *ebpf.Map, key uint32, buf []byte) error {
+	attr := struct {
+		fd    uint32
+		_     uint32
+		key   unsafe.Pointer
+		value unsafe.Pointer
+		flags uint64
+	}{fd: uint32(m.FD()), key: unsafe.Pointer(&key), value: unsafe.Pointer(&buf[0])}
+	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_MAP_LOOKUP_ELEM, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	runtime.KeepAlive(buf)
+	if errno != 0 {
+		return errno
 	}
-	return true, nil
+	return nil
 }
 
 func satAdd32(a, b uint32) uint32 {
@@ -280,8 +356,9 @@ func satAdd32(a, b uint32) uint32 {
 	return ^uint32(0)
 }
 
-// SetLocated writes the located buckets (a bitmap of KernelBuckets bits):
-// reads whose bucket is located are copied to user space.
+// SetLocated writes the located buckets (a bitmap of KernelBuckets bits,
+// the kernel's buckets): reads whose bucket is located are copied to user
+// space.
 func (c *Capture) SetLocated(bits []uint64) error {
 	var l hotsniffKcLocated
 	copy(l.Bits[:], bits)
@@ -319,6 +396,7 @@ type KernelStats struct {
 	CopyHot     uint64                     // ...for a write to a hot key
 	CopySession uint64                     // ...for a session command
 	CopyReport  uint64                     // ...for an ECHO (absorbed-demand report)
+	Duplicate   uint64                     // request segments seen again after they were counted (cgroup's second view, retransmissions), not copied
 }
 
 // KernelStats reads the kernel-counting counters.
@@ -343,6 +421,7 @@ func (c *Capture) KernelStats() (KernelStats, error) {
 		st.CopyHot += p.CopyHot
 		st.CopySession += p.CopySession
 		st.CopyReport += p.CopyReport
+		st.Duplicate += p.Duplicate
 	}
 	return st, nil
 }

@@ -25,8 +25,15 @@
 //               value; a segment of at most KC_SCRATCH bytes never needs more
 //   KC_NAME     command name length (longer: KR_UNKNOWN)
 
-#define KC_BUCKETS 4096
-#define KC_SLOTS 16
+// KC_BUCKETS is how many buckets the programs count, whatever the
+// detector's bucket count: user space locates on these (detect/kernel.go),
+// so random reads at a total rate below about KC_BUCKETS × threshold / 4
+// locate no bucket. A per-CPU map value is at most 32 KiB, so a slot's
+// counts are KC_PARTS entries of KC_PART buckets.
+#define KC_BUCKETS 65536
+#define KC_PART 8192
+#define KC_PARTS (KC_BUCKETS / KC_PART)
+#define KC_SLOTS 8
 #define KC_SCRATCH 4096
 #define KC_MASK (KC_SCRATCH - 1)
 #define KC_MAX_KEY 250
@@ -38,7 +45,7 @@
 // before (--kernel-count=false).
 volatile const __u8 kc_on = 0;
 volatile const __u64 kc_sub_ns = 100000000;
-volatile const __u32 kc_shift = 52; // 64 - log2(buckets)
+#define KC_SHIFT 48 // 64 - log2(KC_BUCKETS)
 
 // Fallback reasons: the segment is copied and its keys are counted in user
 // space. Mirrored in kcount.go.
@@ -79,6 +86,7 @@ struct kc_stats {
 	__u64 copy_hot;
 	__u64 copy_session;
 	__u64 copy_report;
+	__u64 duplicate;   // request segments seen again after they were counted, not copied
 };
 
 struct {
@@ -88,13 +96,19 @@ struct {
 	__type(value, struct kc_stats);
 } kc_stat SEC(".maps");
 
-// kc_slot is one sub-window of bucket counts on one CPU; slot epoch %
-// KC_SLOTS. A program that finds an older epoch in it clears it first, so
-// the counts of a sub-window stay readable for KC_SLOTS - 1 sub-windows
-// after it ends: a reader late by less than that loses nothing.
+// A slot is one sub-window of bucket counts on one CPU (slot = epoch %
+// KC_SLOTS): its kc_epoch entry and KC_PARTS kc_counts entries (slot *
+// KC_PARTS + part). A program that finds an older epoch in it clears the
+// parts that were written (dirty) first, so the counts of a sub-window
+// stay readable for KC_SLOTS - 1 sub-windows after it ends: a reader late
+// by less than that loses nothing. The reader reads only dirty parts.
 struct kc_slot {
 	__u64 epoch;
-	__u32 c[KC_BUCKETS];
+	__u64 dirty; // bit p: part p has counts
+};
+
+struct kc_part {
+	__u32 c[KC_PART];
 };
 
 struct {
@@ -102,6 +116,14 @@ struct {
 	__uint(max_entries, KC_SLOTS);
 	__type(key, __u32);
 	__type(value, struct kc_slot);
+} kc_epoch SEC(".maps");
+
+// Loaded with one entry when counting is off (bpf/kcount.go).
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, KC_SLOTS * KC_PARTS);
+	__type(key, __u32);
+	__type(value, struct kc_part);
 } kc_counts SEC(".maps");
 
 struct kc_located {
@@ -222,6 +244,19 @@ struct kc_st {
 	__u8 tdig;    // memcached: the token is all digits
 	__u8 pad2[3];
 	struct kc_cmd cmd;
+	struct kc_name nkey; // the lookup key: in the map, not on the stack
+};
+
+// kc_ncache is the last command name found in kc_cmds on this CPU (folded,
+// as looked up) and its entry. Traffic repeats a few commands, and a
+// hash-map lookup per command was a fifth of the programs' time at -P 16.
+// It outlives the segment: the table is filled once, before the programs
+// are attached, and never changes.
+struct kc_ncache {
+	__u64 lo, hi;
+	struct kc_cmd cmd;
+	__u8 ok;
+	__u8 pad[7];
 };
 
 // kc_in is what kc_request needs from the packet's headers.
@@ -242,6 +277,7 @@ struct kc_in {
 struct kc_scratch {
 	struct kc_st st;
 	struct kc_in in;
+	struct kc_ncache nc;
 	__u8 buf[KC_SCRATCH + 512]; // slack: masked offsets plus a key stay inside
 	__u64 kh[KC_MAX_KEYS];      // identity hashes of the segment's reads
 	__u32 kw[KC_MAX_KEYS];      // their weights
@@ -259,6 +295,7 @@ struct {
 
 const struct kc_stats *unused_kc_stats __attribute__((unused));
 const struct kc_slot *unused_kc_slot __attribute__((unused));
+const struct kc_part *unused_kc_part __attribute__((unused));
 const struct kc_located *unused_kc_located __attribute__((unused));
 const struct kc_cmd *unused_kc_cmd __attribute__((unused));
 const struct kc_name *unused_kc_name __attribute__((unused));
@@ -398,7 +435,7 @@ static __always_inline int kc_located_bit(__u64 h)
 	struct kc_located *l = bpf_map_lookup_elem(&kc_located, &zero);
 	if (!l)
 		return 0;
-	__u32 b = (h >> kc_shift) & (KC_BUCKETS - 1);
+	__u32 b = (h >> KC_SHIFT) & (KC_BUCKETS - 1);
 	return (l->bits[b >> 6] >> (b & 63)) & 1;
 }
 
@@ -457,7 +494,6 @@ static __always_inline void kc_reseed(struct kc_st *st)
 // byte with 0x40 set: only case variants of a name fold onto it).
 static __always_inline struct kc_cmd *kc_lookup_name(struct kc_st *st, __u32 off, __u32 len)
 {
-	struct kc_name nm;
 	__u64 lo = ld64(kc_buf(st)->buf + (off & KC_MASK));
 	__u64 hi = ld64(kc_buf(st)->buf + ((off & KC_MASK) + 8));
 	if (len < 8) {
@@ -468,9 +504,19 @@ static __always_inline struct kc_cmd *kc_lookup_name(struct kc_st *st, __u32 off
 	}
 	lo &= ~((lo & 0x4040404040404040ULL) >> 1);
 	hi &= ~((hi & 0x4040404040404040ULL) >> 1);
-	__builtin_memcpy(nm.n, &lo, 8);
-	__builtin_memcpy(nm.n + 8, &hi, 8);
-	return bpf_map_lookup_elem(&kc_cmds, &nm);
+	struct kc_ncache *nc = &kc_buf(st)->nc;
+	if (nc->ok && lo == nc->lo && hi == nc->hi)
+		return &nc->cmd;
+	__builtin_memcpy(st->nkey.n, &lo, 8);
+	__builtin_memcpy(st->nkey.n + 8, &hi, 8);
+	struct kc_cmd *cmd = bpf_map_lookup_elem(&kc_cmds, &st->nkey);
+	if (cmd) {
+		nc->cmd = *cmd;
+		nc->lo = lo;
+		nc->hi = hi;
+		nc->ok = 1;
+	}
+	return cmd;
 }
 
 // kc_resp_name starts a command from its name (argument 0).
@@ -584,9 +630,11 @@ static __always_inline long kc_resp_bulk(struct kc_st *st, __u32 off, __u32 len)
 
 // kc_short reads a header of one or two digits and \r\n at p (after its
 // '*' or '$') in one step: the common case, which the byte-level states
-// would take four or five callback calls for. It returns the value and sets
-// *next past the \r\n, or returns -1 (then the byte-level states take it).
-static __always_inline int kc_short(struct kc_st *st, __u32 p, __u32 *next)
+// would take four or five callback calls for. It returns the value | the
+// header's length (3 or 4 bytes, past the \r\n) << 8, or -1 (then the
+// byte-level states take it). No out-parameter: it would take stack, and
+// the deepest call chain is near the verifier's 512 bytes.
+static __always_inline int kc_short(struct kc_st *st, __u32 p)
 {
 	if (p + 4 > st->end)
 		return -1;
@@ -594,20 +642,17 @@ static __always_inline int kc_short(struct kc_st *st, __u32 p, __u32 *next)
 	__u32 d0 = (w & 0xff) - '0', d1 = ((w >> 8) & 0xff) - '0';
 	if (d0 > 9)
 		return -1;
-	if ((w >> 8 & 0xffff) == 0x0a0d) {
-		*next = p + 3;
-		return d0;
-	}
-	if (d1 <= 9 && (w >> 16) == 0x0a0d && d0 != 0) {
-		*next = p + 4;
-		return d0 * 10 + d1;
-	}
+	if ((w >> 8 & 0xffff) == 0x0a0d)
+		return d0 | 3 << 8;
+	if (d1 <= 9 && (w >> 16) == 0x0a0d && d0 != 0)
+		return (d0 * 10 + d1) | 4 << 8;
 	return -1;
 }
 
-static long kc_resp_step(__u64 i, struct kc_loop *l)
+// kc_resp_one takes one step of the RESP parser: a header byte, or a
+// whole element whose header is short. 0 to go on, 1 to stop.
+static __always_inline long kc_resp_one(struct kc_st *st)
 {
-	struct kc_st *st = l->st;
 	__u32 p = st->pos;
 	if (p >= st->end)
 		return 1;
@@ -618,13 +663,12 @@ static long kc_resp_step(__u64 i, struct kc_loop *l)
 		if (c != '*')
 			return kc_bad(st, (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ? KR_INLINE : KR_MALFORMED);
 		{
-			__u32 next;
-			int n = kc_short(st, p + 1, &next);
-			if (n > 0) {
-				st->argc = n;
+			int n = kc_short(st, p + 1);
+			if (n >= 0 && (n & 0xff) > 0) {
+				st->argc = n & 0xff;
 				st->argi = 0;
 				st->state = R_BULK;
-				st->pos = next;
+				st->pos = p + 1 + (n >> 8);
 				return 0;
 			}
 		}
@@ -677,10 +721,9 @@ static long kc_resp_step(__u64 i, struct kc_loop *l)
 		if (c != '$')
 			return kc_bad(st, KR_MALFORMED);
 		{
-			__u32 next;
-			int n = kc_short(st, p + 1, &next);
+			int n = kc_short(st, p + 1);
 			if (n >= 0)
-				return kc_resp_bulk(st, next, n);
+				return kc_resp_bulk(st, p + 1 + (n >> 8), n & 0xff);
 		}
 		st->num = 0;
 		st->ndig = 0;
@@ -695,6 +738,60 @@ static long kc_resp_step(__u64 i, struct kc_loop *l)
 	if (c != '\n')
 		return kc_bad(st, KR_MALFORMED);
 	return kc_resp_bulk(st, p + 1, st->num);
+}
+
+// kc_resp_fast takes a whole element with a short header (an array header
+// "*N\r\n" or a bulk string "$N\r\n...\r\n", N < 100): 0 when it did,
+// 1 to stop, 2 when the next element is something else (the byte-level
+// states of kc_resp_one take it, in the next call).
+static __always_inline long kc_resp_fast(struct kc_st *st)
+{
+	__u32 p = st->pos;
+	if (p >= st->end)
+		return 2;
+	__u8 c = kc_at(st, p);
+	int n;
+	if (st->state == R_BULK && c == '$') {
+		n = kc_short(st, p + 1);
+		if (n < 0)
+			return 2;
+		return kc_resp_bulk(st, p + 1 + (n >> 8), n & 0xff) ? 1 : 0;
+	}
+	if (st->state == R_CMD && c == '*') {
+		n = kc_short(st, p + 1);
+		if (n < 0 || (n & 0xff) == 0)
+			return 2;
+		st->argc = n & 0xff;
+		st->argi = 0;
+		st->state = R_BULK;
+		st->pos = p + 1 + (n >> 8);
+		return 0;
+	}
+	return 2;
+}
+
+// KC_FAST is how many more whole elements one kc_resp_step call takes
+// after its first step: a GET is three elements (array header, name, key),
+// and each bpf_loop callback call costs a call and a frame, which at one
+// element per call were about a quarter of the parser's time.
+#define KC_FAST 5
+
+static long kc_resp_step(__u64 i, struct kc_loop *l)
+{
+	struct kc_st *st = l->st;
+	long r = kc_resp_one(st);
+	if (r)
+		return r;
+	for (int k = 0; k < KC_FAST; k++) {
+		// Opaque: addresses derived from st are not kept across the
+		// iterations, which would spill them and overflow the stack
+		// budget of the deepest call chain.
+		asm volatile("" : "+r"(st));
+		r = kc_resp_fast(st);
+		if (r)
+			return r == 1;
+	}
+	return 0;
 }
 
 // Memcached text, a byte at a time: tokens separated by spaces, lines by
@@ -916,21 +1013,49 @@ static __always_inline int kc_parse(struct kc_st *st)
 }
 
 struct kc_zero_ctx {
-	struct kc_slot *slot;
+	struct kc_part *part;
 };
 
+// kc_zero clears 64 buckets a call, eight bytes a store: a part takes 128
+// calls.
 static long kc_zero(__u64 i, struct kc_zero_ctx *z)
 {
-	__u32 j = (i * 16) & (KC_BUCKETS - 16);
+	__u32 j = (i * 64) & (KC_PART - 64);
+	__u64 *p = (__u64 *)&z->part->c[j];
 #pragma unroll
-	for (int k = 0; k < 16; k++)
-		z->slot->c[j + k] = 0;
+	for (int k = 0; k < 32; k++)
+		p[k] = 0;
+	return 0;
+}
+
+// kc_count adds w to bucket b of this CPU's slot si. A part is cleared when
+// it is first written in a new sub-window, so a slot costs nothing to
+// reuse when few parts are used. 0, or 1 when the part is missing.
+static __always_inline int kc_count(struct kc_slot *slot, __u32 si, __u32 b, __u32 w)
+{
+	__u32 pi = (b / KC_PART) & (KC_PARTS - 1);
+	__u32 key = si * KC_PARTS + pi;
+	struct kc_part *part = bpf_map_lookup_elem(&kc_counts, &key);
+	if (!part)
+		return 1;
+	if (!(slot->dirty & (1ULL << pi))) {
+		// First count in this part since the slot was last cleared.
+		struct kc_zero_ctx z = {.part = part};
+		bpf_loop(KC_PART / 64, kc_zero, &z, 0);
+		slot->dirty |= 1ULL << pi;
+	}
+	__u32 *cp = &part->c[b & (KC_PART - 1)];
+	__u32 v = *cp + w;
+	if (v < w)
+		v = 0xffffffff;
+	*cp = v;
 	return 0;
 }
 
 struct kc_commit_ctx {
 	struct kc_st *st;
 	struct kc_slot *slot;
+	__u32 si;
 	__u64 reads;
 };
 
@@ -939,32 +1064,34 @@ static long kc_commit_one(__u64 i, struct kc_commit_ctx *c)
 	__u32 j = i & (KC_MAX_KEYS - 1);
 	__u64 h = kc_buf(c->st)->kh[j];
 	__u32 w = kc_buf(c->st)->kw[j];
-	__u32 b = (h >> kc_shift) & (KC_BUCKETS - 1);
-	__u32 v = c->slot->c[b] + w;
-	if (v < w)
-		v = 0xffffffff;
-	c->slot->c[b] = v;
+	if (kc_count(c->slot, c->si, (h >> KC_SHIFT) & (KC_BUCKETS - 1), w))
+		return 1;
 	c->reads += w;
 	return 0;
 }
 
 // kc_commit adds the segment's reads to this CPU's slot of the current
-// sub-window.
+// sub-window. One key (a single GET) is added directly: a bpf_loop call
+// and its callback cost more than the count itself.
 static __always_inline __u64 kc_commit(struct kc_st *st)
 {
 	if (!st->nkeys)
 		return 0;
 	__u64 ep = bpf_ktime_get_ns() / kc_sub_ns;
 	__u32 si = ep % KC_SLOTS;
-	struct kc_slot *slot = bpf_map_lookup_elem(&kc_counts, &si);
+	struct kc_slot *slot = bpf_map_lookup_elem(&kc_epoch, &si);
 	if (!slot)
 		return 0;
 	if (slot->epoch != ep) {
-		struct kc_zero_ctx z = {.slot = slot};
-		bpf_loop(KC_BUCKETS / 16, kc_zero, &z, 0);
+		slot->dirty = 0;
 		slot->epoch = ep;
 	}
-	struct kc_commit_ctx c = {.st = st, .slot = slot};
+	if (st->nkeys == 1) {
+		__u64 h = kc_buf(st)->kh[0];
+		__u32 w = kc_buf(st)->kw[0];
+		return kc_count(slot, si, (h >> KC_SHIFT) & (KC_BUCKETS - 1), w) ? 0 : w;
+	}
+	struct kc_commit_ctx c = {.st = st, .slot = slot, .si = si};
 	bpf_loop(st->nkeys, kc_commit_one, &c, 0);
 	return c.reads;
 }
@@ -1015,7 +1142,17 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 		if (!fl)
 			return 0;
 	}
-	__u32 len = in->len;
+	if (fl->synced && in->seq + in->len == fl->next_seq && in->len - 1 < KC_SCRATCH) {
+		// Exactly the segment counted last on this connection, seen
+		// again: the cgroup programs see a local client's request at its
+		// egress and at the server's ingress, and a retransmission
+		// repeats it. Counted once; user space has what it needs of it.
+		cnt->duplicate++;
+		return 1;
+	}
+	// A fresh load: the bounds checked below are what the verifier
+	// checks the payload load by, whatever the compiler kept from above.
+	__u32 len = *(volatile __u32 *)&in->len;
 	int reason = -1;
 	if (len > KC_SCRATCH) {
 		reason = KR_LARGE;

@@ -26,23 +26,14 @@ func (s *readSink) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 	if w == 0 {
 		w = 1
 	}
-	s.want[detect.Bucket(detect.Identity(f.Server, f.Proto, r.NS, k.Bytes), 4096)] += w
+	s.want[detect.Bucket(detect.Identity(f.Server, f.Proto, r.NS, k.Bytes), KernelBuckets)] += w
 }
 
 // slotCounts sums every CPU's counts of the current kernel sub-window.
 func slotCounts(t *testing.T, c *Capture) []uint32 {
-	var per []hotsniffKcSlot
-	ep := c.KernelEpoch()
-	if err := c.kcCounts.Lookup(uint32(ep%KernelSlots), &per); err != nil {
-		t.Fatal(err)
-	}
 	out := make([]uint32, KernelBuckets)
-	for i := range per {
-		if per[i].Epoch == uint64(ep) {
-			for b, v := range per[i].C {
-				out[b] += v
-			}
-		}
+	if _, err := c.readKernelSlot(c.KernelEpoch(), out, nil); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

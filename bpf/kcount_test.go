@@ -114,7 +114,7 @@ func (e *kcEnv) counts() []uint32 {
 	e.t.Helper()
 	last := e.c.KernelEpoch()
 	time.Sleep(e.sub + 20*time.Millisecond)
-	out := make([]uint32, 4096)
+	out := make([]uint32, KernelBuckets)
 	for ep := e.ep0; ep <= last; ep++ {
 		ok, err := e.c.ReadKernelCounts(ep, out)
 		if err != nil {
@@ -149,7 +149,7 @@ func resp(args ...string) []byte {
 type want map[int]uint32
 
 func (w want) add(srv netip.AddrPort, p decode.Proto, ns int32, key string, n uint32) {
-	w[detect.Bucket(detect.Identity(srv, p, ns, []byte(key)), 4096)] += n
+	w[detect.Bucket(detect.Identity(srv, p, ns, []byte(key)), KernelBuckets)] += n
 }
 
 func (e *kcEnv) check(w want) {
@@ -392,7 +392,7 @@ func TestKernelCountCopies(t *testing.T) {
 	prog := e.objs.HotsniffTcIngress
 	hot := detect.Identity(srv4, decode.ProtoRedis, 0, []byte("hot"))
 	var bits [KernelBuckets / 64]uint64
-	b := detect.Bucket(hot, 4096)
+	b := detect.Bucket(hot, KernelBuckets)
 	bits[b/64] |= 1 << (b % 64)
 	if err := e.c.SetLocated(bits[:]); err != nil {
 		t.Fatal(err)
@@ -433,6 +433,32 @@ func TestKernelCountCopies(t *testing.T) {
 	e.check(w)
 }
 
+// TestKernelCountDuplicate: a request segment seen twice (the cgroup
+// programs see a local client's request at its egress and again at the
+// server's ingress; a retransmission) is counted once, and the second view
+// is neither copied nor taken for a gap: the next segment still counts.
+func TestKernelCountDuplicate(t *testing.T) {
+	e := openKC(t)
+	prog := e.objs.HotsniffTcIngress
+	c := e.newConn(srv4, prog, true)
+	get := resp("GET", "cold")
+	e.send(prog, c, get)
+	e.run(prog, pkt{src: c.cli, dst: c.srv, flags: 0x18, seq: c.seq - uint32(len(get)), ack: 1, payload: get})
+	if recs := e.drain(); len(recs) != 0 {
+		t.Errorf("the second view was copied: %+v", recs)
+	}
+	if recs := e.send(prog, c, get); len(recs) != 0 {
+		t.Errorf("the segment after it was copied: %+v", recs)
+	}
+	st := e.stats()
+	if st.Duplicate != 1 || st.Skipped != 2 || sumFallback(st) != 0 {
+		t.Errorf("stats %+v, want one duplicate, two counted and skipped, no fallback", st)
+	}
+	w := want{}
+	w.add(srv4, decode.ProtoRedis, 0, "cold", 2)
+	e.check(w)
+}
+
 // TestKernelCountVerifier: with kernel counting on, every program passes
 // the verifier of this kernel with room to spare: the parsers are bpf_loop
 // callbacks without loops of their own, so each program explores a bounded
@@ -466,7 +492,8 @@ func TestKernelCountVerifier(t *testing.T) {
 			t.Fatalf("%s: no stats in the verifier log %q", name, log)
 		}
 		n, _ := strconv.Atoi(m[1])
-		t.Logf("%s: %d instructions processed (limit 1000000), loaded in %v", name, n, time.Since(start).Round(time.Millisecond))
+		stack := regexp.MustCompile(`stack depth [0-9+]+`).FindString(log)
+		t.Logf("%s: %d instructions processed (limit 1000000), %s, loaded in %v", name, n, stack, time.Since(start).Round(time.Millisecond))
 		// Half the limit: a change that multiplies the states the
 		// verifier explores shows here before it fails to load.
 		if n > 500000 {
@@ -554,4 +581,31 @@ func testRedisTable() []RedisCommand {
 		out[i] = RedisCommand(c)
 	}
 	return out
+}
+
+// BenchmarkReadKernelSlot: reading one sub-window of counts whose every
+// part has reads (as random keys make it), for the touched buckets.
+func BenchmarkReadKernelSlot(b *testing.B) {
+	e := openKCSub(b, time.Hour)
+	prog := e.objs.HotsniffTcIngress
+	c := e.newConn(srv4, prog, true)
+	for i := range 256 {
+		e.send(prog, c, resp("GET", fmt.Sprintf("key:%012d", i)))
+	}
+	dst := make([]uint32, KernelBuckets)
+	var idx []uint32
+	ep := e.c.KernelEpoch()
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, i := range idx {
+			dst[i] = 0
+		}
+		var err error
+		if idx, err = e.c.readKernelSlot(ep, dst, idx[:0]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if len(idx) == 0 {
+		b.Fatal("no counts")
+	}
 }

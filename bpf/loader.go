@@ -171,7 +171,8 @@ type Capture struct {
 	// Kernel counting (kcount.go), shared by every attachment.
 	kcMaps                                              map[string]*ebpf.Map
 	kcCounts, kcLocated, kcHot, kcCmds, kcProto, kcStat *ebpf.Map
-	kcBuf                                               []hotsniffKcSlot
+	kcEpoch                                             *ebpf.Map
+	kcRawSlots, kcRawParts                              []byte    // per-CPU values read in place (readKernelSlot)
 	decap                                               *ebpf.Map // tunnels followed (decap.go)
 
 	mu     sync.Mutex
@@ -332,7 +333,7 @@ func (c *Capture) createMaps(online []bool) error {
 		return fmt.Errorf("create decap map: %w", err)
 	}
 	c.kcMaps = make(map[string]*ebpf.Map)
-	for _, name := range []string{hotsniffMapKcCounts, hotsniffMapKcLocated, hotsniffMapKcHot, hotsniffMapKcCmds,
+	for _, name := range []string{hotsniffMapKcCounts, hotsniffMapKcEpoch, hotsniffMapKcLocated, hotsniffMapKcHot, hotsniffMapKcCmds,
 		hotsniffMapKcProto, hotsniffMapKcStat, hotsniffMapKcFlows, hotsniffMapKcScratch} {
 		m, err := ebpf.NewMap(c.spec.Maps[name])
 		if err != nil {
@@ -341,6 +342,14 @@ func (c *Capture) createMaps(online []bool) error {
 		c.kcMaps[name] = m
 	}
 	c.kcCounts, c.kcLocated, c.kcHot = c.kcMaps[hotsniffMapKcCounts], c.kcMaps[hotsniffMapKcLocated], c.kcMaps[hotsniffMapKcHot]
+	c.kcEpoch = c.kcMaps[hotsniffMapKcEpoch]
+	if c.cfg.KernelCount != nil {
+		cpus, err := ebpf.PossibleCPU()
+		if err != nil {
+			return fmt.Errorf("count possible CPUs: %w", err)
+		}
+		c.kcRawSlots, c.kcRawParts = make([]byte, cpus*kcSlotSize), make([]byte, cpus*kcPartSize)
+	}
 	c.kcCmds, c.kcProto, c.kcStat = c.kcMaps[hotsniffMapKcCmds], c.kcMaps[hotsniffMapKcProto], c.kcMaps[hotsniffMapKcStat]
 	return c.initKernelMaps()
 }

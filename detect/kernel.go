@@ -1,7 +1,5 @@
 package detect
 
-import "math"
-
 // Stage 1 from the kernel. With in-kernel counting (bpf/kcount.h) the
 // capture programs add every read they parse to per-CPU bucket counters,
 // keyed by the same identity hash and bucket as here, and copy to user
@@ -17,8 +15,8 @@ import "math"
 //
 // The pipeline, each kernel sub-window:
 //
-//	complete, _ := capture.ReadKernelCounts(ep, counts)
-//	bits := det.KernelCounts(start, end, counts, complete)
+//	idx, complete, _ := capture.ReadKernelCountsAt(ep, counts, idx[:0]) // counts zero but for idx
+//	bits := det.KernelCountsAt(start, end, counts, idx, complete)
 //	capture.SetLocated(bits)
 //	for _, h := range det.HotHashes(nil) { capture.SetHot(h, true) } // and remove the others
 //
@@ -28,72 +26,146 @@ import "math"
 // counts again.
 
 // kernelStage1 is the kernel's bucket counts over the last numSub kernel
-// sub-windows.
+// sub-windows. The programs count finer buckets than the detector's
+// (bpf.KernelBuckets; a detector bucket is the prefix of its kernel
+// buckets): buckets are located, for the programs, on the kernel's
+// buckets, so random reads spread over many keys locate none while their
+// total rate stays below about kernel buckets × trigger. The coarse sums
+// are the detector's own buckets, which its stages 2 and 3 use as before.
+// The work per sub-window follows the buckets that had reads, not the
+// bucket count: each ring slot keeps only its non-zero counts.
 type kernelStage1 struct {
-	ring [numSub][]uint32 // per kernel sub-window, per bucket
-	next int              // ring slot the next sub-window goes to
-	sum  []uint32         // per bucket: sum over the ring
-	bits []uint64         // located buckets, for the programs
+	ring   [numSub][]kcount // per kernel sub-window, its non-zero counts
+	next   int              // ring slot the next sub-window goes to
+	sum    []uint32         // per detector bucket: sum over the ring
+	fine   []uint32         // per kernel bucket: sum over the ring
+	active []bool           // per kernel bucket: located
+	on     []uint32         // the located kernel buckets
+	shift  uint             // kernel bucket >> shift = detector bucket
+	bits   []uint64         // located kernel buckets, for the programs
+	idx    []uint32         // KernelCounts: the non-zero buckets of counts
 }
 
+// kcount is one kernel bucket's count in one sub-window.
+type kcount struct{ b, n uint32 }
+
 // KernelCounts takes the kernel's bucket counts of one sub-window
-// [start, end) (Unix ns; len(counts) = Buckets) and returns the located
-// buckets as a bitmap for the programs (bpf.Capture.SetLocated). complete
-// false (the counts could not be read whole: the reader fell behind past
-// what the kernel keeps) marks the span Incomplete: hot keys are not
-// turned cold on it. Buckets of hot keys are always located, so their
-// reads keep reaching the hot list. The returned slice is reused by the
-// next call. Like Key, it runs on the observing goroutine.
+// [start, end) (Unix ns; len(counts) = the kernel's buckets, a power of
+// two at least Buckets) and returns the located kernel buckets as a bitmap
+// for the programs (bpf.Capture.SetLocated); see KernelCountsAt.
 func (d *Detector) KernelCounts(start, end int64, counts []uint32, complete bool) []uint64 {
+	k := d.kernStage(len(counts))
+	if k == nil {
+		return nil
+	}
+	k.idx = k.idx[:0]
+	for b, v := range counts {
+		if v != 0 {
+			k.idx = append(k.idx, uint32(b))
+		}
+	}
+	return d.KernelCountsAt(start, end, counts, k.idx, complete)
+}
+
+// KernelCountsAt is KernelCounts for counts whose non-zero buckets are
+// listed in idx (others may be zero or anything: only idx is read), which
+// costs in proportion to len(idx). A kernel bucket is located when its
+// count plus what user space counted itself in its detector bucket
+// (fallbacks: an over-estimate, so never one located too late) reaches
+// the trigger, with the same hysteresis as a detector bucket; it is
+// looked at when its count changes. complete false (the counts could not
+// be read whole: the reader fell behind past what the kernel keeps) marks
+// the span Incomplete: hot keys are not turned cold on it. Buckets of hot
+// keys are always located, so their reads keep reaching the hot list. The
+// returned slice is reused by the next call. Like Key, it runs on the
+// observing goroutine.
+func (d *Detector) KernelCountsAt(start, end int64, counts []uint32, idx []uint32, complete bool) []uint64 {
 	w := d.def
-	if w == nil {
+	k := d.kernStage(len(counts))
+	if k == nil {
 		return nil
 	}
 	if !complete {
 		d.Incomplete(start, end)
 	}
-	k := w.kern
-	if k == nil {
-		k = &kernelStage1{sum: make([]uint32, len(w.cur)), bits: make([]uint64, (len(w.cur)+63)/64)}
-		for i := range k.ring {
-			k.ring[i] = make([]uint32, len(w.cur))
-		}
-		w.kern = k
-	}
+	// The sub-window leaving the ring, then the one entering it: both
+	// change the sums of their buckets, which are looked at below.
 	old := k.ring[k.next]
-	n := min(len(counts), len(old))
-	for b := range old {
-		var v uint32
-		if b < n {
-			v = counts[b]
-		}
-		if old[b] != 0 || v != 0 {
-			s := uint64(k.sum[b]) - uint64(old[b]) + uint64(v)
-			k.sum[b] = uint32(min(s, math.MaxUint32))
-			old[b] = v
-		}
+	for _, e := range old {
+		k.fine[e.b] -= e.n
+		k.sum[e.b>>k.shift] -= e.n
 	}
+	cur := old[:0]
+	for _, b := range idx {
+		if int(b) >= len(k.fine) || counts[b] == 0 {
+			continue
+		}
+		v := counts[b]
+		k.fine[b] = satAdd(k.fine[b], v)
+		k.sum[b>>k.shift] = satAdd(k.sum[b>>k.shift], v)
+		cur = append(cur, kcount{b, v})
+	}
+	k.ring[k.next] = cur
 	k.next = (k.next + 1) % numSub
 	d.st.KernelSubWindows++
-	clear(k.bits)
-	for b := range k.sum {
-		total := uint64(k.sum[b]) + uint64(w.prev[b]) + uint64(w.cur[b])
-		if !w.active[b] {
-			if total >= w.trig {
-				w.activate(uint64(b))
+	locate := func(b uint32) {
+		c := b >> k.shift
+		total := uint64(k.fine[b]) + uint64(w.prev[c]) + uint64(w.cur[c])
+		if !k.active[b] {
+			if total < w.trig {
+				return
+			}
+			k.active[b] = true
+			k.on = append(k.on, b)
+			if !w.active[c] {
+				// Its detector bucket counts keys from now on (observe
+				// would locate it at the next read anyway: its sum is at
+				// least this one's).
+				w.activate(uint64(c))
 			}
 		} else if total < w.trig/2 {
-			w.active[b] = false
-		}
-		if w.active[b] {
-			k.bits[b/64] |= 1 << (b % 64)
+			k.active[b] = false
 		}
 	}
+	for _, e := range old {
+		locate(e.b)
+	}
+	for _, e := range cur {
+		locate(e.b)
+	}
+	clear(k.bits)
+	on := k.on[:0]
+	for _, b := range k.on {
+		if k.active[b] && k.bits[b/64]&(1<<(b%64)) == 0 {
+			// Still located (and listed once): its bit for the programs.
+			k.bits[b/64] |= 1 << (b % 64)
+			on = append(on, b)
+		}
+	}
+	k.on = on
+	fs := w.shift - k.shift
 	for i := range d.hot.e {
-		b := d.hot.e[i].h >> w.shift
+		b := d.hot.e[i].h >> fs
 		k.bits[b/64] |= 1 << (b % 64)
 	}
 	return k.bits
+}
+
+// kernStage returns the kernel stage-1 state for n kernel buckets, made at
+// the first call; nil without the default detector.
+func (d *Detector) kernStage(n int) *kernelStage1 {
+	w := d.def
+	if w == nil {
+		return nil
+	}
+	n = max(n, len(w.cur))
+	if k := w.kern; k != nil && len(k.fine) == n {
+		return k
+	}
+	k := &kernelStage1{sum: make([]uint32, len(w.cur)), fine: make([]uint32, n), active: make([]bool, n),
+		shift: uint(bitsLen(n) - bitsLen(len(w.cur))), bits: make([]uint64, (n+63)/64)}
+	w.kern = k
+	return k
 }
 
 // HotHashes appends the identity hashes of the hot keys to dst, for the

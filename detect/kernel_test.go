@@ -26,7 +26,12 @@ type kernelSim struct {
 }
 
 func newKernelSim(d *Detector) *kernelSim {
-	b := d.Config().Buckets
+	return newKernelSimBuckets(d, d.Config().Buckets)
+}
+
+// newKernelSimBuckets counts b buckets in the kernel (at least the
+// detector's), as the programs do (bpf.KernelBuckets).
+func newKernelSimBuckets(d *Detector, b int) *kernelSim {
 	return &kernelSim{d: d, buckets: b, sub: d.sub, phase: int64(37 * time.Millisecond), counts: make([]uint32, b),
 		located: make([]uint64, (b+63)/64), feedKern: true, complete: func(int64) bool { return true }}
 }
@@ -108,6 +113,33 @@ func TestKernelStage1(t *testing.T) {
 	}
 }
 
+// TestKernelStage1FineBuckets: random reads whose total rate puts every
+// detector bucket over the locate trigger locate none of the kernel's finer
+// buckets, so they stay in the kernel, and a hot key among them is still
+// found at its true rate. (With the kernel counting the detector's 64
+// buckets, every read was copied.)
+func TestKernelStage1FineBuckets(t *testing.T) {
+	d, rec := newDet(t, Config{HotQPS: T, Buckets: 64})
+	k := newKernelSimBuckets(d, 65536)
+	// 3000 keys at 10/s: 470/s per detector bucket, about twice the
+	// trigger; 0.5/s per kernel bucket.
+	k.run(0, 3*time.Second, 2*T, 3000, 10)
+	for _, e := range rec.ev {
+		if string(e.Key) != "hot" {
+			t.Fatalf("cold key reported: %+v", e)
+		}
+	}
+	hs := d.HotSet()
+	if len(hs) != 1 || hs[0].QPS < 1.9*T || hs[0].QPS > 2.1*T {
+		t.Fatalf("hot set %+v, want the key at 2×", hs)
+	}
+	// The hot key's reads (2000 of 32 000 a second) and little else.
+	if frac := float64(k.copied) / float64(k.reads); frac > 0.08 {
+		t.Errorf("%d of %d reads copied (%.1f%%), want only the hot key's", k.copied, k.reads, 100*frac)
+	}
+	t.Logf("%d of %d reads reached user space", k.copied, k.reads)
+}
+
 // TestKernelStage1Needed: without the kernel's counts the detector sees
 // only what is copied, and never locates the key: the counts are what
 // stage 1 runs on.
@@ -173,5 +205,26 @@ func TestKernelStage1Fallbacks(t *testing.T) {
 	hs := d.HotSet()
 	if len(hs) != 1 || string(hs[0].Key) != long || hs[0].QPS < 1.9*T || hs[0].QPS > 2.1*T {
 		t.Fatalf("hot set %+v, want the long key at 2×; events %d", hs, len(rec.ev))
+	}
+}
+
+// BenchmarkKernelCounts: one kernel sub-window of counts into the detector,
+// 65536 kernel buckets of which about 6000 have reads (random keys at
+// ~50 000 reads/s, a sub-window of 125 ms).
+func BenchmarkKernelCounts(b *testing.B) {
+	d, err := New(Config{HotQPS: T}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	counts := make([]uint32, 65536)
+	var idx []uint32
+	for i := range 6000 {
+		b := (i * 7919) % 65536
+		counts[b]++
+		idx = append(idx, uint32(b))
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		d.KernelCountsAt(base+int64(i)*d.sub, base+int64(i+1)*d.sub, counts, idx, true)
 	}
 }

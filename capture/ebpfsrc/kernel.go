@@ -11,7 +11,7 @@ import (
 // hashes of the hot keys. detect.Detector implements it; the capture layer
 // stays below the detector.
 type Stage1 interface {
-	KernelCounts(start, end int64, counts []uint32, complete bool) []uint64
+	KernelCountsAt(start, end int64, counts []uint32, idx []uint32, complete bool) []uint64
 	HotHashes(dst []uint64) []uint64
 }
 
@@ -23,9 +23,9 @@ type Stage1 interface {
 type KernelReader struct {
 	c      *bpf.Capture
 	d      Stage1
-	next   int64 // the next kernel sub-window to read
-	counts []uint32
-	zero   []uint32
+	next   int64           // the next kernel sub-window to read
+	counts []uint32        // zero between sub-windows but for idx
+	idx    []uint32        // the non-zero buckets of counts
 	hot    map[uint64]bool // hashes in the programs' hot set
 	seen   map[uint64]bool
 	hh     []uint64
@@ -38,10 +38,12 @@ type KernelReaderStats struct {
 	Lost       uint64 // sub-windows not read whole (the reader was late): held as unknown, not cold
 }
 
-// NewKernelReader starts reading c's counts (buckets of them per
-// sub-window) from the current sub-window on.
+// NewKernelReader starts reading c's counts from the current sub-window
+// on. b is the detector's bucket count; the reader hands the detector the
+// kernel's finer buckets (bpf.KernelBuckets), which it locates on.
 func NewKernelReader(c *bpf.Capture, d Stage1, b int) *KernelReader {
-	return &KernelReader{c: c, d: d, next: c.KernelEpoch(), counts: make([]uint32, b), zero: make([]uint32, b),
+	b = max(b, bpf.KernelBuckets)
+	return &KernelReader{c: c, d: d, next: c.KernelEpoch(), counts: make([]uint32, b),
 		hot: make(map[uint64]bool), seen: make(map[uint64]bool)}
 }
 
@@ -62,14 +64,20 @@ func (k *KernelReader) Step() error {
 		// holds its verdicts over them.
 		start, end := k.c.KernelEpochStart(k.next), k.c.KernelEpochStart(k.next+lost)
 		for range min(lost, 8) {
-			bits = k.d.KernelCounts(start, end, k.zero, false)
+			bits = k.d.KernelCountsAt(start, end, k.counts, nil, false)
 		}
 		k.st.Lost += uint64(lost)
 		k.next += lost
 	}
 	for ; k.next < now; k.next++ {
-		clear(k.counts)
-		complete, err := k.c.ReadKernelCounts(k.next, k.counts)
+		// Only the buckets with reads are read, handed on and cleared:
+		// the work follows the traffic, not the 65536 buckets.
+		for _, b := range k.idx {
+			k.counts[b] = 0
+		}
+		var complete bool
+		var err error
+		k.idx, complete, err = k.c.ReadKernelCountsAt(k.next, k.counts, k.idx[:0])
 		if err != nil {
 			return fmt.Errorf("read kernel counts: %w", err)
 		}
@@ -78,7 +86,7 @@ func (k *KernelReader) Step() error {
 		} else {
 			k.st.Lost++
 		}
-		bits = k.d.KernelCounts(k.c.KernelEpochStart(k.next), k.c.KernelEpochStart(k.next+1), k.counts, complete)
+		bits = k.d.KernelCountsAt(k.c.KernelEpochStart(k.next), k.c.KernelEpochStart(k.next+1), k.counts, k.idx, complete)
 	}
 	if err := k.c.SetLocated(bits); err != nil {
 		return err

@@ -83,7 +83,7 @@ func TestLiveKernelCount(t *testing.T) {
 				on := ke.check(t, false)
 				last := c.KernelEpoch()
 				time.Sleep(sub + 50*time.Millisecond)
-				counts := make([]uint32, 4096)
+				counts := make([]uint32, bpf.KernelBuckets)
 				for ep := ep0; ep <= last; ep++ {
 					if ok, err := c.ReadKernelCounts(ep, counts); err != nil || !ok {
 						t.Fatalf("sub-window %d: complete %v, %v", ep, ok, err)

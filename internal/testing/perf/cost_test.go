@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,7 +42,11 @@ import (
 //	HOTSNIFF_COST=1 HOTSNIFF_BIN_BEFORE=/tmp/hotsniff-before go test -count=1 -timeout 60m -run TestCostRatio -v ./internal/testing/perf/
 //
 // HOTSNIFF_ROUNDS (default 2) sets the rounds, HOTSNIFF_MODES (default
-// "tc xdp cgroup afpacket") the modes.
+// "tc xdp cgroup afpacket") the modes. With HOTSNIFF_BIN_BEFORE the earlier
+// build also runs with --kernel-count ("before --kernel-count").
+// HOTSNIFF_ARMS keeps only the arms named (before, before-kc, after,
+// after-max-cpu, after-kc), e.g. HOTSNIFF_ARMS="before-kc after-kc";
+// HOTSNIFF_PIPES="1" runs only that pipeline depth.
 func TestCostRatio(t *testing.T) {
 	rounds := measurement(t, "HOTSNIFF_COST", 2)
 	netnstest.Need(t, "redis-benchmark")
@@ -57,10 +62,23 @@ func TestCostRatio(t *testing.T) {
 	after := buildHotsniff(t)
 	var arms []arm
 	if b := os.Getenv("HOTSNIFF_BIN_BEFORE"); b != "" {
-		arms = append(arms, arm{"before", b, nil})
+		arms = append(arms, arm{"before", b, nil}, arm{"before --kernel-count", b, []string{"--kernel-count"}})
 	}
 	arms = append(arms, arm{"after", after, nil}, arm{"after --max-cpu 0.05", after, []string{"--max-cpu", "0.05"}},
 		arm{"after --kernel-count", after, []string{"--kernel-count"}})
+	if only := strings.Fields(os.Getenv("HOTSNIFF_ARMS")); len(only) > 0 {
+		// HOTSNIFF_ARMS="before-kc after-kc" keeps the arms named so (the
+		// name with spaces and flags' dashes folded: "after --kernel-count"
+		// is after-kc, "after --max-cpu 0.05" after-max-cpu).
+		var kept []arm
+		for _, a := range arms {
+			short := strings.NewReplacer(" --kernel-count", "-kc", " --max-cpu 0.05", "-max-cpu").Replace(a.name)
+			if slices.Contains(only, short) {
+				kept = append(kept, a)
+			}
+		}
+		arms = kept
+	}
 
 	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
 	if err != nil {
@@ -78,7 +96,7 @@ func TestCostRatio(t *testing.T) {
 	rates := map[key][]float64{}
 	for range rounds {
 		for _, mode := range modes {
-			for _, pipe := range []int{1, 16} {
+			for _, pipe := range pipes() {
 				for _, a := range arms {
 					// About 2 s of load each: /proc counts CPU in 10 ms ticks.
 					n := 100000
@@ -87,6 +105,7 @@ func TestCostRatio(t *testing.T) {
 					}
 					s := startSniffer(t, a.bin, p, srv, mode, a.extra...)
 					time.Sleep(300 * time.Millisecond)
+					p0 := progStats(t, s.cmd.Process.Pid)
 					r0, h0, b0 := procCPU(t, redisPID), s.cpuSeconds(t), progRunTime(t, s.cmd.Process.Pid)
 					benchmark(t, srv, n, pipe)
 					r1 := procCPU(t, redisPID)
@@ -94,13 +113,18 @@ func TestCostRatio(t *testing.T) {
 					// the ring after the benchmark: count its CPU once idle.
 					m := s.waitIdle(t)
 					h1, b1 := s.cpuSeconds(t), progRunTime(t, s.cmd.Process.Pid)
+					t.Logf("%s -P %d %s: programs: %s", mode, pipe, a.name, perProgram(p0, progStats(t, s.cmd.Process.Pid)))
 					s.stop(t)
 					k := key{mode, a.name, pipe}
 					ratio := (h1 - h0 + (b1 - b0).Seconds()) / (r1 - r0)
 					ratios[k] = append(ratios[k], ratio)
 					rates[k] = append(rates[k], series(m, "hotsniff_capture_sample_rate", ""))
-					t.Logf("%s -P %d %s: hotsniff %.3fs user+sys + %.3fs bpf, redis-server %.3fs: ratio %.3f; dropped %v, sample rate %v",
-						mode, pipe, a.name, h1-h0, (b1 - b0).Seconds(), r1-r0, ratio, sum(m, "hotsniff_capture_dropped_total"), sum(m, "hotsniff_capture_sample_rate"))
+					// Requests decoded in user space per GET sent: what
+					// the programs copied (all of them without kernel
+					// counting, unless sampled).
+					t.Logf("%s -P %d %s: hotsniff %.3fs user+sys + %.3fs bpf, redis-server %.3fs: ratio %.3f; dropped %v, sample rate %v, requests decoded in user space per GET %.4f",
+						mode, pipe, a.name, h1-h0, (b1 - b0).Seconds(), r1-r0, ratio, sum(m, "hotsniff_capture_dropped_total"), sum(m, "hotsniff_capture_sample_rate"),
+						sum(m, "hotsniff_requests_total")/float64(n))
 				}
 			}
 		}
@@ -108,7 +132,7 @@ func TestCostRatio(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("| mode | load | " + armNames(arms, func(a arm) string { return a.name }) + " |\n|---|---|" + strings.Repeat("---|", len(arms)) + "\n")
 	for _, mode := range modes {
-		for _, pipe := range []int{1, 16} {
+		for _, pipe := range pipes() {
 			fmt.Fprintf(&b, "| %s | -P %d |", mode, pipe)
 			for _, a := range arms {
 				fmt.Fprintf(&b, " %s |", span(ratios[key{mode, a.name, pipe}], "%.3f"))
@@ -117,6 +141,21 @@ func TestCostRatio(t *testing.T) {
 		}
 	}
 	t.Logf("hotsniff CPU (user+sys+bpf) / redis-server CPU, median [min–max] of %d rounds; load average %s at end\n%s", rounds, loadavg(), b.String())
+}
+
+// pipes is the pipeline depths TestCostRatio runs: 1 and 16, or
+// HOTSNIFF_PIPES ("1").
+func pipes() []int {
+	var out []int
+	for _, f := range strings.Fields(os.Getenv("HOTSNIFF_PIPES")) {
+		if n, err := strconv.Atoi(f); err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 {
+		out = []int{1, 16}
+	}
+	return out
 }
 
 // waitIdle scrapes /metrics until the decoded request count stops moving
@@ -197,13 +236,24 @@ func procCPU(t testing.TB, pid int) float64 {
 // other hotsniff instances on the machine do not count.
 func progRunTime(t testing.TB, pid int) time.Duration {
 	t.Helper()
+	var total time.Duration
+	for _, st := range progStats(t, pid) {
+		total += st.Runtime
+	}
+	return total
+}
+
+// progStats is the kernel's run-time accounting of each eBPF program the
+// process holds, by program name (subprograms are part of their caller).
+func progStats(t testing.TB, pid int) map[string]ebpf.ProgramStats {
+	t.Helper()
+	out := map[string]ebpf.ProgramStats{}
 	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	seen := map[uint64]bool{}
-	var total time.Duration
 	for _, e := range ents {
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
@@ -223,13 +273,32 @@ func progRunTime(t testing.TB, pid int) time.Duration {
 			if err != nil {
 				continue
 			}
-			if st, err := prog.Stats(); err == nil {
-				total += st.Runtime
+			st, err := prog.Stats()
+			info, ierr := prog.Info()
+			if err == nil && ierr == nil {
+				o := out[info.Name]
+				o.Runtime += st.Runtime
+				o.RunCount += st.RunCount
+				out[info.Name] = o
 			}
 			prog.Close()
 		}
 	}
-	return total
+	return out
+}
+
+// perProgram says, for each program, its runs and its mean run time
+// between two progStats.
+func perProgram(a, b map[string]ebpf.ProgramStats) string {
+	var parts []string
+	for name, y := range b {
+		x := a[name]
+		if n := y.RunCount - x.RunCount; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d runs × %d ns", name, n, (y.Runtime-x.Runtime).Nanoseconds()/int64(n)))
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
 }
 
 // TestMaxCPUBudget is the --max-cpu check: under -P 16 load over many
