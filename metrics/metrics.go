@@ -113,6 +113,11 @@ type Snapshot struct {
 	// KernelFallback counts request segments the eBPF programs copied
 	// without counting them (--kernel-count), by reason; nil when off.
 	KernelFallback map[string]uint64
+	// KernelCounted counts what the eBPF programs counted themselves
+	// (--kernel-count), by what: request segments, requests, keys and
+	// duplicate segments skipped; nil when off. Requests counted in the
+	// kernel and not copied are not in requests_total.
+	KernelCounted map[string]uint64
 }
 
 // Sampling is the state of flow sampling under a CPU budget (--max-cpu).
@@ -153,13 +158,13 @@ type Collector struct {
 
 	packets, dropped, truncated, requests, keys, decodeErrs, gaps, lost, dup,
 	flows, buffered, evicted, hot, published, pubErrs, pubDropped, pubLag *prometheus.Desc
-	sampleRate, sampledOut, sampleRaises, cpuShare, cpuBudget, reportable  *prometheus.Desc
-	pubMsgs, pubOverflow                                                   *prometheus.Desc
-	incomplete, coldHeld, kernelFallback, rejected, rejectedBytes          *prometheus.Desc
-	incompleteSecs, shed, shedBytes, droppedBytes                          *prometheus.Desc
-	channelUp, adopted                                                     *prometheus.Desc
-	absReports, absHits, absRejected, lateReads                            *prometheus.Desc
-	replyBytes, replyUnpaired, pendingDropped, pendingDesyncs, pendingHeld *prometheus.Desc
+	sampleRate, sampledOut, sampleRaises, cpuShare, cpuBudget, reportable        *prometheus.Desc
+	pubMsgs, pubOverflow                                                         *prometheus.Desc
+	incomplete, coldHeld, kernelFallback, kernelCounted, rejected, rejectedBytes *prometheus.Desc
+	incompleteSecs, shed, shedBytes, droppedBytes                                *prometheus.Desc
+	channelUp, adopted                                                           *prometheus.Desc
+	absReports, absHits, absRejected, lateReads                                  *prometheus.Desc
+	replyBytes, replyUnpaired, pendingDropped, pendingDesyncs, pendingHeld       *prometheus.Desc
 }
 
 // New returns a Collector; register it with a prometheus.Registry.
@@ -211,6 +216,8 @@ func New() *Collector {
 		coldHeld:       d("detect_cold_held_total", "Cold verdicts held because the window held a span of missed requests: a key turns cold only on evidence of low demand."),
 		kernelFallback: d("kernel_fallback_total",
 			"Request segments the eBPF programs copied without counting them in the kernel (--kernel-count), by reason.", "reason"),
+		kernelCounted: d("kernel_counted_total",
+			"What the eBPF programs counted in the kernel themselves (--kernel-count): what=segments (request segments parsed whole), requests, keys, duplicates (segments seen a second time, not counted again). Requests counted only there are not in requests_total.", "what"),
 		pubMsgs:     d("publish_messages_total", "Channel messages sent (one PUBLISH each; a v2 message carries a batch of events)."),
 		pubOverflow: d("publish_budget_overflow_total", "Events over this node's channel message budget: shed (refreshes left out) or delayed (waited, batched).", "action"),
 		replyBytes:  d("reply_bytes_total", "Reply bytes decoded (TCP payload from the server), attributed to keys or not.", "proto"),
@@ -240,7 +247,7 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.lateReads, c.pubMsgs, c.pubOverflow, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs, c.pendingHeld,
-		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable, c.incomplete, c.coldHeld, c.incompleteSecs, c.shed, c.shedBytes, c.droppedBytes, c.kernelFallback, c.rejected, c.rejectedBytes, c.channelUp, c.adopted} {
+		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable, c.incomplete, c.coldHeld, c.incompleteSecs, c.shed, c.shedBytes, c.droppedBytes, c.kernelFallback, c.kernelCounted, c.rejected, c.rejectedBytes, c.channelUp, c.adopted} {
 		ch <- d
 	}
 	c.lat.Describe(ch)
@@ -340,6 +347,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.incompleteSecs, s.IncompleteSeconds)
 	counter(c.shed, float64(s.ShedSegments))
 	counter(c.shedBytes, float64(s.ShedBytes))
+	for _, w := range sortedKeys(s.KernelCounted) {
+		counter(c.kernelCounted, float64(s.KernelCounted[w]), w)
+	}
 	for _, r := range sortedKeys(s.KernelFallback) {
 		counter(c.kernelFallback, float64(s.KernelFallback[r]), r)
 	}

@@ -96,13 +96,14 @@ func (e *evidence) sampling(st bpf.Sampling) bool {
 
 // noteEvidence copies the loss counters to the metrics, every full tick.
 func (d *daemon) noteEvidence(det *detect.Detector) {
-	var fallback map[string]uint64
+	var fallback, counted map[string]uint64
 	if bc := d.cap.KernelCounting(); bc != nil && d.kc.r != nil {
 		if ks, err := bc.KernelStats(); err == nil {
 			fallback = make(map[string]uint64, len(ks.Fallback))
 			for r, v := range ks.Fallback {
 				fallback[bpf.FallbackReason(r).String()] = v
 			}
+			counted = map[string]uint64{"segments": ks.Counted, "requests": ks.Requests, "keys": ks.Keys, "duplicates": ks.Duplicate}
 		}
 	}
 	ds := det.Stats()
@@ -110,6 +111,6 @@ func (d *daemon) noteEvidence(det *detect.Detector) {
 		s.IncompleteSpans, s.ColdHeld = ds.IncompleteSpans, ds.ColdHeld
 		s.IncompleteSeconds = float64(ds.IncompleteNs) / 1e9
 		s.ShedSegments, s.ShedBytes = d.ev.shedSegs, d.ev.shedBytes
-		s.KernelFallback = fallback
+		s.KernelFallback, s.KernelCounted = fallback, counted
 	})
 }
