@@ -51,6 +51,12 @@ func TestRunKernelCountPrivileged(t *testing.T) {
 	if gets >= hotN+coldN {
 		t.Errorf("every GET was decoded in user space: kernel counting did not keep any")
 	}
+	// Every GET was counted by the programs or decoded here (a located
+	// one both): the metrics account for all of them.
+	kreq := m[`hotsniff_kernel_counted_total{what="requests"}`]
+	if kreq == 0 || kreq+gets < hotN+coldN {
+		t.Errorf("requests counted in the kernel %v + GETs decoded %v, want > 0 and at least the %d sent", kreq, gets, hotN+coldN)
+	}
 	for _, e := range d.hotkeys(t) {
 		if string(e.Key) != "key:__rand_int__" {
 			t.Errorf("a random key reported hot: %+v", e)
