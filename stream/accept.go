@@ -124,7 +124,7 @@ func (a *Assembler) admit(fl *flow, dir decode.Dir, seg *capture.Segment) bool {
 		}
 	}
 	if hasAck && h.state == halfOpen {
-		h.ack, h.acked = seg.Ack, true
+		h.ack, h.acked, h.ackTS = seg.Ack, true, seg.TS
 	}
 	if dir == decode.ToClient {
 		if hasAck && seg.Flags&capture.FlagRST == 0 && (!peer.confirmed || peer.doubt && !within(seg.Ack, peer.next, w)) {
@@ -275,4 +275,36 @@ func (a *Assembler) anchor(fl *flow, seq uint32) {
 func (a *Assembler) reject(reason int, seg *capture.Segment) {
 	a.st.Rejected[reason]++
 	a.st.RejectedBytes += uint64(len(seg.Payload)) + uint64(seg.Missing)
+}
+
+// unconfirmedHole reports whether the hole before h's buffered data is one
+// the receiver never filled either: it acknowledged, after that data
+// arrived, no further than where h's stream is. Bytes the capture lost were
+// received, and the receiver's acknowledgments pass them; a segment that
+// waits beyond a hole the receiver itself still has is not (yet) part of its
+// stream (a forged segment inside the window, most likely) and is never
+// parsed. Without a later acknowledgment there is no evidence either way,
+// and the hole is given up as a loss, as without Verify.
+func (a *Assembler) unconfirmedHole(fl *flow, h *half) bool {
+	if !a.cfg.Verify || len(h.ooo) == 0 || seqDiff(h.ooo[0].seq, h.next) <= 0 {
+		return false
+	}
+	r := &fl.h[0]
+	if h == r {
+		r = &fl.h[1]
+	}
+	return r.acked && r.ackTS > h.oooSince && seqDiff(r.ack, h.next) <= 0
+}
+
+// rejectHeld drops h's buffered out-of-order data as unconfirmed.
+func (a *Assembler) rejectHeld(fl *flow, h *half) {
+	for i := range h.ooo {
+		s := &h.ooo[i]
+		a.st.Rejected[RejectUnconfirmed]++
+		a.st.RejectedBytes += uint64(len(s.data)) + uint64(s.missing)
+		a.release(fl, s.data)
+		*s = oooSeg{}
+	}
+	h.ooo = h.ooo[:0]
+	h.oooBytes = 0
 }

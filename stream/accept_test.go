@@ -189,3 +189,45 @@ func TestVerifyHeldExpire(t *testing.T) {
 		t.Errorf("after GapTimeout: %d bytes held, rejected %v, %d parsers", st.BufferedBytes, st.Rejected, len(fx.dec.parsers))
 	}
 }
+
+// TestVerifyForgedAheadNotParsed: a forged segment that lands inside the
+// window ahead of the client's stream (with an acceptable ACK) waits as
+// out-of-order data. The server goes on acknowledging only the real stream,
+// so when the hole is given up the forged bytes are rejected as unconfirmed,
+// never parsed, and no bytes are counted lost. A hole the server did fill
+// (bytes the capture lost) is still given up as a gap.
+func TestVerifyForgedAheadNotParsed(t *testing.T) {
+	gt := int64(DefaultConfig().GapTimeout)
+	for _, lost := range []bool{false, true} {
+		fx := newFixture(t, verifyConfig(), consumeAll)
+		fx.vseg(1, true, 1000, 0, syn, "")
+		fx.vseg(2, false, 5000, 1001, syn, "")
+		fx.vseg(3, true, 1001, 5001, 0, "GET a\r\n")
+		if lost {
+			// The capture misses "GET b\r\n" (1008..1014); the server
+			// received it and acknowledges past it.
+			fx.vseg(4, true, 1015, 5001, 0, "GET c\r\n")
+			fx.vseg(5, false, 5001, 1022, 0, "+OK\r\n+OK\r\n+OK\r\n")
+		} else {
+			fx.vseg(4, true, 1008+100000, 5001, 0, "SET forged x\r\n")
+			fx.vseg(5, false, 5001, 1008, 0, "+OK\r\n")
+		}
+		fx.a.Tick(5 + 2*gt)
+		fx.check()
+		st := fx.a.Stats()
+		got := fx.dec.only(t, decode.ToServer).stream()
+		if lost {
+			if got != "GET a\r\n|GET c\r\n" || st.BytesLost != 7 || st.TotalGaps() != 1 {
+				t.Errorf("capture loss: decoded %q, %d bytes lost, %d gaps; want both real GETs around a 7-byte gap", got, st.BytesLost, st.TotalGaps())
+			}
+			continue
+		}
+		if got != "GET a\r\n" {
+			t.Errorf("decoded %q: the forged segment was parsed", got)
+		}
+		if st.BytesLost != 0 || st.TotalGaps() != 0 || st.Rejected[RejectUnconfirmed] != 1 || st.BufferedBytes != 0 {
+			t.Errorf("forged ahead: %d bytes lost, %d gaps, rejected %v, %d bytes held; want 0, 0, one unconfirmed, 0",
+				st.BytesLost, st.TotalGaps(), st.Rejected, st.BufferedBytes)
+		}
+	}
+}

@@ -110,6 +110,7 @@ type half struct {
 	positioned bool     // next is where the stream really is (a handshake, an anchor, or data accepted)
 	acked      bool     // ack holds the last acknowledgment number of an accepted segment
 	ack        uint32   // of this direction: where the other direction's stream is
+	ackTS      int64    // packet time of the segment that carried ack
 	rejects    int      // segments rejected as out of window in a row
 	doubt      bool     // requests: rejectResync rejects in a row; the server's next ACK may re-anchor them
 	held       []oooSeg // requests: data before the server confirmed the connection (pooled copies)

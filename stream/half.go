@@ -355,6 +355,10 @@ func (a *Assembler) drain(fl *flow, h *half) {
 // jump gives up the hole before the lowest buffered segment and delivers
 // from there.
 func (a *Assembler) jump(fl *flow, h *half) {
+	if a.unconfirmedHole(fl, h) {
+		a.rejectHeld(fl, h)
+		return
+	}
 	if first := h.ooo[0].seq; seqDiff(first, h.next) > 0 {
 		a.lose(fl, h, first-h.next)
 	}
