@@ -49,6 +49,11 @@ type appProc struct {
 // startApp runs argv with the APP_* environment and follows its report.
 func startApp(t *testing.T, lang string, argv, env []string) *appProc {
 	t.Helper()
+	// Raised priority: the measurement is about restarts, not about a
+	// neighbour's load stalling the application past LocalTTL+StaleGrace
+	// (after such a stall each worker reads from the server itself, by
+	// design, which shows as a few GETs more in a 100 ms sample).
+	argv = append([]string{"nice", "-n", "-10"}, argv...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	a := &appProc{lang: lang, cmd: cmd, ready: make(chan struct{}), done: make(chan struct{})}

@@ -125,8 +125,11 @@ func (d *daemon) stop(t *testing.T, sig syscall.Signal, grace time.Duration) tim
 
 func (d *daemon) log() string { return strings.Join(d.stderr.Lines(), "\n") }
 
+// httpc times out: a stopped daemon (SIGSTOP) accepts but never answers.
+var httpc = &http.Client{Timeout: 2 * time.Second}
+
 func (d *daemon) get(path string) (int, string) {
-	resp, err := http.Get(d.http + path)
+	resp, err := httpc.Get(d.http + path)
 	if err != nil {
 		return 0, err.Error()
 	}
@@ -162,6 +165,65 @@ func (d *daemon) hot(key string) bool {
 		}
 	}
 	return false
+}
+
+// hotLog polls the current daemon's /hotkeys every 500 ms, for the failure
+// report: each key's measured and absorbed rate as the daemon saw them.
+type hotLog struct {
+	mu    sync.Mutex
+	d     *daemon
+	lines []string
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func pollHot(t *testing.T, d *daemon) *hotLog {
+	h := &hotLog{d: d, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-h.stop:
+				return
+			case now := <-tick.C:
+				h.mu.Lock()
+				d := h.d
+				h.mu.Unlock()
+				_, body := d.get("/hotkeys")
+				var doc struct {
+					Keys []*event.Event `json:"keys"`
+				}
+				line := now.Format("15:04:05.000")
+				if json.Unmarshal([]byte(body), &doc) != nil {
+					line += " " + strings.TrimSpace(body)
+				}
+				for _, e := range doc.Keys {
+					line += fmt.Sprintf(" %s qps=%.0f absorbed=%.0f", e.Key, e.QPS, e.AbsorbedQPS)
+				}
+				h.mu.Lock()
+				if len(h.lines) < 2000 {
+					h.lines = append(h.lines, line)
+				}
+				h.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { close(h.stop); <-h.done })
+	return h
+}
+
+func (h *hotLog) follow(d *daemon) {
+	h.mu.Lock()
+	h.d = d
+	h.mu.Unlock()
+}
+
+func (h *hotLog) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return strings.Join(h.lines, "\n")
 }
 
 // getSampler samples one cache server's GET count every 100 ms.

@@ -90,6 +90,32 @@ func langs(t *testing.T) []lang {
 	}
 }
 
+// limit is the most GETs a 100 ms sample may take: twice the steady rate,
+// but at least two reads per worker. At a steady 2 GETs per 100 ms (one
+// refresh per LocalTTL) a single stall of the application longer than
+// LocalTTL+StaleGrace, or a write's invalidation, sends each worker to the
+// server once, by the shims' design; the control period shows that noise
+// with no restart at all. A key dropped by a restart costs the key's whole
+// demand, 100 GETs per 100 ms here.
+func limit(steady float64) float64 { return max(2*steady, 2*readers) }
+
+// renice raises the priority of the redis-server behind rdb (its main
+// thread, which serves the commands).
+func renice(t *testing.T, rdb *redis.Client) {
+	info, err := rdb.Info(context.Background(), "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(info, "process_id:")
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]))
+	if err != nil {
+		t.Fatalf("redis-server pid in %q: %v", rest, err)
+	}
+	if err := syscall.Setpriority(syscall.PRIO_PROCESS, pid, -10); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // variant is one disturbance and the time it was watched.
 type variant struct {
 	name     string
@@ -136,6 +162,7 @@ func TestRestartShims(t *testing.T) {
 		if err := admin.Set(ctx, a.key, "v1", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
+		renice(t, admin) // as the applications (see startApp)
 		admin.Close()
 		apps = append(apps, a)
 	}
@@ -182,6 +209,7 @@ func TestRestartShims(t *testing.T) {
 		}
 	}
 
+	hl := pollHot(t, d)
 	start := time.Now()
 	var vs []variant
 	watch := func(name string, from time.Time, note string) {
@@ -199,53 +227,70 @@ func TestRestartShims(t *testing.T) {
 			port = 19464 + (port-19463)%2 // the killed one's port may linger
 		}
 		d = launch(t, bin, p, port, args...)
+		hl.follow(d)
 		ready := d.waitReady(t, 120*time.Second)
 		watch(name, t1, fmt.Sprintf("old daemon gone in %v, new one ready %v after its start",
 			down.Round(time.Millisecond), ready.Round(time.Millisecond)))
 	}
-	restart("SIGTERM", syscall.SIGTERM, 0, false)
-	restart("SIGKILL", syscall.SIGKILL, 0, false)
+	// The control: no disturbance at all, measured like the variants.
+	t0 = time.Now()
+	time.Sleep(3 * time.Second)
+	watch("none (control)", t0, "no disturbance")
+	only := os.Getenv("HOTSNIFF_RESTART_VARIANTS") // e.g. "sigstop,channel": a quicker look at some
+	run := func(name string) bool { return only == "" || strings.Contains(only, name) }
+	if run("sigterm") {
+		restart("SIGTERM", syscall.SIGTERM, 0, false)
+	}
+	if run("sigkill") {
+		restart("SIGKILL", syscall.SIGKILL, 0, false)
+	}
 	// The chart's rolling update (maxUnavailable 1, no surge, host network):
 	// the old pod gets SIGTERM and up to terminationGracePeriodSeconds to
 	// exit; only then does the DaemonSet create the new pod on the node,
 	// same node name and port; the rollout moves on once /readyz is 200.
-	restart("rolling update", syscall.SIGTERM, time.Second, true)
-
-	// The daemon frozen for 30 s; each key is written 5 s in.
-	t1 := time.Now()
-	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
+	if run("rolling") {
+		restart("rolling update", syscall.SIGTERM, time.Second, true)
 	}
-	time.Sleep(5 * time.Second)
+
 	written := map[string]time.Time{}
-	for _, a := range apps {
-		admin := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("%s:%d", p.NSIP, a.port)})
-		if err := admin.Set(ctx, a.key, "v2", 0).Err(); err != nil {
+	if run("sigstop") {
+		// The daemon frozen for 30 s; each key is written 5 s in.
+		t1 := time.Now()
+		if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
-		written[a.name] = time.Now()
-		admin.Close()
-	}
-	time.Sleep(25 * time.Second)
-	_ = d.cmd.Process.Signal(syscall.SIGCONT)
-	watch("SIGSTOP 30 s", t1, "keys written 5 s in")
-	// The channel Redis restarts empty, 5 s down. The variant lasts until
-	// the daemon publishes again (its reconnect backoff) plus settle.
-	t1 = time.Now()
-	cr := redis.NewClient(&redis.Options{Addr: chanAddr})
-	_ = cr.Shutdown(ctx).Err()
-	cr.Close()
-	time.Sleep(5 * time.Second)
-	p.StartRedis(t, 6390)
-	back := time.Now()
-	for !strings.Contains(d.metric("hotsniff_channel_up"), " 1") {
-		if time.Since(back) > 60*time.Second {
-			t.Fatalf("daemon not publishing 60 s after the channel Redis came back\n%s", d.log())
+		time.Sleep(5 * time.Second)
+		for _, a := range apps {
+			admin := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("%s:%d", p.NSIP, a.port)})
+			if err := admin.Set(ctx, a.key, "v2", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			written[a.name] = time.Now()
+			admin.Close()
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(25 * time.Second)
+		_ = d.cmd.Process.Signal(syscall.SIGCONT)
+		watch("SIGSTOP 30 s", t1, "keys written 5 s in")
 	}
-	watch("channel Redis restart", t1, fmt.Sprintf("5 s down; the daemon published again %v after it was back",
-		time.Since(back).Round(100*time.Millisecond)))
+	if run("channel") {
+		// The channel Redis restarts empty, 5 s down. The variant lasts until
+		// the daemon publishes again (its reconnect backoff) plus settle.
+		t1 := time.Now()
+		cr := redis.NewClient(&redis.Options{Addr: chanAddr})
+		_ = cr.Shutdown(ctx).Err()
+		cr.Close()
+		time.Sleep(5 * time.Second)
+		p.StartRedis(t, 6390)
+		back := time.Now()
+		for !strings.Contains(d.metric("hotsniff_channel_up"), " 1") {
+			if time.Since(back) > 60*time.Second {
+				t.Fatalf("daemon not publishing 60 s after the channel Redis came back\n%s", d.log())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		watch("channel Redis restart", t1, fmt.Sprintf("5 s down; the daemon published again %v after it was back",
+			time.Since(back).Round(100*time.Millisecond)))
+	}
 	end := time.Now()
 
 	// Figures and verdicts.
@@ -254,13 +299,19 @@ func TestRestartShims(t *testing.T) {
 		for _, a := range apps {
 			_, peak := a.gets.stats(v.from, v.to)
 			cold, hot := cl.colds(a.key, v.from, v.to)
-			lim := 2 * steady[a.name]
-			t.Logf("  %-6s worst 100 ms %2.0f GETs (%.1f× steady %.1f) at +%v; %d cold, %d hot events",
+			lim := limit(steady[a.name])
+			over := 0
+			for _, x := range a.gets.between(v.from, v.to) {
+				if x.gets > 2*steady[a.name] {
+					over++
+				}
+			}
+			t.Logf("  %-6s worst 100 ms %2.0f GETs (%.1f× steady %.1f) at +%v, %d sample(s) over 2× steady; %d cold, %d hot events",
 				a.name, peak.gets, peak.gets/max(steady[a.name], 0.1), steady[a.name],
-				peak.at.Sub(v.from).Round(100*time.Millisecond), cold, hot)
+				peak.at.Sub(v.from).Round(100*time.Millisecond), over, cold, hot)
 			if peak.gets > lim {
-				t.Errorf("%s, %s: a 100 ms sample took %.0f GETs at +%v, over twice the steady %.1f",
-					v.name, a.name, peak.gets, peak.at.Sub(v.from).Round(100*time.Millisecond), steady[a.name])
+				t.Errorf("%s, %s: a 100 ms sample took %.0f GETs at +%v, over %.1f (steady %.1f)",
+					v.name, a.name, peak.gets, peak.at.Sub(v.from).Round(100*time.Millisecond), lim, steady[a.name])
 			}
 			if cold != 0 {
 				t.Errorf("%s, %s: %d cold event(s) for %s while it was read", v.name, a.name, cold, a.key)
@@ -271,7 +322,10 @@ func TestRestartShims(t *testing.T) {
 		// The stats lines come every 200 ms; let one more arrive.
 		time.Sleep(250 * time.Millisecond)
 		st := a.proc.last()
-		w := written[a.name]
+		w, ok := written[a.name]
+		if !ok {
+			continue
+		}
 		old, new := st.Seen["v1"], st.Seen["v2"]
 		lag := time.Duration(old - w.UnixNano())
 		t.Logf("%s: %d reads, %d errors, %d local, %d snapshot reloads; last read of the old value started %v after the write (bound %v)",
@@ -294,12 +348,13 @@ func TestRestartShims(t *testing.T) {
 	if t.Failed() {
 		for _, a := range apps {
 			for _, x := range a.gets.between(start, end) {
-				if x.gets > 2*steady[a.name] {
+				if x.gets > limit(steady[a.name]) {
 					t.Logf("%s sample over the limit: %.0f GETs at %s", a.name, x.gets, x.at.Format("15:04:05.000"))
 				}
 			}
 			t.Logf("%s app stderr:\n%s", a.name, a.proc.errb.String())
 		}
 		t.Logf("last daemon:\n%s", d.log())
+		t.Logf("the daemons' /hotkeys every 500 ms:\n%s", hl)
 	}
 }
