@@ -33,9 +33,10 @@ const (
 	// (docs/client-shim.md).
 	bound = 150 * time.Millisecond
 	// settle is how long a variant is watched after the daemon is ready
-	// again: two detection windows (800/250/8·8 = 3.2 s windows... the
-	// window at --hot-qps 250 is 3.2 s) plus the shims' reload.
-	settle = 4 * time.Second
+	// again: the detection window at --hot-qps 250 (800 reads / 250/s =
+	// 3.2 s, the earliest an adopted key may turn cold) plus a sub-window,
+	// the daemon's tick and delivery.
+	settle = 5 * time.Second
 	// The chart's values (helm/hotsniff/values.yaml).
 	chartGrace = 30 * time.Second // terminationGracePeriodSeconds
 )
@@ -325,6 +326,12 @@ func TestRestartShims(t *testing.T) {
 			if cold != 0 {
 				t.Errorf("%s, %s: %d cold event(s) for %s while it was read", v.name, a.name, cold, a.key)
 			}
+		}
+	}
+	for _, a := range apps {
+		// Between variants too.
+		if cold, _ := cl.colds(a.key, start, end); cold != 0 {
+			t.Errorf("%s: %d cold event(s) for %s while it was read", a.name, cold, a.key)
 		}
 	}
 	for _, a := range apps {
