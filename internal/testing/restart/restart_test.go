@@ -125,13 +125,16 @@ type variant struct {
 }
 
 // TestRestartShims: one application per shim language reads its hot key
-// while the node's daemon is restarted with SIGTERM and SIGKILL, replaced
-// as the chart's rolling update does, its channel Redis is restarted, and
-// it is frozen for 30 s (SIGSTOP) while the key is written. In every
-// variant no 100 ms sample at a cache server exceeds twice its steady GET
-// rate, no cold is published for a key while it is read, and after the
-// write no read that started more than LocalTTL+StaleGrace later returns
-// the old value.
+// while the node's daemon is restarted with SIGTERM and SIGKILL (three
+// times each; HOTSNIFF_RESTART_ROUNDS), started beside its successor (a
+// surge), replaced as the chart's rolling update does, frozen for 30 s
+// (SIGSTOP) while the key is written, and while its channel Redis restarts
+// empty. In every variant no 100 ms sample at a cache server exceeds twice
+// its steady GET rate (at least two reads per worker: see limit), no cold
+// is published for a key while it is read, and after the write no read that
+// started more than LocalTTL+StaleGrace later returns the old value.
+// HOTSNIFF_RESTART_VARIANTS (sigterm, sigkill, surge, rolling, sigstop,
+// channel) runs only the variants it names.
 func TestRestartShims(t *testing.T) {
 	netnstest.RequireRoot(t)
 	ls := langs(t)
@@ -221,19 +224,32 @@ func TestRestartShims(t *testing.T) {
 	// wait is the kubelet's gap between the old container's exit and the
 	// new one's start (0 for a process supervisor).
 	restarted := false
+	// sig 0 is a surge: the new daemon starts beside the old one, which is
+	// stopped (SIGTERM) once the new one is ready.
 	restart := func(name string, sig syscall.Signal, gap time.Duration, samePort bool) {
 		restarted = true
 		t1 := time.Now()
-		down := d.stop(t, sig, chartGrace)
+		var down time.Duration
+		if sig != 0 {
+			down = d.stop(t, sig, chartGrace)
+		}
 		time.Sleep(gap)
 		if !samePort {
 			port = 19464 + (port-19463)%2 // the killed one's port may linger
 		}
+		old := d
 		d = launch(t, bin, p, port, args...)
 		hl.follow(d)
 		ready := d.waitReady(t, 120*time.Second)
+		if sig == 0 {
+			down = old.stop(t, syscall.SIGTERM, chartGrace)
+		}
 		watch(name, t1, fmt.Sprintf("old daemon gone in %v, new one ready %v after its start",
 			down.Round(time.Millisecond), ready.Round(time.Millisecond)))
+	}
+	rounds := 3
+	if v, err := strconv.Atoi(os.Getenv("HOTSNIFF_RESTART_ROUNDS")); err == nil && v >= 0 {
+		rounds = v
 	}
 	// The control: no disturbance at all, measured like the variants.
 	t0 = time.Now()
@@ -241,11 +257,18 @@ func TestRestartShims(t *testing.T) {
 	watch("none (control)", t0, "no disturbance")
 	only := os.Getenv("HOTSNIFF_RESTART_VARIANTS") // e.g. "sigstop,channel": a quicker look at some
 	run := func(name string) bool { return only == "" || strings.Contains(only, name) }
-	if run("sigterm") {
-		restart("SIGTERM", syscall.SIGTERM, 0, false)
+	for i := range rounds {
+		if run("sigterm") {
+			restart(fmt.Sprintf("SIGTERM %d", i+1), syscall.SIGTERM, 0, false)
+		}
 	}
-	if run("sigkill") {
-		restart("SIGKILL", syscall.SIGKILL, 0, false)
+	for i := range rounds {
+		if run("sigkill") {
+			restart(fmt.Sprintf("SIGKILL %d", i+1), syscall.SIGKILL, 0, false)
+		}
+	}
+	if run("surge") {
+		restart("surge (new daemon first)", 0, 0, false)
 	}
 	// The chart's rolling update (maxUnavailable 1, no surge, host network):
 	// the old pod gets SIGTERM and up to terminationGracePeriodSeconds to
