@@ -22,15 +22,16 @@ import (
 
 // appStat is one line of an application's report (cumulative counters).
 type appStat struct {
-	T         int64            `json:"t"` // Unix ns
-	Reads     uint64           `json:"reads"`
-	Errors    uint64           `json:"errors"`
-	Local     uint64           `json:"local"` // reads served from local memory (shim hits)
-	Reloads   uint64           `json:"reloads"`
-	ChannelUp bool             `json:"channel_up"`
-	Seen      map[string]int64 `json:"seen"` // value -> start (Unix ns) of the last read that returned it
-	Ready     bool             `json:"ready"`
-	Error     string           `json:"error"`
+	T         int64             `json:"t"` // Unix ns
+	Reads     uint64            `json:"reads"`
+	Errors    uint64            `json:"errors"`
+	Local     uint64            `json:"local"` // reads served from local memory (shim hits)
+	Reloads   uint64            `json:"reloads"`
+	ChannelUp bool              `json:"channel_up"`
+	Seen      map[string]int64  `json:"seen"`              // value -> start (Unix ns) of the last read that returned it
+	Dropped   map[string]uint64 `json:"dropped,omitempty"` // Go: cached values dropped, by reason
+	Ready     bool              `json:"ready"`
+	Error     string            `json:"error"`
 }
 
 // appProc is one application process: a shim of one language reading one
@@ -233,6 +234,18 @@ func goApp() int {
 			for k, v := range seen {
 				s.Seen[k] = v
 			}
+			s.Dropped = map[string]uint64{}
+			for k, v := range st.Evictions {
+				if v != 0 {
+					s.Dropped["evict_"+k] = v
+				}
+			}
+			for k, v := range st.Invalidations {
+				if v != 0 {
+					s.Dropped["inval_"+k] = v
+				}
+			}
+			s.Dropped["misses"] = st.Misses
 			mu.Unlock()
 			_ = out.Encode(s)
 		}

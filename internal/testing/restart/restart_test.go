@@ -100,6 +100,14 @@ func langs(t *testing.T) []lang {
 // demand, 100 GETs per 100 ms here.
 func limit(steady float64) float64 { return max(2*steady, 2*readers) }
 
+// dropped describes an app's dropped values, when it reports them.
+func dropped(st appStat) string {
+	if len(st.Dropped) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", values dropped %v", st.Dropped)
+}
+
 // renice raises the priority of the redis-server behind rdb (its main
 // thread, which serves the commands).
 func renice(t *testing.T, rdb *redis.Client) {
@@ -367,8 +375,8 @@ func TestRestartShims(t *testing.T) {
 		}
 		old, new := st.Seen["v1"], st.Seen["v2"]
 		lag := time.Duration(old - w.UnixNano())
-		t.Logf("%s: %d reads, %d errors, %d local, %d snapshot reloads; last read of the old value started %v after the write (bound %v)",
-			a.name, st.Reads, st.Errors, st.Local, st.Reloads, lag.Round(time.Millisecond), bound)
+		t.Logf("%s: %d reads, %d errors, %d local, %d snapshot reloads%s; last read of the old value started %v after the write (bound %v)",
+			a.name, st.Reads, st.Errors, st.Local, st.Reloads, dropped(st), lag.Round(time.Millisecond), bound)
 		if old > w.Add(bound).UnixNano() {
 			t.Errorf("%s: a read started %v after the write (during the daemon's freeze) returned the old value; bound %v",
 				a.name, lag, bound)
