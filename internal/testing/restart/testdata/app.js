@@ -1,14 +1,15 @@
 // An application process of the restart test: APP_READERS async workers
 // each read APP_KEY from the cache at APP_CACHE at APP_RATE reads/s through
 // the Node shim on ioredis (following the channel at APP_CHANNEL) until
-// stdin closes. HOTSNIFF_NODE_DIR is client/node (built, with its
-// node_modules). Output as testdata/app.py.
+// stdin closes. HOTSNIFF_NODE_DIR is client/node (with its node_modules),
+// HOTSNIFF_NODE_DIST the shim compiled (default client/node/dist; NODE_PATH
+// then names client/node/node_modules). Output as testdata/app.py.
 'use strict';
 const path = require('node:path');
 
 const dir = process.env.HOTSNIFF_NODE_DIR;
 const IORedis = require(path.join(dir, 'node_modules', 'ioredis'));
-const { install } = require(path.join(dir, 'dist', 'index.js'));
+const { install } = require(path.join(process.env.HOTSNIFF_NODE_DIST || path.join(dir, 'dist'), 'index.js'));
 
 const split = (a) => { const i = a.lastIndexOf(':'); return [a.slice(0, i), Number(a.slice(i + 1))]; };
 const wallNs = () => BigInt(Math.round(performance.timeOrigin * 1e3)) * 1000n + BigInt(Math.round(performance.now() * 1e6));
