@@ -31,6 +31,8 @@ type chain struct {
 	watching atomic.Bool
 	// queued: MULTI was sent, EXEC or DISCARD not yet.
 	queued atomic.Bool
+	// off: counted in Shim.connsOff (another DB, WATCH or MULTI); see settle.
+	off atomic.Bool
 	// mu guards the keys written inside MULTI: they change at EXEC, not
 	// when queued, so they are dropped again after EXEC.
 	mu         sync.Mutex
@@ -205,6 +207,7 @@ func (s *Shim) session(ctx context.Context, ch *chain, cmd redis.Cmder, args []a
 	case sessMulti:
 		ch.queued.Store(true)
 	}
+	s.settle(ch)
 	err := next(ctx, cmd)
 	switch op {
 	case sessSelect:
@@ -225,7 +228,28 @@ func (s *Shim) session(ctx context.Context, ch *chain, cmd redis.Cmder, args []a
 			s.selected(ch, 0)
 		}
 	}
+	s.settle(ch)
 	return err
+}
+
+// settle keeps Shim.connsOff, the number of Conn and Tx chains whose
+// connection may not be served (on another DB, after WATCH, inside MULTI).
+// go-redis builds a Conn's pipeline hook chain apart from its single
+// commands and gives the shim nothing that ties the two together, so a
+// Conn's pipeline cannot know its own Conn's session: it is served only
+// while no Conn or Tx at all is off, which holds for the Conn it runs on.
+func (s *Shim) settle(ch *chain) {
+	if ch.main {
+		return
+	}
+	off := ch.db.Load() != s.db || ch.watching.Load() || ch.queued.Load()
+	if ch.off.Swap(off) != off {
+		if off {
+			s.connsOff.Add(1)
+		} else {
+			s.connsOff.Add(-1)
+		}
+	}
 }
 
 // selected records that a chain's connection now reads DB db. On the
@@ -249,11 +273,12 @@ func (s *Shim) poison(why string) {
 	}
 }
 
-// ProcessPipelineHook implements redis.Hook. The installed client's plain
-// pipelines serve their hot reads locally (pipeline.go); transactions
-// (MULTI/EXEC) and pipelines on a Conn or Tx are sent as they are, reads
-// included: answering part of a transaction locally would break its
-// atomicity. Their writes drop the keys they name.
+// ProcessPipelineHook implements redis.Hook. Plain pipelines serve their
+// hot reads locally (pipeline.go): the installed client's, and a Conn's (or
+// a Tx's, or a batch of go-redis's autopipeliner) while no Conn or Tx is on
+// another DB or inside WATCH/MULTI (see settle). Transactions (MULTI/EXEC)
+// are sent as they are, reads included: answering part of a transaction
+// locally would break its atomicity. Their writes drop the keys they name.
 func (s *Shim) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	// go-redis builds the plain pipeline chain, then the MULTI/EXEC one.
 	n := s.pipelineChains.Add(1)
@@ -279,7 +304,8 @@ func (s *Shim) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 		if !s.active.Load() {
 			return s.writePipeline(ctx, cmds, next)
 		}
-		if main && !isTx(cmds) && !s.deferred && !s.poisoned.Load() {
+		if !isTx(cmds) && !s.deferred && !s.poisoned.Load() &&
+			(main || !tx && !s.connsPoisoned.Load() && s.connsOff.Load() == 0) {
 			return s.pipeline(ctx, cmds, next)
 		}
 		return s.writePipeline(ctx, cmds, next)

@@ -150,6 +150,9 @@ type Shim struct {
 	// is served any more. connsPoisoned: a Conn's pipeline changed its
 	// session; no Conn or Tx is served any more.
 	poisoned, connsPoisoned atomic.Bool
+	// connsOff: Conn and Tx chains now on another DB or inside WATCH or
+	// MULTI (see settle); a Conn's pipeline is served only at 0.
+	connsOff atomic.Int64
 	// deferred: go-redis's own client-side cache is on for this client; it
 	// already answers every read from memory, so the shim serves nothing.
 	deferred bool

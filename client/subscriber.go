@@ -153,9 +153,12 @@ type Subscriber struct {
 	subscribed bool
 	// reloadFailing keeps an outage to one warning, not one per retry.
 	reloadFailing bool
-	lastExpire    time.Time
-	lastPrune     time.Time
-	decoded       []*event.Event // reused by onMessage
+	// missingSince: since when the snapshot document has been missing while
+	// a hot set was held (zero: it is there); see reload.
+	missingSince time.Time
+	lastExpire   time.Time
+	lastPrune    time.Time
+	decoded      []*event.Event // reused by onMessage
 
 	synced     chan struct{}
 	syncedOnce sync.Once
@@ -592,6 +595,35 @@ func (s *Subscriber) reload(ctx context.Context) {
 	s.retryAt = time.Time{}
 	wasDown := !s.up.Load()
 	snap, err := s.readSnapshot(ctx)
+	missing := errors.Is(err, errNoSnapshot)
+	if missing {
+		err = nil
+		s.mu.RLock()
+		held := len(s.set.m) > 0
+		s.mu.RUnlock()
+		if held || len(s.last) > 0 {
+			// No document where there was one: the channel's Redis
+			// restarted empty (or was flushed). Publishers rewrite their
+			// sections about every second, so this is not a fresh snapshot
+			// saying nothing is hot: keep the hot set and read again. Still
+			// missing after ConfirmTimeout, it is believed (no publisher is
+			// left), so held keys never outlive their publishers by more.
+			if s.missingSince.IsZero() {
+				s.missingSince = time.Now()
+				s.log.Warn("snapshot missing (the channel's Redis restarted empty?); keeping the hot set until it is rewritten")
+			}
+			if time.Since(s.missingSince) < s.opt.ConfirmTimeout {
+				s.reloadFailing = false
+				s.retryAt = time.Now().Add(s.opt.RetryDelay)
+				if s.subscribed {
+					s.setUp(true)
+				}
+				s.syncedOnce.Do(func() { close(s.synced) })
+				return
+			}
+		}
+	}
+	s.missingSince = time.Time{}
 	if errors.Is(err, errBadSnapshot) {
 		// A hostile or broken document: keep the state we have, try again
 		// later, count it; the channel itself is fine.
@@ -635,14 +667,16 @@ func (s *Subscriber) reload(ctx context.Context) {
 			set.put(e, now)
 		}
 	}
-	// A node with no section in this snapshot neither confirms nor denies
-	// its keys: typically the channel Redis restarted empty and the node's
-	// daemon has not rewritten its section yet. Its entries are carried
-	// over (they lapse by their own ttl, which restarts for those served
-	// through a channel outage), and the snapshot is read again every
-	// second until the section is back or they lapse, so a channel restart
-	// does not send the node's hot keys back to their shards.
-	carried := set.carry(s.set, sec, now, wasDown)
+	// A node with no section in a snapshot document that exists neither
+	// confirms nor denies its keys: typically the channel Redis restarted
+	// empty and other daemons rewrote their sections before this node's
+	// daemon (its reconnect backoff). Its entries are carried over (they
+	// lapse by their own ttl, which restarts for those served through a
+	// channel outage), and the snapshot is read again every second until
+	// the section is back or they lapse, so a channel restart does not
+	// send the node's hot keys back to their shards. A document missing
+	// past ConfirmTimeout (above) is believed: nothing is carried.
+	carried := !missing && set.carry(s.set, sec, now, wasDown)
 	for _, e := range s.logbuf {
 		if q, ok := sec[e.Node]; ok && e.Seq > q {
 			set.apply(e, now)
@@ -725,6 +759,10 @@ func (s *Subscriber) unconfirmed(node string, sectionSeq uint64) {
 // errBadSnapshot marks a snapshot that was read but is not applied.
 var errBadSnapshot = errors.New("bad snapshot")
 
+// errNoSnapshot: there is no snapshot document (the empty snapshot comes
+// with it).
+var errNoSnapshot = errors.New("no snapshot document")
+
 func (s *Subscriber) readSnapshot(ctx context.Context) (*event.Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -740,7 +778,7 @@ func (s *Subscriber) readSnapshot(ctx context.Context) (*event.Snapshot, error) 
 	}
 	b, err := s.rdb.Get(ctx, key).Bytes()
 	if err == redis.Nil {
-		return &event.Snapshot{V: event.Version}, nil
+		return &event.Snapshot{V: event.Version}, errNoSnapshot
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read snapshot %s: %w", key, err)

@@ -81,6 +81,12 @@ type Stats struct {
 	// missed, and cold verdicts held because the window held such a span.
 	IncompleteSpans uint64
 	ColdHeld        uint64
+	// IncompleteNs is the packet time covered by those spans (overlaps
+	// counted once), in ns: how long the counts were incomplete.
+	IncompleteNs uint64
+	// ColdAwaiting counts cold verdicts put off until the capture had
+	// confirmed its evidence (Confirm): judged again at the next Confirm.
+	ColdAwaiting uint64
 	// KernelSubWindows counts the kernel sub-windows of bucket counts taken
 	// (kernel.go).
 	KernelSubWindows uint64
@@ -137,6 +143,11 @@ type Detector struct {
 	// holdUntil: until this packet time the window holds a span of missed
 	// requests, and hot keys are not turned cold on their rate.
 	holdUntil int64
+	incEnd    int64 // end of the latest span reported, for IncompleteNs
+	// confirmed: the capture has checked its loss counters for packet
+	// time up to here (Confirm); confirming once it has done so once.
+	confirmed  int64
+	confirming bool
 }
 
 const (

@@ -43,6 +43,9 @@ type CaptureStat struct {
 	Dropped map[string]uint64
 	// TruncatedBytes is payload bytes not copied (snap length, eBPF limit).
 	TruncatedBytes uint64
+	// DroppedBytes is the payload bytes of the records lost because a
+	// ring buffer was full.
+	DroppedBytes uint64
 }
 
 // Snapshot is the state the pipeline reports.
@@ -100,6 +103,13 @@ type Snapshot struct {
 	// and the detector was told; ColdHeld the cold verdicts it held
 	// because its window held such a span.
 	IncompleteSpans, ColdHeld uint64
+	// IncompleteSeconds is the time those spans cover (overlaps once).
+	IncompleteSeconds float64
+	// ShedSegments and ShedBytes count the segments, and their request
+	// payload bytes, the eBPF programs skipped while they shed connections
+	// on their own (a ring buffer filling): a loss, unlike sampling under
+	// --max-cpu.
+	ShedSegments, ShedBytes uint64
 	// KernelFallback counts request segments the eBPF programs copied
 	// without counting them (--kernel-count), by reason; nil when off.
 	KernelFallback map[string]uint64
@@ -109,7 +119,8 @@ type Snapshot struct {
 type Sampling struct {
 	// Rate is the fraction of connections copied (1: all).
 	Rate float64
-	// SampledOut counts segments of connections skipped on purpose (not a loss).
+	// SampledOut counts segments of connections skipped by flow sampling
+	// (planned, or shed: Snapshot.ShedSegments).
 	SampledOut uint64
 	// KernelRaises counts the times the programs lowered the rate because a ring was filling.
 	KernelRaises uint64
@@ -145,6 +156,7 @@ type Collector struct {
 	sampleRate, sampledOut, sampleRaises, cpuShare, cpuBudget, reportable  *prometheus.Desc
 	pubMsgs, pubOverflow                                                   *prometheus.Desc
 	incomplete, coldHeld, kernelFallback, rejected, rejectedBytes          *prometheus.Desc
+	incompleteSecs, shed, shedBytes, droppedBytes                          *prometheus.Desc
 	channelUp, adopted                                                     *prometheus.Desc
 	absReports, absHits, absRejected, lateReads                            *prometheus.Desc
 	replyBytes, replyUnpaired, pendingDropped, pendingDesyncs, pendingHeld *prometheus.Desc
@@ -163,6 +175,7 @@ func New() *Collector {
 		}),
 		packets:       d("packets_total", "Packets seen by the capture.", "iface", "mode"),
 		dropped:       d("capture_dropped_total", "Packets or records lost by the capture.", "iface", "reason"),
+		droppedBytes:  d("capture_dropped_bytes_total", "Payload bytes of the records lost because an eBPF ring buffer was full (capture_dropped_total{reason=\"ringbuf_full\"} counts the records).", "iface"),
 		truncated:     d("capture_truncated_bytes_total", "Payload bytes not copied by the capture (copy limit, snap length).", "iface"),
 		requests:      d("requests_total", "Decoded requests (MGET a b is one).", "proto", "op"),
 		keys:          d("keys_total", "Decoded key occurrences (MGET a b is two), reads and writes.", "proto"),
@@ -185,14 +198,17 @@ func New() *Collector {
 		absHits:       d("absorbed_hits_total", "Reads client shims served locally and reported, credited to hot keys' demand."),
 		absRejected: d("absorbed_rejected_total",
 			"Absorbed-demand reports not credited (capped: credited only up to the per-key bound), by reason.", "reason"),
-		sampleRate:   d("capture_sample_rate", "Fraction of connections the capture copies (1: all; lower under the --max-cpu budget). Counts and rates are scaled back to true units."),
-		sampledOut:   d("capture_sampled_out_total", "Segments of connections skipped on purpose by flow sampling (not a loss)."),
-		sampleRaises: d("capture_sample_kernel_steps_total", "Times the eBPF programs halved the sample rate themselves because a ring buffer was more than three quarters full."),
-		cpuShare:     d("cpu_share", "Measured cost of hotsniff as a share of one core: user and system time plus eBPF program run time."),
-		cpuBudget:    d("cpu_budget", "The --max-cpu budget as a share of one core (0: none)."),
-		reportable:   d("detect_reportable_qps", "Lowest rate (requests per second) at which a key is reported under the sampling in effect: the lowest threshold, or higher when sampling is too deep to tell keys near it apart."),
-		incomplete:   d("detect_incomplete_spans_total", "Times the capture missed requests (ring buffer drops, stream holes, sampling steps by the programs, kernel counts read too late) and the detector was told: rates over those spans are lower bounds."),
-		coldHeld:     d("detect_cold_held_total", "Cold verdicts held because the window held a span of missed requests: a key turns cold only on evidence of low demand."),
+		sampleRate:     d("capture_sample_rate", "Fraction of connections the capture copies (1: all; lower under the --max-cpu budget). Counts and rates are scaled back to true units."),
+		sampledOut:     d("capture_sampled_out_total", "Segments of connections skipped by flow sampling: on purpose under --max-cpu, or shed by the programs when a ring was filling (those are also in capture_shed_total, a loss)."),
+		sampleRaises:   d("capture_sample_kernel_steps_total", "Times the eBPF programs halved the sample rate themselves because a ring buffer was more than three quarters full."),
+		cpuShare:       d("cpu_share", "Measured cost of hotsniff as a share of one core: user and system time plus eBPF program run time."),
+		cpuBudget:      d("cpu_budget", "The --max-cpu budget as a share of one core (0: none)."),
+		reportable:     d("detect_reportable_qps", "Lowest rate (requests per second) at which a key is reported under the sampling in effect: the lowest threshold, or higher when sampling is too deep to tell keys near it apart."),
+		incomplete:     d("detect_incomplete_spans_total", "Times the capture missed requests (ring buffer drops, stream holes, connections the programs shed, kernel counts read too late) and the detector was told: rates over those spans are lower bounds."),
+		incompleteSecs: d("detect_incomplete_seconds_total", "Seconds of traffic whose counts are incomplete because the capture missed requests (the spans of detect_incomplete_spans_total, overlaps counted once): keys are not announced cold over them."),
+		shed:           d("capture_shed_total", "Segments of connections the eBPF programs shed on their own because a ring buffer was more than three quarters full, until the sample rate was back where it was: a loss (what they carried was not seen), unlike sampling under --max-cpu."),
+		shedBytes:      d("capture_shed_bytes_total", "Request payload bytes of the segments counted in capture_shed_total."),
+		coldHeld:       d("detect_cold_held_total", "Cold verdicts held because the window held a span of missed requests: a key turns cold only on evidence of low demand."),
 		kernelFallback: d("kernel_fallback_total",
 			"Request segments the eBPF programs copied without counting them in the kernel (--kernel-count), by reason.", "reason"),
 		pubMsgs:     d("publish_messages_total", "Channel messages sent (one PUBLISH each; a v2 message carries a batch of events)."),
@@ -224,7 +240,7 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.lateReads, c.pubMsgs, c.pubOverflow, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs, c.pendingHeld,
-		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable, c.incomplete, c.coldHeld, c.kernelFallback, c.rejected, c.rejectedBytes, c.channelUp, c.adopted} {
+		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable, c.incomplete, c.coldHeld, c.incompleteSecs, c.shed, c.shedBytes, c.droppedBytes, c.kernelFallback, c.rejected, c.rejectedBytes, c.channelUp, c.adopted} {
 		ch <- d
 	}
 	c.lat.Describe(ch)
@@ -252,6 +268,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		counter(c.truncated, float64(cs.TruncatedBytes), cs.Iface)
+		counter(c.droppedBytes, float64(cs.DroppedBytes), cs.Iface)
 	}
 	counter(c.dropped, float64(s.TruncatedSegments), "all", "truncated")
 	for k, v := range s.Requests {
@@ -320,6 +337,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.sampleRaises, float64(s.Sampling.KernelRaises))
 	counter(c.incomplete, float64(s.IncompleteSpans))
 	counter(c.coldHeld, float64(s.ColdHeld))
+	counter(c.incompleteSecs, s.IncompleteSeconds)
+	counter(c.shed, float64(s.ShedSegments))
+	counter(c.shedBytes, float64(s.ShedBytes))
 	for _, r := range sortedKeys(s.KernelFallback) {
 		counter(c.kernelFallback, float64(s.KernelFallback[r]), r)
 	}

@@ -81,6 +81,7 @@ type Counter struct {
 	Packets        uint64
 	Dropped        map[string]uint64 // by reason: ringbuf_full, kernel
 	TruncatedBytes uint64
+	DroppedBytes   uint64 // payload bytes of the ringbuf_full records
 }
 
 // Counters reads the kernel-side counters of the capture.
@@ -91,7 +92,8 @@ func (c *Capture) Counters() ([]Counter, error) {
 		cs, err := c.bpf.Counters()
 		for _, k := range cs {
 			out = append(out, Counter{Iface: k.Iface, Mode: string(k.Mode), Packets: k.Packets,
-				Dropped: map[string]uint64{"ringbuf_full": k.RingbufFull, "kernel": k.LoadErrors}, TruncatedBytes: k.Truncated})
+				Dropped: map[string]uint64{"ringbuf_full": k.RingbufFull, "kernel": k.LoadErrors}, TruncatedBytes: k.Truncated,
+				DroppedBytes: k.RingbufFullBytes})
 		}
 		return out, err
 	case c.afp != nil:

@@ -9,7 +9,6 @@ import (
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/decode/redis"
 	"github.com/hotsniff/hotsniff/detect"
-	"github.com/hotsniff/hotsniff/metrics"
 )
 
 // --kernel-count: the eBPF programs count reads in the kernel and copy
@@ -76,48 +75,4 @@ func (d *daemon) stepKernel() {
 		d.kc.err = true
 		d.log.Warn("kernel counting: reading counts failed", "err", err)
 	}
-}
-
-// evidence tracks what the capture missed, to tell the detector (unknown
-// is not cold, detect/incomplete.go).
-type evidence struct {
-	lost    uint64 // ring drops, load errors, stream bytes lost, programs' sampling steps, kernel sub-windows lost
-	since   int64  // packet time of the previous check
-	checked bool
-}
-
-// noteEvidence runs on the pipeline goroutine every full tick: when the
-// capture lost anything since the previous one, the detector holds its
-// cold verdicts over that span; the counters go to the metrics.
-func (d *daemon) noteEvidence(det *detect.Detector, lostBytes uint64, capStats []metrics.CaptureStat, clock int64) {
-	lost := lostBytes
-	for _, cs := range capStats {
-		lost += cs.Dropped["ringbuf_full"] + cs.Dropped["kernel"]
-	}
-	var fallback map[string]uint64
-	if smp := d.cap.Sampler(); smp != nil {
-		if st, err := smp.Sampling(); err == nil {
-			lost += st.Raises
-		}
-	}
-	if bc := d.cap.KernelCounting(); bc != nil {
-		if d.kc.r != nil {
-			lost += d.kc.r.Stats().Lost
-			if ks, err := bc.KernelStats(); err == nil {
-				fallback = make(map[string]uint64, len(ks.Fallback))
-				for r, v := range ks.Fallback {
-					fallback[bpf.FallbackReason(r).String()] = v
-				}
-			}
-		}
-	}
-	if d.ev.checked && lost > d.ev.lost {
-		det.Incomplete(d.ev.since, clock)
-	}
-	d.ev.lost, d.ev.since, d.ev.checked = lost, clock, true
-	ds := det.Stats()
-	d.col.Update(func(s *metrics.Snapshot) {
-		s.IncompleteSpans, s.ColdHeld = ds.IncompleteSpans, ds.ColdHeld
-		s.KernelFallback = fallback
-	})
 }

@@ -239,7 +239,7 @@ func (d *daemon) run(ctx context.Context) error {
 		// On its own thread, so the CPU budget measures the pipeline
 		// alone (sampling.go), not HTTP or the publisher.
 		runtime.LockOSThread()
-		done <- pl.Run(d.cap, pipeline.LiveOptions{TickEvery: tickEvery, BeforeTick: d.stepKernel,
+		done <- pl.Run(d.cap, pipeline.LiveOptions{TickEvery: tickEvery, BeforeTick: func() { d.stepKernel(); d.checkEvidence() },
 			OnTick: func(clock, now time.Time) { d.clock = clock.UnixNano(); d.tick(now, pub) }})
 	}()
 	d.running.Store(true)
@@ -356,7 +356,7 @@ func (d *daemon) tick(now time.Time, pub *publish.Publisher) {
 	}
 	st := d.pl.StreamStats()
 	d.updateMetrics(st, d.pl.Counter(), hot, pub)
-	d.noteEvidence(det, st.BytesLost, d.captureStats(), d.clock)
+	d.noteEvidence(det)
 	ds := det.Stats()
 	d.col.Update(func(s *metrics.Snapshot) {
 		s.Absorbed, s.LateReads, s.Adopted = absorbedMetrics(ds), ds.Late, ds.Adopted
@@ -430,7 +430,7 @@ func (d *daemon) captureStats() []metrics.CaptureStat {
 	}
 	out := make([]metrics.CaptureStat, 0, len(cs))
 	for _, c := range cs {
-		out = append(out, metrics.CaptureStat{Iface: c.Iface, Mode: c.Mode, Packets: c.Packets, Dropped: c.Dropped, TruncatedBytes: c.TruncatedBytes})
+		out = append(out, metrics.CaptureStat{Iface: c.Iface, Mode: c.Mode, Packets: c.Packets, Dropped: c.Dropped, TruncatedBytes: c.TruncatedBytes, DroppedBytes: c.DroppedBytes})
 	}
 	return out
 }

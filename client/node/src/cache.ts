@@ -92,6 +92,9 @@ export interface Value {
   hidx?: Map<string, unknown>;
   /** What the library needs to tell replies apart (node-redis typeMapping). */
   tag?: unknown;
+  /** On a cluster: the master the value was read from (the owner of the
+   * key's slot in the library's slot map when its read was sent). */
+  src?: string;
 }
 
 export class CacheEntry {
@@ -110,7 +113,7 @@ export class CacheEntry {
   }
 }
 
-export interface Ticket { e: CacheEntry; gen: number; token: number }
+export interface Ticket { e: CacheEntry; gen: number; token: number; src?: string }
 
 export interface Acquired { act: Act; v?: Value; t?: Ticket }
 const PASS: Acquired = { act: Act.Pass };
@@ -324,9 +327,12 @@ export class Core implements SubscriberHandler {
   }
 
   // -- the cache -----------------------------------------------------------------
-  acquire(key: string, kind: number, t: number): Acquired {
+  /** What a read of key may do now. src (clusters only) is the master the
+   * library would send it to: a value read from another master (the key's
+   * slot has moved since) is not served; one caller refreshes it there. */
+  acquire(key: string, kind: number, t: number, src?: string): Acquired {
     const en = this.entries.get(key);
-    if (en === undefined) return this.admit(key, kind, t);
+    if (en === undefined) return this.admit(key, kind, t, src);
     if (en.kind !== kind || en.uncacheable) {
       this.m.misses++;
       return PASS;
@@ -336,7 +342,8 @@ export class Core implements SubscriberHandler {
       this.m.misses++;
       return PASS;
     }
-    const v = en.val;
+    let v = en.val;
+    if (v !== null && v.src !== src) v = null;
     if (v !== null && t < v.expires) {
       this.m.hits++;
       en.hits++;
@@ -348,7 +355,7 @@ export class Core implements SubscriberHandler {
       en.refreshing = t;
       this.m.misses++;
       this.m.refreshes++;
-      return { act: Act.Fetch, t: { e: en, gen: en.gen, token: t } };
+      return { act: Act.Fetch, t: { e: en, gen: en.gen, token: t, src } };
     }
     if (v !== null && t < v.expires + this.staleGrace) {
       this.m.staleHits++;
@@ -359,7 +366,7 @@ export class Core implements SubscriberHandler {
     return PASS;
   }
 
-  private admit(key: string, kind: number, t: number): Acquired {
+  private admit(key: string, kind: number, t: number, src?: string): Acquired {
     const until = this.hot.get(key);
     if (until === undefined || (until && this.hclock(t) >= until)) return PASS;
     this.m.misses++;
@@ -378,7 +385,7 @@ export class Core implements SubscriberHandler {
     this.entries.set(key, en);
     this.m.admissions++;
     this.m.refreshes++;
-    return { act: Act.Fetch, t: { e: en, gen: en.gen, token: t } };
+    return { act: Act.Fetch, t: { e: en, gen: en.gen, token: t, src } };
   }
 
   private evictOne(t: number, keep?: string): void {
@@ -431,6 +438,7 @@ export class Core implements SubscriberHandler {
     const en = tk.e;
     if (v !== null && en.gen === tk.gen && this.entries.get(en.key) === en) {
       v.expires = tk.token + this.localTtl;
+      v.src = tk.src;
       this.setVal(en, v);
       if (en.bytes > this.maxValueBytes) {
         // Too big for one entry: its reads pass through.
@@ -478,21 +486,21 @@ export class Core implements SubscriberHandler {
   /** key's fresh value of kind, counted as a local hit; null (counting
    * nothing) when there is none. Pipelines serve hashes and MGETs only from
    * fresh values: they cannot fetch on the side. */
-  peek(key: string, kind: number, t: number): Value | null {
-    const en = this.fresh(key, kind, t);
+  peek(key: string, kind: number, t: number, src?: string): Value | null {
+    const en = this.fresh(key, kind, t, src);
     if (en === null) return null;
     this.m.hits++;
     en.hits++;
     return en.val;
   }
 
-  /** key's entry if it holds a fresh value of kind (counting nothing). */
-  fresh(key: string, kind: number, t: number): CacheEntry | null {
+  /** key's entry if it holds a fresh value of kind, read from src (counting nothing). */
+  fresh(key: string, kind: number, t: number, src?: string): CacheEntry | null {
     const en = this.entries.get(key);
     if (en === undefined || en.kind !== kind || en.uncacheable) return null;
     if (en.hotUntil && this.hclock(t) >= en.hotUntil) return null;
     const v = en.val;
-    return v !== null && t < v.expires ? en : null;
+    return v !== null && v.src === src && t < v.expires ? en : null;
   }
 
   /** Whether a plain pipeline of these commands (name first) may have its

@@ -202,6 +202,47 @@ async function main(): Promise<number> {
           res = { reads, bad };
           break;
         }
+        case 'trace': {
+          // For each value seen, the wall-clock start (Unix ns) of the last
+          // read that returned it; errors are counted, not thrown.
+          const end = performance.now() + req.ms;
+          const last: Record<string, number> = {};
+          let reads = 0, errors = 0, nil = 0, firstError = '';
+          const loop = async () => {
+            while (performance.now() < end) {
+              const start = wallNs();
+              let v: any;
+              try {
+                v = str(await ops.get(k));
+              } catch (err) {
+                errors++;
+                firstError = firstError || String((err as Error).message ?? err);
+                continue;
+              }
+              reads++;
+              if (v === null || v === undefined) nil++;
+              else if (!(v in last) || last[v] < start) last[v] = start;
+            }
+          };
+          await Promise.all(Array.from({ length: Math.max(Number(req.threads) || 1, 1) }, loop));
+          res = { reads, errors, nil, first_error: firstError, last_ns: last };
+          break;
+        }
+        case 'read_keys': {
+          let reads = 0, errors = 0;
+          for (let i = 0; i < Math.max(Number(req.n) || 1, 1); i++) {
+            for (const key of req.keys) {
+              try {
+                await ops.get(key);
+                reads++;
+              } catch {
+                errors++;
+              }
+            }
+          }
+          res = { reads, errors };
+          break;
+        }
         case 'close':
           await shim.close();
           out({});

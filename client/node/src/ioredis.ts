@@ -9,10 +9,14 @@
 // Cluster, every node's Redis instance is wrapped the same way, with one
 // cache: a command reaches the node ioredis routes it to, a refresh and its
 // report go to that node, and a MOVED refresh is retried by ioredis as any
-// command.
+// command. A cached value remembers the master its read went to (the slot's
+// owner in ioredis' slot map); once ioredis routes the key elsewhere (a
+// MOVED reply, a slot map refresh), that value is not served: the next read
+// goes once to the new master and refreshes it there.
 
 import { copyRaw, hashIndex, keyString } from './events';
 import { Act, Core, KIND_HASH, KIND_STRING, Ticket, Value } from './cache';
+import { keySlot } from './slot';
 import { ChannelTransport, now } from './subscriber';
 import type { Arg } from './writes';
 
@@ -81,8 +85,15 @@ export function ioredisTransport(c: any): ChannelTransport {
 /** Wraps every node of an ioredis Cluster, now and as ioredis adds them. */
 export function installIoredisCluster(cluster: any, core: Core): () => void {
   const undo = new Map<any, () => void>();
+  // The master of key's slot in ioredis' slot map ("host:port"), where
+  // ioredis sends the key's commands (Command.getSlot caches the slot on
+  // the command it routed).
+  const owner = (key: Arg, cmd?: Cmd): string => {
+    const s = typeof cmd?.getSlot === 'function' ? cmd.getSlot() : null;
+    return cluster.slots[typeof s === 'number' ? s : keySlot(keyString(key))]?.[0] ?? '?';
+  };
   const hook = (r: any) => {
-    if (!undo.has(r)) undo.set(r, installIoredis(r, core));
+    if (!undo.has(r)) undo.set(r, installIoredis(r, core, owner));
   };
   const onNode = (r: any) => hook(r);
   const onGone = (r: any) => {
@@ -100,9 +111,19 @@ export function installIoredisCluster(cluster: any, core: Core): () => void {
   };
 }
 
-export function installIoredis(redis: any, core: Core): () => void {
+/** ownerOf (a cluster's nodes): the master a read of key goes to now. */
+export function installIoredis(redis: any, core: Core, ownerOf?: (key: Arg, cmd?: Cmd) => string): () => void {
   const orig = redis.sendCommand;
-  const send = (cmd: Cmd, stream?: unknown, node?: unknown) => orig.call(redis, cmd, stream, node);
+  // Commands already handled here, on their way to Redis: ioredis hands a
+  // command to sendCommand again when it replays its offline queue (a
+  // command sent before the connection was ready) or follows a cluster
+  // redirection. It goes on as it is: one read is one read for the cache.
+  const sent = new WeakSet<object>();
+  const send = (cmd: Cmd, stream?: unknown, node?: unknown) => {
+    sent.add(cmd);
+    return orig.call(redis, cmd, stream, node);
+  };
+  const src = ownerOf ?? (() => undefined);
   let inMulti = false;
   let watching = false;
 
@@ -138,7 +159,7 @@ export function installIoredis(redis: any, core: Core): () => void {
   const get = (cmd: Cmd): unknown => {
     const key = keyString(cmd.args[0]);
     const t = now();
-    const a = core.acquire(key, KIND_STRING, t);
+    const a = core.acquire(key, KIND_STRING, t, src(cmd.args[0], cmd));
     if (a.act === Act.Hit) {
       const raw = a.v!.raw;
       if (core.shouldYield(t)) setImmediate(() => cmd.resolve(raw));
@@ -165,7 +186,7 @@ export function installIoredis(redis: any, core: Core): () => void {
   const mget = (cmd: Cmd): unknown => {
     const t = now();
     const args: Arg[] = cmd.args;
-    const plan = args.map((k) => core.acquire(keyString(k), KIND_STRING, t));
+    const plan = args.map((k) => core.acquire(keyString(k), KIND_STRING, t, src(k, cmd)));
     const tickets = plan.filter((p) => p.act === Act.Fetch).map((p) => p.t!);
     if (plan.every((p) => p.act === Act.Pass)) return send(cmd);
     const idx: number[] = [];
@@ -248,7 +269,7 @@ export function installIoredis(redis: any, core: Core): () => void {
 
   const hash = (cmd: Cmd, answer: (v: Value) => unknown): unknown => {
     const t = now();
-    const a = core.acquire(keyString(cmd.args[0]), KIND_HASH, t);
+    const a = core.acquire(keyString(cmd.args[0]), KIND_HASH, t, src(cmd.args[0], cmd));
     if (a.act === Act.Hit) {
       const v = a.v!;
       if (core.shouldYield(t)) setImmediate(() => cmd.resolve(answer(v)));
@@ -279,14 +300,14 @@ export function installIoredis(redis: any, core: Core): () => void {
       switch (name) {
         case 'get': {
           if (n !== 1) break;
-          const a = core.acquire(keyString(c.args[0]), KIND_STRING, t);
+          const a = core.acquire(keyString(c.args[0]), KIND_STRING, t, src(c.args[0]));
           if (a.act === Act.Hit) return { local: true, raw: a.v!.raw };
           if (a.act === Act.Fetch) return { local: false, tk: a.t };
           break;
         }
         case 'hget': case 'hmget': case 'hgetall': {
           if ((name === 'hget' && n !== 2) || (name === 'hmget' && n < 2) || (name === 'hgetall' && n !== 1)) break;
-          const v = core.peek(keyString(c.args[0]), KIND_HASH, t);
+          const v = core.peek(keyString(c.args[0]), KIND_HASH, t, src(c.args[0]));
           if (v === null) break;
           if (name === 'hget') return { local: true, raw: v.hidx!.get(keyString(c.args[1])) ?? null };
           if (name === 'hmget') return { local: true, raw: c.args.slice(1).map((f: Arg) => v.hidx!.get(keyString(f)) ?? null) };
@@ -295,7 +316,7 @@ export function installIoredis(redis: any, core: Core): () => void {
         case 'mget': {
           // Served only when every key has a fresh value.
           if (n < 1) break;
-          const ents = c.args.map((k: Arg) => core.fresh(keyString(k), KIND_STRING, t));
+          const ents = c.args.map((k: Arg) => core.fresh(keyString(k), KIND_STRING, t, src(k)));
           if (ents.some((e: unknown) => e === null)) break;
           core.m.hits += ents.length;
           for (const e of ents) e.hits++;
@@ -360,6 +381,7 @@ export function installIoredis(redis: any, core: Core): () => void {
   };
 
   redis.sendCommand = function (cmd: Cmd, stream?: unknown, node?: unknown) {
+    if (sent.has(cmd)) return orig.call(redis, cmd, stream, node);
     // Typed methods name commands in lower case; redis.call keeps the case given.
     const name: string = typeof cmd.name === 'string' ? cmd.name.toLowerCase() : String(cmd.name);
     if (name === 'select' && cmd.name !== 'select' && /^-?\d+$/.test(String(cmd.args[0]))) {

@@ -15,10 +15,15 @@
 //
 // A cluster (createCluster): every node client is wrapped the same way as
 // node-redis hands it out, with one cache; a command reaches the node its
-// slot names, and a refresh and its report go there.
+// slot names, and a refresh and its report go there. A cached value
+// remembers the master its read went to (the slot's owner in node-redis'
+// slot map); once node-redis routes the key elsewhere (it rediscovers the
+// slots after a MOVED reply), that value is not served: the next read goes
+// once to the new master and refreshes it there.
 
 import { copyRaw, hashIndex, keyString } from './events';
 import { Act, Core, KIND_HASH, KIND_STRING, Ticket, Value } from './cache';
+import { keySlot } from './slot';
 import { ChannelTransport, now } from './subscriber';
 import type { Arg } from './writes';
 
@@ -101,9 +106,12 @@ export function nodeRedisTransport(c: any): ChannelTransport {
 export function installNodeRedisCluster(cluster: any, core: Core): () => void {
   const slots = (cluster._self ?? cluster)._slots;
   const undo = new Map<any, () => void>();
+  // The master of key's slot in node-redis' slot map, where node-redis
+  // sends the key's commands.
+  const owner = (key: Arg): string => slots.slots?.[keySlot(keyString(key))]?.master?.address ?? '?';
   const hook = (c: any) => {
     const self = c?._self ?? c;
-    if (self && !undo.has(self)) undo.set(self, installNodeRedis(self, core, 0));
+    if (self && !undo.has(self)) undo.set(self, installNodeRedis(self, core, 0, owner));
     return c;
   };
   const origNodeClient = slots.nodeClient;
@@ -119,8 +127,10 @@ export function installNodeRedisCluster(cluster: any, core: Core): () => void {
   };
 }
 
-export function installNodeRedis(client: any, core: Core, db0: number): () => void {
+/** ownerOf (a cluster's nodes): the master a read of key goes to now. */
+export function installNodeRedis(client: any, core: Core, db0: number, ownerOf?: (key: Arg) => string): () => void {
   const self = client._self ?? client;
+  const src = ownerOf ?? (() => undefined);
   const origSend = self.sendCommand;
   const origPipe = self._executePipeline;
   const origMulti = self._executeMulti;
@@ -169,7 +179,7 @@ export function installNodeRedis(client: any, core: Core, db0: number): () => vo
 
   const get = async (args: Arg[], options: any): Promise<unknown> => {
     const t = now();
-    const a = core.acquire(keyString(args[1]), KIND_STRING, t);
+    const a = core.acquire(keyString(args[1]), KIND_STRING, t, src(args[1]));
     if (a.act === Act.Hit && a.v!.tag === tagOf(options)) return hit(t, a.v!.raw);
     if (a.act !== Act.Fetch) return send(args, options);
     const tk = a.t!;
@@ -188,7 +198,7 @@ export function installNodeRedis(client: any, core: Core, db0: number): () => vo
   const mget = async (args: Arg[], options: any): Promise<unknown> => {
     const t = now();
     const keys = args.slice(1);
-    const plan = keys.map((k) => core.acquire(keyString(k), KIND_STRING, t));
+    const plan = keys.map((k) => core.acquire(keyString(k), KIND_STRING, t, src(k)));
     const tag = tagOf(options);
     plan.forEach((p, i) => {
       if (p.act === Act.Hit && p.v!.tag !== tag) plan[i] = { act: Act.Pass };
@@ -222,7 +232,7 @@ export function installNodeRedis(client: any, core: Core, db0: number): () => vo
 
   const hash = async (args: Arg[], options: any, answer: (v: Value) => unknown): Promise<unknown> => {
     const t = now();
-    const a = core.acquire(keyString(args[1]), KIND_HASH, t);
+    const a = core.acquire(keyString(args[1]), KIND_HASH, t, src(args[1]));
     if (a.act === Act.Hit && a.v!.tag === tagOf(options)) return hit(t, answer(a.v!));
     if (a.act !== Act.Fetch) return send(args, options);
     const tk = a.t!;
@@ -342,16 +352,16 @@ export function installNodeRedis(client: any, core: Core, db0: number): () => vo
       switch (name) {
         case 'GET': {
           if (n !== 2) break;
-          const a = core.acquire(keyString(args[1]), KIND_STRING, t);
+          const a = core.acquire(keyString(args[1]), KIND_STRING, t, src(args[1]));
           if (a.act === Act.Hit && a.v!.tag === tag) return { local: true, raw: a.v!.raw };
           if (a.act === Act.Fetch) return { local: false, tk: a.t };
           break;
         }
         case 'HGET': case 'HMGET': case 'HGETALL': {
           if ((name === 'HGET' && n !== 3) || (name === 'HMGET' && n < 3) || (name === 'HGETALL' && n !== 2)) break;
-          const en = core.fresh(keyString(args[1]), KIND_HASH, t);
+          const en = core.fresh(keyString(args[1]), KIND_HASH, t, src(args[1]));
           if (en === null || en.val!.tag !== tag) break;
-          const v = core.peek(keyString(args[1]), KIND_HASH, t)!;
+          const v = core.peek(keyString(args[1]), KIND_HASH, t, src(args[1]))!;
           if (name === 'HGET') return { local: true, raw: v.hidx!.get(keyString(args[2])) ?? null };
           if (name === 'HMGET') return { local: true, raw: args.slice(2).map((f) => v.hidx!.get(keyString(f)) ?? null) };
           return { local: true, raw: copyRaw(v.raw) };
@@ -359,7 +369,7 @@ export function installNodeRedis(client: any, core: Core, db0: number): () => vo
         case 'MGET': {
           // Served only when every key has a fresh value.
           if (n < 2) break;
-          const ents = args.slice(1).map((k) => core.fresh(keyString(k), KIND_STRING, t));
+          const ents = args.slice(1).map((k) => core.fresh(keyString(k), KIND_STRING, t, src(k)));
           if (ents.some((e) => e === null || e.val!.tag !== tag)) break;
           core.m.hits += ents.length;
           for (const e of ents) e!.hits++;

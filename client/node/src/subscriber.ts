@@ -200,6 +200,9 @@ export class Subscriber {
   private retryTimer: NodeJS.Timeout | undefined;
   private expireTimer: NodeJS.Timeout | undefined;
   private reloadFailing = false;
+  /** Since when the snapshot document has been missing while a hot set
+   * was held (0: it is there). */
+  private missingSince = 0;
   private failing = false;
   private subscribedOnce = false;
   private queue: Item[] = [];
@@ -454,6 +457,28 @@ export class Subscriber {
       if (!this.closed) this.scheduleRetry(this.retryDelay);
       return;
     }
+    if ((doc === null || doc === undefined) && (this.last.size > 0 || this.set.m.size > 0)) {
+      // No document where there was one: the channel's Redis restarted
+      // empty (or was flushed). Its publishers rewrite their sections about
+      // every second, so this is not a fresh snapshot saying nothing is hot:
+      // the hot set is kept and the read retried. Still missing after
+      // UNCONFIRMED_AFTER_MS, it is believed (no publisher is left), so
+      // held keys never outlive their publishers by more than that.
+      const t = now();
+      if (this.missingSince === 0) {
+        this.missingSince = t;
+        this.log.warn('hotsniff: hot-key snapshot missing (the channel\'s Redis restarted empty?); keeping the hot set until it is rewritten');
+      }
+      if (t - this.missingSince < UNCONFIRMED_AFTER_MS) {
+        this.reloadFailing = false;
+        this.up = !this.failing;
+        if (!this.closed) this.scheduleRetry(this.retryDelay);
+        this.resolveSynced();
+        return;
+      }
+    }
+    this.missingSince = 0;
+    const missing = doc === null || doc === undefined;
     try {
       snap = decodeSnapshot(doc, this.secret);
     } catch (err) {
@@ -486,13 +511,15 @@ export class Subscriber {
     this.expirePending(sec);
     const hs = new HotSet();
     for (const e of snap.keys) hs.put(e, t);
-    // A node with no section in this snapshot neither confirms nor denies
-    // its keys: typically the channel Redis restarted empty and the node's
-    // daemon has not rewritten its section yet. Its entries are carried over
-    // (they lapse by their own ttl, which restarts for those served through
-    // a channel outage), and the snapshot is read again every second until
-    // the section is back or they lapse.
-    const carried = hs.carry(this.set, sec, t, wasDown);
+    // A node with no section in a snapshot document that exists neither
+    // confirms nor denies its keys: typically the channel Redis restarted
+    // empty and other daemons rewrote their sections before this node's
+    // (its reconnect backoff). Its entries are carried over (they lapse by
+    // their own ttl, which restarts for those served through a channel
+    // outage), and the snapshot is read again every second until the
+    // section is back or they lapse. A document missing past
+    // UNCONFIRMED_AFTER_MS (above) is believed: nothing is carried.
+    const carried = !missing && hs.carry(this.set, sec, t, wasDown);
     for (const e of this.logbuf) {
       const q = sec.get(e.node);
       if (q !== undefined && e.seq > q) hs.apply(e, t);

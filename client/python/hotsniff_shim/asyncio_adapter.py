@@ -8,8 +8,11 @@ is answered from memory while the connection it would go through is on the
 cache's DB; exactly one caller refreshes an expired value, the others keep
 the current one; the refresh read and its absorbed report are one write on
 a connection checked to be on that DB. Values are what the awaited command
-returns, never a coroutine. Pipelines (``pipeline()``, transactions) are
-sent whole; their writes drop their keys. The channel is followed by the
+returns, never a coroutine. A plain pipeline (transaction=False, no
+WATCH, no MULTI, no scripts, no SELECT or other session command) that
+writes nothing has its hot reads answered from memory while no connection
+of the pool is on another DB, the rest sent as one pipeline; transactions
+are sent whole; writes drop their keys. The channel is followed by the
 same subscriber thread as for the sync client, on a sync ``redis.Redis``
 (``channel_client``, or one built from this client's host, port, DB and
 credentials).
@@ -17,6 +20,7 @@ credentials).
 
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -25,7 +29,7 @@ from redis.exceptions import ResponseError
 
 from .cache import ACT_FETCH, ACT_HIT, ACT_PASS, KIND_HASH, KIND_STRING, Cache, Ticket, Value, _size
 from .dbtrack import DBTracker, get_connection_args
-from .sync import _NET_ERRORS, NotHere, read_kind
+from .sync import _NET_ERRORS, NotHere, SyncAdapter, read_kind, session_cmd
 from .writes import written_keys
 
 
@@ -68,6 +72,11 @@ class AsyncAdapter:
             single = self.client.connection
             # Not yet connected: it will come from the pool, on its DB.
             return self.tracker.ok() if single is None else self.tracker.conn_ok(single)
+        return self.tracker.ok()
+
+    def pipe_here(self) -> bool:
+        """Pipelines take a connection from the pool (also on a
+        single-connection client)."""
         return self.tracker.ok()
 
     # -- the client's command path -------------------------------------------------------
@@ -276,8 +285,11 @@ class AsyncAdapter:
         c.store(t, val)
         return val
 
-    # -- pipelines: sent whole, writes drop their keys ---------------------------------------
+    # -- pipelines and transactions ---------------------------------------------------------
     def pipeline(self, transaction: bool = True, shard_hint: Any = None):
+        """As the sync adapter's: a plain pipeline that writes nothing has
+        its hot reads answered from memory, a transaction never; writes
+        drop the keys they name and are sent whole."""
         p = self.orig_pipeline(transaction, shard_hint)
         base = type(p)
         cls = self.pipe_classes.get(base)
@@ -289,6 +301,64 @@ class AsyncAdapter:
         p._hotsniff_shim = self
         return p
 
+    # One command of a plain pipeline: the same plan as the sync client's.
+    plan_pipe = SyncAdapter.plan_pipe
+
+    async def serve_pipeline(self, pipe: Any, raise_on_error: bool) -> List[Any]:
+        """Hot reads answered from memory, the rest sent as one pipeline in
+        their order; results in command order as redis-py returns them."""
+        stack = list(pipe.command_stack)
+        now = time.monotonic()
+        plan = [self.plan_pipe(args, options, now) for args, options in stack]
+        remote = [i for i, (local, _) in enumerate(plan) if not local]
+        out: List[Any] = [None] * len(stack)
+        for i, (local, r) in enumerate(plan):
+            if local:
+                out[i] = r
+        if len(remote) == len(stack):
+            return await self.send_pipe(pipe, stack, plan, raise_on_error)
+        if not remote:
+            # Nothing left to send: nothing is sent.
+            res = pipe.reset()
+            if inspect.isawaitable(res):
+                await res
+        else:
+            res = await self.send_pipe(pipe, [stack[i] for i in remote], [plan[i] for i in remote], False)
+            for j, i in enumerate(remote):
+                out[i] = res[j]
+        if raise_on_error:
+            for i, r in enumerate(out):
+                if isinstance(r, ResponseError):
+                    pipe.annotate_exception(r, i + 1, stack[i][0])
+                    raise r
+        return out
+
+    async def send_pipe(self, pipe: Any, cmds: List, plan: List, raise_on_error: bool) -> List[Any]:
+        """Send cmds as the pipeline and store the replies of the GETs that
+        hold refresh tickets, unless a pooled connection moved to another
+        DB meanwhile."""
+        pipe.command_stack = cmds
+        try:
+            res = await super(type(pipe), pipe).execute(False)
+        except BaseException:
+            for _, t in plan:
+                self.cache.fetch_failed(t)
+            raise
+        here = self.pipe_here()
+        for (_, t), r in zip(plan, res):
+            if t is None:
+                continue
+            if isinstance(r, Exception) or not here:
+                self.cache.fetch_failed(t)
+            else:
+                self.cache.store_value(t, r)
+        if raise_on_error:
+            for i, r in enumerate(res):
+                if isinstance(r, ResponseError):
+                    pipe.annotate_exception(r, i + 1, cmds[i][0])
+                    raise r
+        return res
+
 
 async def _apipe_execute(self, raise_on_error: bool = True):
     a: AsyncAdapter = self._hotsniff_shim
@@ -299,6 +369,13 @@ async def _apipe_execute(self, raise_on_error: bool = True):
         keys.extend(k)
         all_ = all_ or al
     if not keys and not all_:
+        # redis.asyncio's Pipeline names it is_transaction.
+        tx = getattr(self, "is_transaction", getattr(self, "transaction", True))
+        if (a.cache.active and self.command_stack and not tx
+                and not any(session_cmd(args) for args, _ in self.command_stack)
+                and not self.explicit_transaction and not self.watching and not self.scripts
+                and a.pipe_here()):
+            return await a.serve_pipeline(self, raise_on_error)
         return await super(type(self), self).execute(raise_on_error)
     a.invalidate_written(keys, all_)
     try:

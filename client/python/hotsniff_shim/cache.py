@@ -30,7 +30,7 @@ KIND_HASH = 2
 
 ACT_PASS, ACT_HIT, ACT_FETCH = 0, 1, 2
 
-INVAL_REASONS = ("write", "event", "tracking", "cold", "snapshot", "flush")
+INVAL_REASONS = ("write", "event", "tracking", "cold", "snapshot", "flush", "moved")
 EVICT_REASONS = ("capacity", "bytes", "not_hot", "idle", "mode_end")
 
 #: Entries whose value expired this long ago leave the cache.
@@ -46,13 +46,16 @@ ENTRY_OVERHEAD = 200
 class Value:
     """One cached reply; never modified once stored, so readers share it."""
 
-    __slots__ = ("expires", "data", "hidx", "size")
+    __slots__ = ("expires", "data", "hidx", "size", "origin")
 
     def __init__(self, data: Any, hidx: Optional[Dict[bytes, Any]] = None, size: int = 0) -> None:
         self.expires = 0.0
         self.data = data  # GET: bytes/str or None; hash: the dict HGETALL returned
         self.hidx = hidx  # hash: field bytes -> value
         self.size = size
+        # Where it was read, for an adapter whose keys move between servers
+        # (a cluster: the key's slot and the node read); None elsewhere.
+        self.origin: Any = None
 
 
 class Entry:
@@ -73,10 +76,11 @@ class Entry:
 
 
 class Ticket:
-    __slots__ = ("e", "gen", "token")
+    __slots__ = ("e", "gen", "token", "origin")
 
     def __init__(self, e: Entry, gen: int, token: float) -> None:
         self.e, self.gen, self.token = e, gen, token
+        self.origin: Any = None  # set by the adapter that made the read
 
 
 def _size(data: Any) -> int:
@@ -108,6 +112,10 @@ class Cache(Handler):
         self.max_hash_fields = max_hash_fields if max_hash_fields > 0 else 1000
         self.linger = hot_mode_linger if hot_mode_linger > 0 else 120.0
         self.sub: Optional[Subscriber] = None
+        # origin_ok(value.origin) tells whether a value may still be served
+        # from where it was read (a cluster adapter: the node it was read on
+        # still holds the key's slot). None: always.
+        self.origin_ok: Optional[Callable[[Any], bool]] = None
 
         self.lock = threading.Lock()
         self.hot: Dict[bytes, float] = {}  # hot (and cacheable) keys -> until (0: until cold)
@@ -234,7 +242,7 @@ class Cache(Handler):
                 self._drop_locked(key, "not_hot")
                 self.m["misses"] += 1
                 return ACT_PASS, None, None
-            v = en.val
+            v = self._val_locked(en)
             if v is not None and now < v.expires:
                 self._hit_locked(en, "hits")
                 return ACT_HIT, v, None
@@ -307,6 +315,7 @@ class Cache(Handler):
                 # Expiry counts from when the read was sent: what bounds
                 # staleness is the age of the read at the server.
                 v.expires = t.token + self.local_ttl
+                v.origin = t.origin
                 old = en.val.size if en.val is not None else 0
                 en.val = v
                 en.size += v.size - old
@@ -379,22 +388,36 @@ class Cache(Handler):
             return None
         if en.hot_until and now >= en.hot_until and not self.held:
             return None
-        v = en.val
+        v = self._val_locked(en)
         if v is None or now >= v.expires:
             return None
         return en
+
+    def _val_locked(self, en: Entry) -> Optional[Value]:
+        """en's value, unless it was read where the key no longer lives (its
+        cluster slot moved to another node): then it is dropped, so the next
+        read fetches it once from the key's new home, and never served
+        stale."""
+        v = en.val
+        if v is None or v.origin is None or self.origin_ok is None or self.origin_ok(v.origin):
+            return v
+        self._invalidate_locked(en, "moved")
+        return None
 
     # -- invalidation ------------------------------------------------------------------
     def invalidate(self, key: bytes, reason: str) -> None:
         with self.lock:
             en = self.entries.get(key)
             if en is not None:
-                en.gen += 1
-                if en.val is not None:
-                    self.bytes -= en.val.size
-                    en.size -= en.val.size
-                en.val = None
-                self.invalidations[reason] += 1
+                self._invalidate_locked(en, reason)
+
+    def _invalidate_locked(self, en: Entry, reason: str) -> None:
+        en.gen += 1
+        if en.val is not None:
+            self.bytes -= en.val.size
+            en.size -= en.val.size
+        en.val = None
+        self.invalidations[reason] += 1
 
     def invalidate_all(self, reason: str) -> None:
         with self.lock:

@@ -1,15 +1,20 @@
 """The adapter for ``redis.cluster.RedisCluster`` (sync).
 
 A cluster has DB 0 only, and each key lives on the master that holds its
-slot. An event applies to a key when its ``server`` is that master (as the
-client's slot map names it now; ``servers=`` adds addresses, an empty
-``server`` applies everywhere); the hot map is recomputed every second, so
-a slot that moved takes its keys' verdict from the new master. A local hit
-never reaches redis-py's slot routing; a refresh read and its absorbed
-report go as one write to the node holding the key's slot, and when that
-node answers with a redirection (the slot just moved) the read is passed
-to the cluster client, which follows ``MOVED``/``ASK`` and updates its
-slot map. Cluster pipelines are sent whole (their writes drop their keys).
+slot. An event applies when its ``server`` is a node of the cluster (as
+the client knows them now, re-read every second; ``servers=`` adds
+addresses, an empty ``server`` applies everywhere), as in the Go and Node
+shims: the daemon reports a key at the node its reads reach, and a key
+stays hot (and cached) while its slot moves. A local hit never reaches
+redis-py's slot routing; a refresh read and its absorbed report go as one
+write to the node holding the key's slot, and when that node answers with
+a redirection (the slot just moved) the read is passed to the cluster
+client, which follows ``MOVED``/``ASK`` and updates its slot map. Every
+cached value remembers the node it was read on: once the client's slot
+map names another node for the key's slot (or that node answered a
+redirection), the value is dropped, so the next read fetches it once from
+the key's new master and later reads are served again. Cluster pipelines
+are sent whole (their writes drop their keys).
 """
 
 from __future__ import annotations
@@ -83,11 +88,17 @@ class ClusterAdapter(SyncAdapter):
         self.any_server = any_server
         self.resolver = Resolver(cache.log)
         self.last_rebuild = 0.0
+        self._servers: FrozenSet[str] = frozenset()
+        # The node the current thread's refresh read went to (its slot and
+        # name), picked up by read() for the value it stores.
+        self._tls = threading.local()
+        cache.origin_ok = self.origin_ok
 
     def _encoder(self) -> Any:
         return self.client.get_encoder()
 
     def install(self) -> None:
+        self._servers = self.nodes()
         self.client.execute_command = self.execute_command
         self.client.pipeline = self.pipeline
 
@@ -97,16 +108,16 @@ class ClusterAdapter(SyncAdapter):
                 del self.client.__dict__[name]
 
     # -- which events apply ---------------------------------------------------------------
-    def holder(self, key: bytes) -> FrozenSet[str]:
-        """The addresses of the master holding key's slot now."""
+    def nodes(self) -> FrozenSet[str]:
+        """The addresses of every node of the cluster the client knows."""
+        out: set = set()
         try:
-            nodes = self.client.nodes_manager.slots_cache.get(self.client.keyslot(key))
-        except Exception:  # noqa: BLE001 - a slot map being rebuilt
-            return frozenset()
-        if not nodes:
-            return frozenset()
-        n = nodes[0]
-        return self.resolver.addrs(n.host, int(n.port))
+            known = list(self.client.nodes_manager.nodes_cache.values())
+        except Exception:  # noqa: BLE001 - a node map being rebuilt: keep the last one
+            return self._servers
+        for n in known:
+            out |= self.resolver.addrs(n.host, int(n.port))
+        return frozenset(out)
 
     def matches(self, e: Event) -> bool:
         if e.proto != "redis" or e.ns != "0" or e.prefix:
@@ -114,13 +125,28 @@ class ClusterAdapter(SyncAdapter):
         if self.any_server or e.server == "":
             return True
         s = norm_addr(e.server)
-        return s in self.extra or s in self.holder(e.key)
+        return s in self.extra or s in self._servers
 
     def housekeep(self, now: float) -> None:
-        # Slots move: the verdict follows the key to its new master.
-        if now - self.last_rebuild >= 1.0 and not self.cache.held and self.cache.sub is not None:
+        # Nodes come and go: events already received for a node that joined
+        # apply from now on, those of a node that left no longer do.
+        if now - self.last_rebuild >= 1.0:
             self.last_rebuild = now
-            self.cache.rebuild(touch=False)
+            servers = self.nodes()
+            if servers != self._servers:
+                self._servers = servers
+                if not self.cache.held and self.cache.sub is not None:
+                    self.cache.rebuild(touch=False)
+
+    # -- where a value was read ------------------------------------------------------------
+    def origin_ok(self, origin: Tuple[int, str]) -> bool:
+        """The node a value was read on still holds its key's slot in the
+        client's slot map (on every hit: one dict lookup)."""
+        try:
+            nodes = self.client.nodes_manager.slots_cache.get(origin[0])
+        except Exception:  # noqa: BLE001 - a slot map being rebuilt
+            return False
+        return bool(nodes) and nodes[0].name == origin[1]
 
     # -- namespaces: a cluster has one DB ---------------------------------------------------
     def here(self) -> bool:
@@ -142,15 +168,35 @@ class ClusterAdapter(SyncAdapter):
             raise NotHere()
         if node is None:
             raise NotHere()
+        self._tls.origin = (self.client.keyslot(key), node.name)
         r = self.client.get_redis_connection(node)
         return r, r.connection_pool.get_connection(*get_connection_args(r.connection_pool, command)), True
 
     def direct(self, key: bytes, cmds: List[Tuple], options: Dict) -> List[Any]:
         res = super().direct(key, cmds, options)
         if isinstance(res[0], _REDIRECTS):
+            if isinstance(res[0], (MovedError, AskError)):
+                # The key is not (or no longer only) on the node its value
+                # was read on: that copy is not served again.
+                self.cache.invalidate(key, "moved")
             # The slot moved (or is moving): the cluster client follows it.
             raise NotHere()
         return res
+
+    def read(self, t: Any, args: Tuple, options: Dict, report: bool = True) -> Any:
+        self._tls.origin = None
+        res = super().read(t, args, options, report)
+        t.origin = self._tls.origin
+        return res
+
+    def mget_read(self, args: Tuple, tickets: List[Any], options: Dict) -> Tuple[bool, Any]:
+        # An MGET's keys share one slot (or Redis refuses it): every value
+        # it refreshes was read on the node its first key's read went to.
+        self._tls.origin = None
+        ok, rv = super().mget_read(args, tickets, options)
+        for t in tickets:
+            t.origin = self._tls.origin
+        return ok, rv
 
     # -- pipelines: sent whole, writes drop their keys ---------------------------------------
     def pipeline(self, transaction: Any = None, shard_hint: Any = None):

@@ -108,6 +108,11 @@ def clients(cfg):
         return r, r, RedisCluster(host=host, port=int(port), **kw)
     db = int(cfg.get("db", 0))
     plain = redis.Redis(host=host, port=int(port), db=db, **kw)
+    # pool_size bounds a pooled client's connections the way go-redis's
+    # PoolSize does: a caller waits for a free connection (redis-py's
+    # BlockingConnectionPool). A single-connection client has no pool of
+    # its own to bound.
+    size = int(cfg.get("pool_size") or 0)
     if mode == "single":
         r = redis.Redis(host=host, port=int(port), db=db, single_connection_client=True, **kw)
         return r, Locked(r), plain
@@ -115,10 +120,17 @@ def clients(cfg):
         import redis.asyncio as aioredis
         loop = asyncio.new_event_loop()
         threading.Thread(target=loop.run_forever, name="adapter-loop", daemon=True).start()
-        r = aioredis.Redis(host=host, port=int(port), db=db, **kw)
+        if size:
+            pool = aioredis.BlockingConnectionPool(host=host, port=int(port), db=db, max_connections=size, **kw)
+            r = aioredis.Redis(connection_pool=pool)
+        else:
+            r = aioredis.Redis(host=host, port=int(port), db=db, **kw)
         return r, Syncify(r, loop), plain
     if mode != "sync":
         raise SystemExit("conformance adapter: unknown mode %r (sync, single, asyncio, cluster)" % mode)
+    if size:
+        pool = redis.BlockingConnectionPool(host=host, port=int(port), db=db, max_connections=size, **kw)
+        return redis.Redis(connection_pool=pool), None, plain
     return redis.Redis(host=host, port=int(port), db=db, **kw), None, plain
 
 
@@ -188,6 +200,17 @@ def main() -> int:
                 p.set(key(req), req["value"])
                 p.get(key(req))
                 out = {"value": _s(p.execute()[1])}
+            elif op == "select":
+                # Through the client the application uses: on a pool it
+                # moves one pooled connection, on a single-connection client
+                # its connection.
+                r.select(int(req["db"]))
+                out = {}
+            elif op == "pipeline_select_get":
+                p = r.pipeline(transaction=False)
+                p.select(int(req["db"]))
+                p.get(key(req))
+                out = {"value": _s(p.execute()[1])}
             elif op == "multi_get":
                 p = r.pipeline(transaction=True)
                 p.get(key(req))
@@ -226,6 +249,10 @@ def main() -> int:
                 out = watch(r, key(req), req["want"], req["ms"])
             elif op == "load":
                 out = load(r, key(req), req.get("want"), req["ms"], int(req.get("threads", 1)))
+            elif op == "trace":
+                out = trace(r, key(req), req["ms"], int(req.get("threads", 1)))
+            elif op == "read_keys":
+                out = read_keys(r, req["keys"], int(req.get("n", 1)))
             elif op == "plain_get":
                 out = {"value": _s(plain.get(key(req)))}
             elif op == "close":
@@ -272,6 +299,60 @@ def load(r, k, want, ms, threads):
     for t in ts:
         t.join()
     return {"reads": sum(counts), "bad": sum(bad)}
+
+
+def trace(r, k, ms, threads):
+    """Reads k for ms from threads loops; for each value seen, the wall-clock
+    start (Unix ns) of the last read that returned it, so the driver can
+    compare it with the write that replaced it. Errors are counted, not
+    raised: the driver checks that none reached the application."""
+    end = time.monotonic() + ms / 1000.0
+    lock = threading.Lock()
+    last = {}
+    tot = {"reads": 0, "errors": 0, "nil": 0, "first_error": ""}
+
+    def run():
+        mine, reads, errors, nils, first = {}, 0, 0, 0, ""
+        while time.monotonic() < end:
+            start = time.time_ns()
+            try:
+                v = _s(r.get(k))
+            except Exception as err:  # noqa: BLE001 - counted for the driver
+                errors += 1
+                first = first or "%s: %s" % (type(err).__name__, err)
+                continue
+            reads += 1
+            if v is None:
+                nils += 1
+            else:
+                mine[v] = start
+        with lock:
+            for v, ns in mine.items():
+                last[v] = max(last.get(v, 0), ns)
+            tot["reads"] += reads
+            tot["errors"] += errors
+            tot["nil"] += nils
+            tot["first_error"] = tot["first_error"] or first
+    ts = [threading.Thread(target=run) for _ in range(max(threads, 1))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    tot["last_ns"] = last
+    return tot
+
+
+def read_keys(r, keys, n):
+    """Reads each key n times in turn (admits a large hot set)."""
+    reads, errors = 0, 0
+    for _ in range(n):
+        for k in keys:
+            try:
+                r.get(k)
+                reads += 1
+            except Exception:  # noqa: BLE001 - counted for the driver
+                errors += 1
+    return {"reads": reads, "errors": errors}
 
 
 if __name__ == "__main__":

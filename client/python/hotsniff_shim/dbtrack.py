@@ -54,6 +54,17 @@ def _db_arg(args: tuple) -> Optional[int]:
     return n if n >= 0 else _UNKNOWN
 
 
+def _pool_connections(pool: Any) -> list:
+    """Every connection pool holds: a ConnectionPool keeps them in
+    _available_connections and _in_use_connections, a redis-py 4
+    BlockingConnectionPool (sync and asyncio) in _connections. A connection
+    missed here would be pruned as gone while still on another DB."""
+    out = list(getattr(pool, "_available_connections", None) or ())
+    out.extend(getattr(pool, "_in_use_connections", None) or ())
+    out.extend(getattr(pool, "_connections", None) or ())
+    return out
+
+
 _NAME_ARG: Dict[type, bool] = {}
 
 
@@ -86,7 +97,7 @@ class DBTracker:
         self.foreign: set = set()
         self._orig_make = pool.make_connection
         pool.make_connection = self._make_connection
-        for c in list(getattr(pool, "_available_connections", ())) + list(getattr(pool, "_in_use_connections", ())):
+        for c in _pool_connections(pool):
             self.watch(c)
 
     def ok(self) -> bool:
@@ -97,10 +108,8 @@ class DBTracker:
         return not self.foreign
 
     def _prune(self) -> None:
-        pool = self.pool
         try:
-            live = set(map(id, getattr(pool, "_available_connections", ()) or ()))
-            live.update(map(id, getattr(pool, "_in_use_connections", ()) or ()))
+            live = set(map(id, _pool_connections(self.pool)))
         except RuntimeError:  # changed while copied: try next time
             return
         with self.lock:

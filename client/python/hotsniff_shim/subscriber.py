@@ -441,6 +441,15 @@ class Subscriber:
             self.log.warning("bad hot-key snapshot (%s); keeping the current hot set: %s", err.reason, err)
             self.retry_at = time.monotonic() + self.reload_backoff
             self.reload_backoff = min(2 * self.reload_backoff, 5.0)
+            # The channel itself works: follow its messages meanwhile, and
+            # do not keep the application waiting for a first sync that a
+            # broken or hostile document would never give (synced with
+            # what it had: nothing at start).
+            ps = self._ps
+            if ps is not None and ps.subscribed:
+                self.last_progress = time.monotonic()
+                self._set_up(True)
+            self.synced.set()
             return
         self.reload_backoff = self.retry_delay
         for reason, n in snap.bad.items():

@@ -134,3 +134,116 @@ def test_asyncio_pipeline_write_invalidates(port):
             shim.close()
             await (ar.aclose() if hasattr(ar, "aclose") else ar.close())
     run(main())
+
+
+def test_asyncio_blocking_pool_select(port):
+    """The asyncio BlockingConnectionPool (redis-py 4 keeps its connections
+    in _connections): after SELECT 1 on its one connection every read is
+    DB 1's, after SELECT 0 DB 0's, and it is served again."""
+    k = unique("ak")
+    redis.Redis(port=port).set(k, "db0")
+    redis.Redis(port=port, db=1).set(k, "db1")
+    ch = unique("ach")
+    pub = Publisher(redis.Redis(port=port), ch)
+    pub.write_snapshot()
+
+    async def main():
+        ar = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool(port=port, max_connections=1))
+        shim = hotsniff_shim.install(ar, channel=ch, channel_client=redis.Redis(port=port), local_ttl=0.05)
+        try:
+            assert await asyncio.get_running_loop().run_in_executor(None, shim.wait_synced, 5)
+            pub.send(k)
+            await _warm(shim, k)
+            for _ in range(5):
+                assert await ar.get(k) == b"db0"
+            assert shim.stats()["hits"] >= 1
+            await ar.select(1)
+            wrong = 0
+            for _ in range(40):
+                wrong += await ar.get(k) != b"db1"
+                await asyncio.sleep(0.005)
+            await ar.select(0)
+            for _ in range(40):
+                wrong += await ar.get(k) != b"db0"
+                await asyncio.sleep(0.005)
+            assert wrong == 0
+            hits = shim.stats()["hits"]
+            for _ in range(5):
+                assert await ar.get(k) == b"db0"
+            assert shim.stats()["hits"] > hits
+        finally:
+            shim.close()
+            await (ar.aclose() if hasattr(ar, "aclose") else ar.close())
+    run(main())
+
+
+def test_asyncio_pipeline_served(port):
+    """A plain redis.asyncio pipeline has its hot reads answered from
+    memory (nothing reaches Redis when every command is served), the rest
+    sent in order; a transaction is sent whole; a SELECT in a pipeline
+    reads the selected DB and stops serving while a pooled connection is
+    on another DB."""
+    k, other = unique("ak"), unique("ao")
+    plain = redis.Redis(port=port)
+    plain.set(k, "v")
+    plain.set(other, "o")
+    redis.Redis(port=port, db=1).set(k, "db1")
+    ch = unique("ach")
+    pub = Publisher(plain, ch)
+    pub.write_snapshot()
+
+    async def main():
+        ar = aioredis.Redis(port=port)
+        shim = hotsniff_shim.install(ar, channel=ch, channel_client=redis.Redis(port=port), local_ttl=60)
+        try:
+            assert await asyncio.get_running_loop().run_in_executor(None, shim.wait_synced, 5)
+            pub.send(k)
+            await _warm(shim, k)
+            for _ in range(3):
+                assert await ar.get(k) == b"v"
+            before = calls(plain, "get")
+            async with ar.pipeline(transaction=False) as p:
+                p.get(k)
+                p.get(k)
+                assert await p.execute() == [b"v", b"v"]
+            assert calls(plain, "get") == before, "a fully served pipeline reaches Redis"
+            async with ar.pipeline(transaction=False) as p:
+                p.get(other)
+                p.get(k)
+                p.mget([k])
+                assert await p.execute() == [b"o", b"v", [b"v"]]
+            assert calls(plain, "get") == before + 1, "only the cold key is sent"
+            async with ar.pipeline(transaction=True) as p:
+                p.get(k)
+                assert await p.execute() == [b"v"]
+            assert calls(plain, "get") == before + 2, "a transaction is sent whole"
+            # An error reply keeps its place and is annotated as redis-py does.
+            plain.hset(other + "h", "f", "1")
+            async with ar.pipeline(transaction=False) as p:
+                p.get(k)
+                p.get(other + "h")
+                with pytest.raises(redis.ResponseError, match="Command # 2"):
+                    await p.execute()
+            # SELECT inside a pipeline: its read is DB 1's, and afterwards no
+            # pooled read is served while that connection is on DB 1.
+            async with ar.pipeline(transaction=False) as p:
+                p.select(1)
+                p.get(k)
+                assert await p.execute() == [True, b"db1"]
+            hits = shim.stats()["hits"]
+            async with ar.pipeline(transaction=False) as p:
+                p.get(k)
+                assert await p.execute() == [b"db1"]
+            assert shim.stats()["hits"] == hits
+            async with ar.pipeline(transaction=False) as p:
+                p.select(0)
+                p.get(k)
+                assert await p.execute() == [True, b"v"]
+            async with ar.pipeline(transaction=False) as p:
+                p.get(k)
+                assert await p.execute() == [b"v"]
+            assert shim.stats()["hits"] > hits, "served again once every connection is back on DB 0"
+        finally:
+            shim.close()
+            await (ar.aclose() if hasattr(ar, "aclose") else ar.close())
+    run(main())

@@ -239,3 +239,36 @@ def test_channel_outage_serves_on():
     finally:
         data.close()
         chan.close()
+
+
+@pytest.mark.parametrize("doc,secret,reason", [
+    ('{"v":1,"keys":[{"v":1,"ttl_ms":', None, "undecodable"),
+    ('{"v":1,"seq":1,"node":"t","nodes":[],"keys":[]}', b"s3cret", "bad_signature"),
+    ("x" * ((64 << 20) + 1), None, "too_large"),
+], ids=["not-json", "unsigned", "too-large"])
+def test_rejected_snapshot_at_start(port, doc, secret, reason):
+    """A snapshot document the shim rejects is one counted bad message:
+    the shim is synced at once with what it had (nothing), the channel is
+    up, its messages apply and hot keys are served."""
+    plain = redis.Redis(port=port)
+    k = unique("rs")
+    plain.set(k, "v")
+    ch = unique("rsch")
+    plain.set(ch + ":snapshot", doc)
+    r = redis.Redis(port=port)
+    shim = hotsniff_shim.install(r, channel=ch, channel_client=redis.Redis(port=port), channel_secret=secret,
+                                 local_ttl=60)
+    try:
+        assert shim.wait_synced(5), "a rejected snapshot document must not keep the shim unsynced"
+        assert shim.stats()["bad_messages"][reason] >= 1
+        msg = json.dumps(event(k, 1)).encode()
+        plain.publish(ch, sign(secret, msg) if secret else msg)
+        wait(lambda: shim.is_hot(k), what="hot after a rejected snapshot")
+        r.get(k)
+        r.get(k)
+        assert served(plain, r, k) == 0
+        time.sleep(0.6)  # the housekeeper has looked at the channel since
+        assert shim.stats()["channel_up"] is True
+    finally:
+        shim.close()
+        plain.delete(ch + ":snapshot")

@@ -240,3 +240,25 @@ def test_installed_again_after_close(port):
         assert read_for(r, k, b"db0", 0.2) == 0
     finally:
         shim.close()
+
+
+def test_blocking_pool_select(port):
+    """A BlockingConnectionPool keeps its connections elsewhere than a
+    ConnectionPool (redis-py 4: _connections): a SELECT on one of them
+    stops serving all the same, and DB 1's value is read, never DB 0's
+    copy."""
+    k = unique("k")
+    r = redis.Redis(connection_pool=redis.BlockingConnectionPool(port=port, max_connections=1))
+    pub, shim = start(port, r, k)
+    try:
+        pub.send(k)
+        warm(r, shim, k, b"db0")
+        r.select(1)  # the pool's one connection is on DB 1 now
+        assert read_for(r, k, b"db1") == 0
+        r.select(0)
+        assert read_for(r, k, b"db0") == 0
+        hits = shim.stats()["hits"]
+        assert read_for(r, k, b"db0", 0.2) == 0
+        assert shim.stats()["hits"] > hits, "served again once back on the cache's DB"
+    finally:
+        shim.close()

@@ -43,6 +43,11 @@ type adapterConfig struct {
 	PoolSize int `json:"pool_size,omitempty"`
 	// ChannelSecret (hex) is the channel's shared secret, if any.
 	ChannelSecret string `json:"channel_secret,omitempty"`
+	// Tracking turns the Go shim's server-assisted invalidation on (the
+	// suite checks what every shim does, so it is off unless asked; the
+	// server-cost figures of internal/testing/shimfleet ask). Other
+	// adapters ignore it.
+	Tracking bool `json:"tracking,omitempty"`
 }
 
 // request is one adapter request line; the fields used depend on Op.
@@ -118,7 +123,7 @@ func runGoAdapter(cfgJSON string, in io.Reader, out io.Writer) error {
 		}(),
 		// Server-assisted invalidation is a Go-only extra: the suite checks
 		// what every shim does.
-		DisableTracking: true,
+		DisableTracking: !cfg.Tracking,
 	}
 	shim, err := client.Install(installed, so)
 	if err != nil {
@@ -270,6 +275,20 @@ func runGoAdapter(cfgJSON string, in io.Reader, out io.Writer) error {
 			res["reads"], res["last_bad_ns"] = reads, lastBad
 		case "load":
 			res["reads"], res["bad"] = goLoad(rdb, k, req.Want, ms(req.Ms), max(req.Threads, 1))
+		case "trace":
+			res["reads"], res["errors"], res["nil"], res["first_error"], res["last_ns"] = goTrace(rdb, k, ms(req.Ms), max(req.Threads, 1))
+		case "read_keys":
+			reads, errs := 0, 0
+			for range max(req.N, 1) {
+				for _, key := range req.Keys {
+					if err := rdb.Get(ctx, key).Err(); err != nil && !errors.Is(err, redis.Nil) {
+						errs++
+						continue
+					}
+					reads++
+				}
+			}
+			res["reads"], res["errors"] = reads, errs
 		case "plain_get":
 			res["value"], err = str(plain.Get(ctx, k).Result())
 		case "close":
@@ -298,6 +317,51 @@ func hotFor(s *client.Shim, key string) bool {
 		}
 	}
 	return false
+}
+
+// goTrace reads k for d from threads loops and returns, for each value
+// seen, the wall-clock start (Unix ns) of the last read that returned it;
+// errors (other than a missing key) are counted, the first one kept.
+func goTrace(rdb redis.Cmdable, k string, d time.Duration, threads int) (reads, errs, nils int, first string, last map[string]int64) {
+	ctx := context.Background()
+	end := time.Now().Add(d)
+	last = map[string]int64{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range threads {
+		wg.Go(func() {
+			mine := map[string]int64{}
+			n, e, z, f := 0, 0, 0, ""
+			for time.Now().Before(end) {
+				start := time.Now().UnixNano()
+				v, err := rdb.Get(ctx, k).Result()
+				switch {
+				case errors.Is(err, redis.Nil):
+					n++
+					z++
+				case err != nil:
+					e++
+					if f == "" {
+						f = err.Error()
+					}
+				default:
+					n++
+					mine[v] = start
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for v, ns := range mine {
+				last[v] = max(last[v], ns)
+			}
+			reads, errs, nils = reads+n, errs+e, nils+z
+			if first == "" {
+				first = f
+			}
+		})
+	}
+	wg.Wait()
+	return reads, errs, nils, first, last
 }
 
 func goLoad(rdb redis.Cmdable, k string, want *string, d time.Duration, threads int) (int, int) {

@@ -35,33 +35,7 @@ func (c *tcase) applies(mode string) bool { return c.cluster == (mode == "cluste
 // -> reason): they are skipped there, and the table in docs/client-shim.md
 // shows them as not passing. Remove an entry as soon as the shim gains the
 // feature.
-var pending = map[string]map[string]string{
-	"node-ioredis/cluster": {
-		"cluster-slot-move": "after the slot moves, the first read of the key is still answered locally instead of once from its new master (the value is refreshed from the new master within the staleness bound)",
-	},
-	"python/cluster": {
-		"cluster-slot-move": "after the slot moves, the first read of the key is still answered locally instead of once from its new master (the value is refreshed from the new master within the staleness bound)",
-	},
-	"python/asyncio": {
-		"pipeline-served":           "redis.asyncio pipelines are sent to Redis whole, never answered locally",
-		"select-pipeline":           "a SELECT inside a redis.asyncio pipeline is not followed by the suite's check (the pipeline itself is never served)",
-		"select-then-read":          "the suite's adapter reads through a second pooled connection after the SELECT; the asyncio adapter then answers from Redis",
-		"hostile-snapshot-document": "a snapshot document the shim rejects leaves the asyncio adapter unsynced at start",
-	},
-	"python/single": {
-		"hostile-snapshot-document": "a snapshot document the shim rejects leaves a single-connection client unsynced at start",
-		"select-then-read":          "the Python adapter does not implement the suite's select op yet (the Python shim's own tests cover SELECT: client/python/tests/test_namespaces.py)",
-		"select-pipeline":           "the Python adapter does not implement the suite's pipeline_select_get op yet (covered by client/python/tests/test_namespaces.py)",
-	},
-	"python/sync": {
-		"hostile-snapshot-document": "a snapshot document the shim rejects leaves the adapter unsynced at start",
-		"select-then-read":          "the Python adapter does not implement the suite's select op yet (the Python shim's own tests cover SELECT: client/python/tests/test_namespaces.py)",
-		"select-pipeline":           "the Python adapter does not implement the suite's pipeline_select_get op yet (covered by client/python/tests/test_namespaces.py)",
-	},
-	"go/conn": {
-		"pipeline-served": "go-redis builds a Conn's pipeline hook chain apart from its single commands, so the shim cannot follow that connection's session there: pipelines on a Conn are sent as they are (docs/client-shim.md)",
-	},
-}
+var pending = map[string]map[string]string{}
 
 var cases = []tcase{
 	{name: "snapshot-on-start", what: "keys in the snapshot are hot on start (subscribe, then read the snapshot)",

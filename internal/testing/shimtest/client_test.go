@@ -370,6 +370,32 @@ func TestReconnectReloads(t *testing.T) {
 	}
 }
 
+// TestEmptyChannelRestartKeepsHotSet: the channel's Redis comes back empty
+// (no snapshot document): the hot set is kept, not emptied, until the
+// publisher rewrites its snapshot, which then applies; a document that
+// never comes back is believed after ConfirmTimeout (TestReconnectReloads).
+func TestEmptyChannelRestartKeepsHotSet(t *testing.T) {
+	port := testutil.FreePort(t)
+	stop := startRedisOn(t, port)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	rdb := dial(t, addr)
+	setSnapshot(t, rdb, "n1", 10, "old")
+	s := run(t, rdb, client.Options{Channel: "hk", Handler: &recorder{}})
+	if !hot(s, "old") {
+		t.Fatal("snapshot not applied")
+	}
+	stop()
+	time.Sleep(100 * time.Millisecond)
+	startRedisOn(t, port)
+	eventually(t, "reconnect", func() bool { return s.Stats().Reconnects == 1 && s.Stats().Reloads >= 2 })
+	time.Sleep(time.Second)
+	if !hot(s, "old") {
+		t.Fatal("the hot set was emptied on a missing snapshot document")
+	}
+	setSnapshot(t, rdb, "n1", 11, "new")
+	eventually(t, "the rewritten snapshot applied", func() bool { return hot(s, "new") && !hot(s, "old") })
+}
+
 // startRedisOn runs redis-server on a chosen port (so a test can restart it
 // there) and returns a function that kills it.
 func startRedisOn(t testing.TB, port int) func() {

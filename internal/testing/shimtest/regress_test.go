@@ -132,6 +132,64 @@ func TestConnSelectIsolated(t *testing.T) {
 	}
 }
 
+// TestConnPipelineServed: a Conn's plain pipeline has its hot reads served
+// while no Conn or Tx is on another DB or inside WATCH/MULTI; once its own
+// Conn (or any other) selects another DB or watches, its pipelines go to
+// Redis and read that DB; back on the client's DB they are served again.
+func TestConnPipelineServed(t *testing.T) {
+	e := newShimEnv(t, client.ShimOptions{LocalTTL: time.Minute, DisableTracking: true})
+	ctx := context.Background()
+	db1 := redis.NewClient(&redis.Options{Addr: e.cache.Addr, DB: 1})
+	defer db1.Close()
+	e.plain.Set(ctx, "k", "db0", 0)
+	db1.Set(ctx, "k", "db1", 0)
+	e.makeHot(t, "k")
+	for range 3 {
+		e.app.Get(ctx, "k")
+	}
+	conn := e.app.Conn()
+	defer conn.Close()
+	pget := func(c *redis.Conn) (string, int) {
+		t.Helper()
+		before := calls(t, e.plain, "get")
+		cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error { p.Get(ctx, "k"); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cmds[0].(*redis.StringCmd).Val(), calls(t, e.plain, "get") - before
+	}
+	if v, n := pget(conn); v != "db0" || n != 0 {
+		t.Errorf("Conn pipeline on the client's DB: %q, %d GETs reached Redis, want db0 served locally", v, n)
+	}
+	if err := conn.Select(ctx, 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if v, _ := pget(conn); v != "db1" {
+			t.Fatalf("Conn pipeline after SELECT 1: %q, want db1", v)
+		}
+	}
+	if err := conn.Select(ctx, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v, n := pget(conn); v != "db0" || n != 0 {
+		t.Errorf("Conn pipeline back on DB 0: %q, %d GETs reached Redis, want db0 served locally", v, n)
+	}
+	// A transaction under WATCH elsewhere: no Conn pipeline is served
+	// meanwhile (the shim cannot tell whose pipeline it is).
+	if err := e.app.Watch(ctx, func(tx *redis.Tx) error {
+		if _, n := pget(conn); n != 1 {
+			t.Errorf("a Conn pipeline while another Conn watches: %d GETs reached Redis, want 1", n)
+		}
+		return nil
+	}, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if v, n := pget(conn); v != "db0" || n != 0 {
+		t.Errorf("Conn pipeline after the WATCH ended: %q, %d GETs reached Redis, want db0 served locally", v, n)
+	}
+}
+
 // TestBigHashNeverFetched: a hot hash above MaxHashFields is recognised by
 // HLEN, never transferred with HGETALL, and the verdict is remembered
 // across re-admission.

@@ -271,3 +271,47 @@ test('a channel outage: held keys are served on past their ttl, stated in stats,
   pub.disconnect();
   await chSrv.stop();
 });
+
+test('the channel\'s Redis restarts empty: held keys are kept until the snapshot is rewritten, and go if it never is', async () => {
+  const chSrv = await Server.start();
+  const pub = new IORedis({ port: chSrv.port, maxRetriesPerRequest: 0, retryStrategy: () => 100 });
+  pub.on('error', () => {});
+  const ch = 'empty-restart';
+  const snapOf = (seq: number, keys: string[]) =>
+    `{"v":1,"seq":${seq},"node":"n1","nodes":[{"node":"n1","seq":${seq},"keys":${keys.length}}],"keys":[${keys.map((k) => ev({ seq, key: k })).join(',')}]}`;
+  await pub.set(`${ch}:snapshot`, snapOf(1, ['k']));
+  const chan = new IORedis({ port: chSrv.port, retryStrategy: () => 100 });
+  chan.on('error', () => {});
+  // k is hot until cold (ttl 0): nothing but the snapshot can drop it.
+  const { client, shim, close } = await cached('io', ch, { channelClient: chan }, pub);
+  assert.ok(await served(client));
+  const restart = async () => {
+    const reconnects = shim.stats().channel.reconnects;
+    await chSrv.stop();
+    await until(() => !shim.stats().channelUp, 'channel seen down');
+    await chSrv.run();
+    await until(() => shim.stats().channel.reconnects > reconnects && shim.stats().channelUp, 'channel back', 10_000);
+  };
+  await restart();
+  // Up again, with no snapshot document yet: a restarted Redis, not a
+  // publisher saying nothing is hot.
+  await sleep(1000);
+  assert.ok(shim.isHot('k'), 'k dropped on a missing snapshot document');
+  assert.ok(await served(client), 'k no longer served on a missing snapshot document');
+  // The publisher rewrites its section, without k: k goes.
+  await pub.set(`${ch}:snapshot`, snapOf(2, []));
+  await until(() => !shim.isHot('k'), 'the rewritten snapshot applied', 3000);
+  // Hot again; the channel restarts empty and the document never comes
+  // back: k is not held forever.
+  await pub.publish(ch, ev({ seq: 3, key: 'k' }));
+  await until(() => shim.isHot('k'), 'hot again');
+  await restart();
+  const back = Date.now();
+  await until(() => !shim.isHot('k'), 'dropped once the document stayed missing', 10_000);
+  const held = Date.now() - back;
+  assert.ok(held >= 3000, `k dropped ${held} ms after the channel came back, before the publishers could rewrite the snapshot`);
+  await close();
+  chan.disconnect();
+  pub.disconnect();
+  await chSrv.stop();
+});

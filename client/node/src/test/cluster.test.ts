@@ -172,3 +172,53 @@ for (const lib of LIBS) {
     }
   });
 }
+
+for (const lib of LIBS) {
+  test(`${lib.name}: one read is one read; after the slot moves, the first read goes once to the new master, then reads are served again`, async (tt) => {
+    const ch = `mv-${lib.name.split(' ')[0]}`;
+    const tag = `{mv-${lib.name.split(' ')[0]}}`;
+    const key = `${tag}k`;
+    const slot = slotOf(cl.nodes[0].port, key);
+    const owner = ownerOf(slot);
+    const other = cl.nodes.map((s) => s.port).find((p) => p !== owner)!;
+    const writer = await LIBS[0].make();
+    const app = await lib.make();
+    await writer.set(key, 'v1');
+    // A local TTL far longer than the test: only the move can end the copy.
+    const shim = await install(app.c, { channel: ch, localTtlMs: 60_000, staleGraceMs: GRACE, logger: quiet });
+    // Closed even when an assertion fails, so the run ends.
+    tt.after(async () => {
+      await shim.close();
+      await app.close();
+      await writer.close();
+    });
+    await shim.synced;
+    await writer.publish(ch, JSON.stringify({ v: 1, seq: 1, type: 'hot', proto: 'redis', server: `127.0.0.1:${owner}`, ns: '0', key, qps: 1000, ttl_ms: 0, source: 'detected', node: 'd1' }));
+    for (let i = 0; !shim.isHot(key); i++) {
+      assert.ok(i < 500, 'never hot');
+      await sleep(10);
+    }
+    const gets = () => cl.nodes.reduce((n, s) => n + stat(s.port, 'get'), 0);
+    const read = async (want: string, remote: number, what: string) => {
+      const g0 = gets();
+      assert.equal(await app.get(key), want, what);
+      assert.equal(gets() - g0, remote, `${what}: GETs that reached the masters`);
+    };
+    // The first read of a node's connection waits for it to connect: it
+    // still counts once (recorded, sent), the second fetches, the third is local.
+    await read('v1', 1, 'first read');
+    await read('v1', 1, 'second read');
+    await read('v1', 0, 'third read');
+    moveSlot(slot, owner, other);
+    // Written at the new master by another client: no event says so.
+    cli(other, 'SET', key, 'v2');
+    // The application writes another key of the slot: the library follows
+    // the MOVED reply and now routes the slot to the new master.
+    await app.set(`${tag}other`, 'x');
+    const g0 = stat(other, 'get');
+    await read('v2', 1, 'first read after the move');
+    assert.equal(stat(other, 'get') - g0, 1, 'the read after the move went to the new master');
+    await read('v2', 0, 'second read after the move');
+    await read('v2', 0, 'third read after the move');
+  });
+}

@@ -170,4 +170,18 @@ test('node-redis: a client pool is refused at install with what is supported', a
   const pool: any = createClientPool({ socket: { port: srv.port } });
   await assert.rejects(install(pool, { channel: 'ns-pool' }), /createClientPool\) is not supported; install takes an ioredis Redis or Cluster, or a node-redis client \(createClient\) or cluster \(createCluster\)/);
   await assert.rejects(install({}, {}), /install takes an ioredis Redis or Cluster/);
+  // Connected and in use: refused the same way, and left as it was.
+  await pool.connect();
+  await pool.set('pool-k', 'v');
+  const pooledSend = pool._self?.sendCommand ?? pool.sendCommand;
+  await assert.rejects(install(pool, { channel: 'ns-pool' }), /createClientPool\) is not supported; install takes an ioredis Redis or Cluster/);
+  assert.equal(pool._self?.sendCommand ?? pool.sendCommand, pooledSend);
+  assert.equal(await pool.get('pool-k'), 'v');
+  // Nor is it taken as the channel client.
+  const c: any = createClient({ socket: { port: srv.port } });
+  await c.connect();
+  await assert.rejects(install(c, { channel: 'ns-pool', channelClient: pool }), /channelClient must be an ioredis Redis or Cluster, or a node-redis client \(createClient\) or cluster \(createCluster\)/);
+  assert.equal(await c.get('pool-k'), 'v');
+  await c.quit();
+  await pool.close();
 });
