@@ -71,6 +71,33 @@ func (h *hotSet) put(e *event.Event, now time.Time) {
 	h.m[id] = entry{ev: e, expires: exp}
 }
 
+// carry copies into h the entries of old whose node has no section in sec
+// (see Subscriber.reload) and reports whether it copied any. They keep their
+// expiry; one already past it (it lapsed while the channel was down, when
+// nothing lapses) gets a fresh ttl from now when renew is set, else is left.
+func (h *hotSet) carry(old *hotSet, sec map[string]uint64, now time.Time, renew bool) bool {
+	copied := false
+	for id, en := range old.m {
+		if _, ok := sec[en.ev.Node]; ok {
+			continue
+		}
+		exp := en.expires
+		if !exp.IsZero() && !now.Before(exp) {
+			if !renew {
+				continue
+			}
+			exp = now.Add(time.Duration(en.ev.TTLms) * time.Millisecond)
+		}
+		h.put(en.ev, now)
+		if c, ok := h.m[id]; ok {
+			c.expires = exp
+			h.m[id] = c
+			copied = true
+		}
+	}
+	return copied
+}
+
 func (h *hotSet) del(id string) {
 	en, ok := h.m[id]
 	if !ok {

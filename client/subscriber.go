@@ -593,8 +593,10 @@ func (s *Subscriber) reload(ctx context.Context) {
 	s.reloads.Add(1)
 	s.lastReload = time.Now()
 	s.retryAt = time.Time{}
+	wasDown := !s.up.Load()
 	snap, err := s.readSnapshot(ctx)
-	if errors.Is(err, errNoSnapshot) {
+	missing := errors.Is(err, errNoSnapshot)
+	if missing {
 		err = nil
 		s.mu.RLock()
 		held := len(s.set.m) > 0
@@ -665,6 +667,16 @@ func (s *Subscriber) reload(ctx context.Context) {
 			set.put(e, now)
 		}
 	}
+	// A node with no section in a snapshot document that exists neither
+	// confirms nor denies its keys: typically the channel Redis restarted
+	// empty and other daemons rewrote their sections before this node's
+	// daemon (its reconnect backoff). Its entries are carried over (they
+	// lapse by their own ttl, which restarts for those served through a
+	// channel outage), and the snapshot is read again every second until
+	// the section is back or they lapse, so a channel restart does not
+	// send the node's hot keys back to their shards. A document missing
+	// past ConfirmTimeout (above) is believed: nothing is carried.
+	carried := !missing && set.carry(s.set, sec, now, wasDown)
 	for _, e := range s.logbuf {
 		if q, ok := sec[e.Node]; ok && e.Seq > q {
 			set.apply(e, now)
@@ -709,6 +721,11 @@ func (s *Subscriber) reload(ctx context.Context) {
 	} else {
 		// The publisher writes its snapshot at most every second or so.
 		s.retryAt = time.Now().Add(s.opt.RetryDelay)
+	}
+	if carried && s.retryAt.IsZero() {
+		// A daemon rewrites its section within a second of reaching the
+		// channel Redis again (after its own reconnect backoff).
+		s.retryAt = time.Now().Add(max(s.opt.RetryDelay, time.Second))
 	}
 	s.opt.Handler.Snapshot(snap)
 	if s.subscribed {

@@ -121,6 +121,29 @@ export class HotSet {
     else if (e.type === TYPE_COLD) this.del(entryId(e));
   }
 
+  /** Copies the entries of old whose node has no section in sec (see
+   * Subscriber.reload); true when it copied any. They keep their expiry; one
+   * already past it (it lapsed while the channel was down, when nothing
+   * lapses) gets a fresh ttl from t when renew is set. */
+  carry(old: HotSet, sec: Map<string, number>, t: number, renew: boolean): boolean {
+    let copied = false;
+    for (const [id, en] of old.m) {
+      if (sec.has(en.ev.node)) continue;
+      let exp = en.expires;
+      if (exp !== 0 && t >= exp) {
+        if (!renew) continue;
+        exp = t + en.ev.ttlMs;
+      }
+      this.put(en.ev, t);
+      const c = this.m.get(id);
+      if (c) {
+        c.expires = exp;
+        copied = true;
+      }
+    }
+    return copied;
+  }
+
   expire(t: number): void {
     for (const [id, en] of this.m) if (en.expires && t >= en.expires) this.del(id);
   }
@@ -418,6 +441,7 @@ export class Subscriber {
   }
 
   private async reload(): Promise<void> {
+    const wasDown = !this.up;
     this.stats.reloads++;
     this.lastReload = now();
     clearTimeout(this.retryTimer);
@@ -454,6 +478,7 @@ export class Subscriber {
       }
     }
     this.missingSince = 0;
+    const missing = doc === null || doc === undefined;
     try {
       snap = decodeSnapshot(doc, this.secret);
     } catch (err) {
@@ -486,6 +511,15 @@ export class Subscriber {
     this.expirePending(sec);
     const hs = new HotSet();
     for (const e of snap.keys) hs.put(e, t);
+    // A node with no section in a snapshot document that exists neither
+    // confirms nor denies its keys: typically the channel Redis restarted
+    // empty and other daemons rewrote their sections before this node's
+    // (its reconnect backoff). Its entries are carried over (they lapse by
+    // their own ttl, which restarts for those served through a channel
+    // outage), and the snapshot is read again every second until the
+    // section is back or they lapse. A document missing past
+    // UNCONFIRMED_AFTER_MS (above) is believed: nothing is carried.
+    const carried = !missing && hs.carry(this.set, sec, t, wasDown);
     for (const e of this.logbuf) {
       const q = sec.get(e.node);
       if (q !== undefined && e.seq > q) hs.apply(e, t);
@@ -503,6 +537,7 @@ export class Subscriber {
     this.stats.hotSetFull += hs.refused;
     this.set = hs;
     if (this.pending.size > 0) this.scheduleRetry(this.retryDelay);
+    else if (carried) this.scheduleRetry(Math.max(this.retryDelay, 1000));
     this.handler.onSnapshot(snap);
     this.resolveSynced();
   }

@@ -104,6 +104,25 @@ class HotSet:
                 until = exp
         return (0.0 if forever else until), found, cacheable
 
+    def carry(self, old: "HotSet", sections: Dict[str, int], now: float, renew: bool) -> bool:
+        """Copies the entries of old whose node has no section in sections
+        (see Subscriber._reload); True when it copied any. They keep their
+        expiry; one already past it (it lapsed while the channel was down,
+        when nothing lapses) gets a fresh ttl from now when renew is set."""
+        copied = False
+        for i, (e, exp) in old.m.items():
+            if e.node in sections:
+                continue
+            if exp and now >= exp:
+                if not renew:
+                    continue
+                exp = now + e.ttl_ms / 1000.0
+            self.put(e, now)
+            if i in self.m:
+                self.m[i] = (e, exp)
+                copied = True
+        return copied
+
     def live(self, now: float) -> List[Event]:
         return [e for e, exp in self.m.values() if not exp or now < exp]
 
@@ -427,6 +446,7 @@ class Subscriber:
         return True
 
     def _reload(self) -> None:
+        was_down = not self.up
         self.stats["reloads"] += 1
         self.last_reload = time.monotonic()
         self.retry_at = 0.0
@@ -497,6 +517,14 @@ class Subscriber:
         for e in snap.keys:
             hs.put(e, now)
         self.stats["hot_set_full"] += hs.refused
+        # A node with no section in this snapshot neither confirms nor
+        # denies its keys: typically the channel Redis restarted empty and
+        # the node's daemon has not rewritten its section yet. Its entries
+        # are carried over (they lapse by their own ttl, which restarts for
+        # those served through a channel outage), and the snapshot is read
+        # again every second until the section is back or they lapse.
+        with self.lock:
+            carried = hs.carry(self.set, sec, now, was_down)
         for e in self.logbuf:
             q = sec.get(e.node)
             if q is not None and e.seq > q:
@@ -507,6 +535,8 @@ class Subscriber:
         self.last_progress = time.monotonic()
         if self.pending:
             self.retry_at = time.monotonic() + self.retry_delay
+        elif carried:
+            self.retry_at = time.monotonic() + max(self.retry_delay, 1.0)
         self._set_up(True)
         self.handler.on_snapshot(snap)
         self.synced.set()

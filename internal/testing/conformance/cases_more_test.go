@@ -413,8 +413,78 @@ var moreCases = []tcase{
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
+			// A reload that ran before the section was written keeps the
+			// node's keys and reads the snapshot again a second later.
+			for deadline = time.Now().Add(5 * time.Second); ; {
+				if hot, _ := e.a.do(map[string]any{"op": "hot", "key": "k"})["hot"].(bool); !hot {
+					break
+				}
+				if time.Now().After(deadline) {
+					e.t.Fatal("k still hot 5 s after the channel came back with a section without it")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
 			time.Sleep(100 * time.Millisecond)
 			e.expectGets("k", "v2", 1, 1)
+		}},
+	{name: "channel-restart-empty", what: "the channel's Redis restarts empty (no snapshot until the node's daemon rewrites its section): the reload keeps serving the node's keys, and applies the node's section once it is back (a key it no longer lists is dropped)",
+		setup: func(e *env) {
+			port := testutil.FreePort(e.t)
+			srv := testutil.StartRedisOn(e.t, port)
+			e.chanC = redis.NewClient(&redis.Options{Addr: srv.Addr})
+			e.t.Cleanup(func() { e.chanC.Close() })
+			e.cfg.ChannelAddr = srv.Addr
+			e.cfg.LocalTTLms, e.cfg.StaleGraceMs = 100, 100
+			e.outage = srv
+		},
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.writeSnapshot()
+			e.sync()
+			e.warm("k", "v1")
+			reloads := e.stat("reloads")
+			port := e.outage.Port
+			e.outage.Stop()
+			e.outage = testutil.StartRedisOn(e.t, port)
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				st := e.a.do(map[string]any{"op": "stats"})
+				n, _ := st["reloads"].(float64)
+				up, _ := st["channel_up"].(bool)
+				if n > reloads && up {
+					break
+				}
+				if time.Now().After(deadline) {
+					e.t.Fatal("no resync after the channel came back")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			// The snapshot read found nothing for the node: k is still
+			// served locally, refreshed from the cache server.
+			var r map[string]any
+			d := e.remote(func() {
+				r = e.a.do(map[string]any{"op": "load", "key": "k", "want": "v1", "ms": 1000, "threads": 2})
+			})
+			reads, _ := r["reads"].(float64)
+			if reads == 0 || float64(d["get"]) > reads/10 {
+				e.t.Errorf("after reloading from an empty channel server: %v reads, %d reached the server; want k still served locally", reads, d["get"])
+			}
+			// The daemon rewrites its section, without k: the shim reads
+			// the snapshot again and drops k.
+			delete(e.snap, "k")
+			e.seq++
+			e.writeSnapshot()
+			deadline = time.Now().Add(5 * time.Second)
+			for {
+				if hot, _ := e.a.do(map[string]any{"op": "hot", "key": "k"})["hot"].(bool); !hot {
+					break
+				}
+				if time.Now().After(deadline) {
+					e.t.Fatal("k still hot 5 s after its node's section was rewritten without it")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
 		}},
 	{name: "cluster-slot-move", cluster: true, what: "on a cluster client, a hot key is served locally, and when its slot moves to another master mid-run reads go on without an error, see another client's writes within the bound, and are served locally again",
 		setup: func(e *env) { e.cfg.LocalTTLms = 200 },
