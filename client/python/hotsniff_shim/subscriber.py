@@ -523,8 +523,12 @@ class Subscriber:
         # are carried over (they lapse by their own ttl, which restarts for
         # those served through a channel outage), and the snapshot is read
         # again every second until the section is back or they lapse.
-        with self.lock:
-            carried = hs.carry(self.set, sec, now, was_down)
+        # A missing document (believed after confirm_after, _missing_kept)
+        # carries nothing: no publisher is left to confirm the keys.
+        carried = False
+        if raw is not None:
+            with self.lock:
+                carried = hs.carry(self.set, sec, now, was_down)
         for e in self.logbuf:
             q = sec.get(e.node)
             if q is not None and e.seq > q:
