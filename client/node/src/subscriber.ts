@@ -81,14 +81,28 @@ interface Entry { ev: HotEvent; expires: number } // expires 0: until cold
  * costs bounded memory (the daemon publishes --max-hot, 1,024 by default). */
 export const MAX_HOT_ENTRIES = 1 << 17;
 
-/** The live entries, by entry id and by (proto, ns, key). */
+/** An entry's expiry in HotSet's heap. */
+interface Due { at: number; id: string }
+
+/** The live entries, by entry id and by (proto, ns, key).
+ *
+ * Entries with a TTL are also in a min-heap by expiry, so a sweep costs the
+ * entries due, not the size of the set: an idle shim holding 40,000 hot
+ * keys does no per-key work. Refreshing or removing an entry leaves its old
+ * heap item behind (lazy deletion: skipped when popped, since the entry's
+ * expiry no longer matches); the heap is rebuilt from the entries when such
+ * items outnumber them, so it holds at most about twice the entries. */
 export class HotSet {
   m = new Map<string, Entry>();
   lookup = new Map<string, Set<string>>();
   /** New entries refused because the set was full. */
   refused = 0;
+  /** Heap items expire looked at (for tests of its cost). */
+  examined = 0;
+  heap: Due[] = [];
 
-  put(e: HotEvent, t: number): void {
+  /** Adds or replaces e, lapsing at `at` if given, else ttl after t. */
+  put(e: HotEvent, t: number, at?: number): void {
     const id = entryId(e);
     if (!this.m.has(id)) {
       if (this.m.size >= MAX_HOT_ENTRIES) {
@@ -101,7 +115,56 @@ export class HotSet {
       ids.add(id);
     }
     // Expiry counts from arrival (local clock), never from e.ts.
-    this.m.set(id, { ev: e, expires: e.ttlMs > 0 ? t + e.ttlMs : 0 });
+    const expires = at ?? (e.ttlMs > 0 ? t + e.ttlMs : 0);
+    this.m.set(id, { ev: e, expires });
+    if (expires) {
+      if (this.heap.length >= 2 * this.m.size + 1024) this.compact();
+      this.push({ at: expires, id });
+    }
+  }
+
+  /** The heap again from the live entries, without stale items. */
+  private compact(): void {
+    const h: Due[] = [];
+    for (const [id, en] of this.m) if (en.expires) h.push({ at: en.expires, id });
+    this.heap = h;
+    for (let i = (h.length >> 1) - 1; i >= 0; i--) this.down(i);
+  }
+
+  private push(d: Due): void {
+    const h = this.heap;
+    let i = h.push(d) - 1;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (h[p].at <= d.at) break;
+      h[i] = h[p];
+      i = p;
+    }
+    h[i] = d;
+  }
+
+  private pop(): Due {
+    const h = this.heap;
+    const top = h[0];
+    const last = h.pop()!;
+    if (h.length > 0) {
+      h[0] = last;
+      this.down(0);
+    }
+    return top;
+  }
+
+  private down(i: number): void {
+    const h = this.heap, n = h.length, d = h[i];
+    for (;;) {
+      let c = 2 * i + 1;
+      if (c >= n) break;
+      if (c + 1 < n && h[c + 1].at < h[c].at) c++;
+      if (h[c].at >= d.at) break;
+      h[i] = h[c];
+      i = c;
+    }
+    h[i] = d;
   }
 
   del(id: string): void {
@@ -134,18 +197,22 @@ export class HotSet {
         if (!renew) continue;
         exp = t + en.ev.ttlMs;
       }
-      this.put(en.ev, t);
-      const c = this.m.get(id);
-      if (c) {
-        c.expires = exp;
-        copied = true;
-      }
+      this.put(en.ev, t, exp);
+      if (this.m.has(id)) copied = true;
     }
     return copied;
   }
 
+  /** Drops the entries whose expiry passed; looks only at those. */
   expire(t: number): void {
-    for (const [id, en] of this.m) if (en.expires && t >= en.expires) this.del(id);
+    while (this.heap.length > 0 && this.heap[0].at <= t) {
+      const d = this.pop();
+      this.examined++;
+      const en = this.m.get(d.id);
+      // A stale item: the entry was refreshed (another expiry, or none)
+      // or removed since.
+      if (en && en.expires === d.at) this.del(d.id);
+    }
   }
 
   /** Over the live entries match accepts: whether the key is hot, until

@@ -16,6 +16,8 @@ refreshed every ``local_ttl``, so the staleness bound holds).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import random
 import threading
@@ -119,6 +121,15 @@ class Cache(Handler):
 
         self.lock = threading.Lock()
         self.hot: Dict[bytes, float] = {}  # hot (and cacheable) keys -> until (0: until cold)
+        # The keys of hot with an until, in a min-heap by until, so that
+        # housekeeping looks only at the keys due (stale items, of a key
+        # whose until changed or that left, are skipped); and how many keys
+        # are hot until cold. Idle, a large hot set costs nothing per key.
+        self.hot_heap: List[Tuple[float, int, bytes]] = []
+        self.hot_forever = 0
+        self._tie = itertools.count()
+        #: Heap items housekeeping looked at (for tests of its cost).
+        self.hot_examined = 0
         self.entries: Dict[bytes, Entry] = {}
         self.seen: Dict[bytes, None] = {}  # hot keys read once, not yet admitted
         self.too_big: Dict[bytes, float] = {}  # key -> until when it is passed through
@@ -165,6 +176,9 @@ class Cache(Handler):
             if hot and touch:
                 self.last_hot = now
             self.hot = hot
+            self.hot_forever = sum(1 for u in hot.values() if u == 0.0)
+            self.hot_heap = [(u, next(self._tie), k) for k, u in hot.items() if u]
+            heapq.heapify(self.hot_heap)
             for k in list(self.entries):
                 if k in hot:
                     self.entries[k].hot_until = hot[k]
@@ -183,23 +197,41 @@ class Cache(Handler):
     def set_hot(self, key: bytes, until: float, hot: bool, cacheable: bool) -> None:
         with self.lock:
             if hot and cacheable:
-                self.hot[key] = until
+                self._hot_put_locked(key, until)
                 en = self.entries.get(key)
                 if en is not None:
                     en.hot_until = until
             else:
-                self.hot.pop(key, None)
+                if self.hot.pop(key, None) == 0.0:
+                    self.hot_forever -= 1
                 self.seen.pop(key, None)
                 if key in self.entries:
                     self._drop_locked(key, "not_hot")
                     self.invalidations["cold"] += 1
         self.update_mode(time.monotonic())
 
+    def _hot_put_locked(self, key: bytes, until: float) -> None:
+        old = self.hot.get(key)
+        if old == until:
+            return
+        if old == 0.0:
+            self.hot_forever -= 1
+        self.hot[key] = until
+        if until == 0.0:
+            self.hot_forever += 1
+            return
+        h = self.hot_heap
+        if len(h) >= 2 * len(self.hot) + 1024:
+            # Mostly stale items: rebuilt from hot (amortised over as many puts).
+            h = self.hot_heap = [(u, next(self._tie), k) for k, u in self.hot.items() if u]
+            heapq.heapify(h)
+        heapq.heappush(h, (until, next(self._tie), key))
+
     def update_mode(self, now: float) -> None:
         if self.closed:
             return
         with self.lock:
-            forever = any(u == 0.0 for u in self.hot.values())
+            forever = self.hot_forever > 0
             on = bool(self.hot) and (forever or self.held or now - self.last_hot < self.linger)
             was, self.active = self.active, on
             if was and not on:
@@ -214,12 +246,16 @@ class Cache(Handler):
     def housekeep(self, now: float) -> None:
         with self.lock:
             if not self.held:
-                for k, u in list(self.hot.items()):
-                    if u and now >= u:
-                        del self.hot[k]
-                        self.seen.pop(k, None)
-                        if k in self.entries:
-                            self._drop_locked(k, "not_hot")
+                h = self.hot_heap
+                while h and h[0][0] <= now:
+                    u, _, k = heapq.heappop(h)
+                    self.hot_examined += 1
+                    if self.hot.get(k) != u:
+                        continue  # stale: its until changed, or it left
+                    del self.hot[k]
+                    self.seen.pop(k, None)
+                    if k in self.entries:
+                        self._drop_locked(k, "not_hot")
             for k, en in list(self.entries.items()):
                 v = en.val
                 if v is not None and now - v.expires > IDLE_AFTER:

@@ -8,6 +8,8 @@ flaps is held cacheable, and nothing lapses while the channel is down."""
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
 import time
@@ -40,15 +42,29 @@ MAX_HOT_ENTRIES = 200_000
 
 
 class HotSet:
-    """The live entries, by entry id and by (proto, ns, key). Not locked."""
+    """The live entries, by entry id and by (proto, ns, key). Not locked.
+
+    Entries with a TTL are also in a min-heap by expiry, so a sweep costs
+    the entries due, not the size of the set: an idle shim holding 40,000
+    hot keys does no per-key work. Refreshing or removing an entry leaves
+    its old heap item behind (lazy deletion: skipped when popped, since
+    the entry's expiry no longer matches); the heap is rebuilt from the
+    entries when such items outnumber them, so it holds at most about
+    twice the entries."""
 
     def __init__(self, max_entries: int = MAX_HOT_ENTRIES) -> None:
         self.m: Dict[Tuple, Tuple[Event, float]] = {}
         self.lookup: Dict[Tuple, set] = {}
         self.max_entries = max_entries
         self.refused = 0
+        # (expiry, tie-breaker, entry id); ids never get compared.
+        self.heap: List[Tuple[float, int, Tuple]] = []
+        self._tie = itertools.count()
+        #: Heap items looked at by expire (for tests of its cost).
+        self.examined = 0
 
-    def put(self, e: Event, now: float) -> None:
+    def put(self, e: Event, now: float, exp: Optional[float] = None) -> None:
+        """Adds or replaces e, lapsing at exp if given, else ttl after now."""
         i = entry_id(e)
         if i not in self.m:
             if len(self.m) >= self.max_entries:
@@ -58,7 +74,18 @@ class HotSet:
                     return
             self.lookup.setdefault((e.proto, e.ns, e.key), set()).add(i)
         # Expiry counts from arrival (local clock), never from e.ts.
-        self.m[i] = (e, now + e.ttl_ms / 1000.0 if e.ttl_ms > 0 else 0.0)
+        if exp is None:
+            exp = now + e.ttl_ms / 1000.0 if e.ttl_ms > 0 else 0.0
+        self.m[i] = (e, exp)
+        if exp:
+            if len(self.heap) >= 2 * len(self.m) + 1024:
+                self._compact()
+            heapq.heappush(self.heap, (exp, next(self._tie), i))
+
+    def _compact(self) -> None:
+        """The heap again from the live entries, without stale items."""
+        self.heap = [(exp, next(self._tie), i) for i, (_, exp) in self.m.items() if exp]
+        heapq.heapify(self.heap)
 
     def delete(self, i: Tuple) -> None:
         en = self.m.pop(i, None)
@@ -79,8 +106,15 @@ class HotSet:
             self.delete(entry_id(e))
 
     def expire(self, now: float) -> None:
-        for i, (_, exp) in list(self.m.items()):
-            if exp and now >= exp:
+        """Drop the entries whose expiry passed; looks only at those."""
+        h = self.heap
+        while h and h[0][0] <= now:
+            exp, _, i = heapq.heappop(h)
+            self.examined += 1
+            en = self.m.get(i)
+            # A stale item: the entry was refreshed (another expiry, or
+            # none) or removed since.
+            if en is not None and en[1] == exp:
                 self.delete(i)
 
     def hot_until(self, proto: str, ns: str, key: bytes, now: float,
@@ -117,9 +151,8 @@ class HotSet:
                 if not renew:
                     continue
                 exp = now + e.ttl_ms / 1000.0
-            self.put(e, now)
+            self.put(e, now, exp)
             if i in self.m:
-                self.m[i] = (e, exp)
                 copied = True
         return copied
 

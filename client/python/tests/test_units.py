@@ -213,3 +213,94 @@ def test_decode_mutations_only_decode_errors():
     deep = b"[" * 200000 + b"]" * 200000
     with pytest.raises(DecodeError):
         decode_message(deep)
+
+
+class NoScan(dict):
+    """A dict that fails the test when walked whole: a sweep must look only
+    at the entries due."""
+
+    def _scan(self, *a):
+        raise AssertionError("walked the whole hot set")
+
+    __iter__ = items = values = keys = _scan
+
+
+def _hot(i, ttl_ms):
+    return decode_message('{"seq":%d,"type":"hot","proto":"redis","ns":"0","key":"k%d","ttl_ms":%d,"node":"a"}'
+                          % (i + 1, i, ttl_ms))[0]
+
+
+def test_hot_set_expire_touches_only_due():
+    """40,000 entries with a far expiry and 5 due: a sweep looks at the 5,
+    never at the rest, and an idle sweep at nothing."""
+    hs = HotSet()
+    hs.m = NoScan()
+    for i in range(40_000):
+        hs.apply(_hot(i, 3_600_000), 0.0)
+    for i in range(40_000, 40_005):
+        hs.apply(_hot(i, 1000), 0.0)
+    hs.expire(0.5)
+    assert hs.examined == 0 and len(hs.m) == 40_005
+    hs.expire(1.0)
+    assert hs.examined == 5 and len(hs.m) == 40_000
+    assert not hs.hot_until("redis", "0", b"k40000", 1.0)[1]
+    for _ in range(100):
+        hs.expire(2.0)
+    assert hs.examined == 5
+
+
+def test_hot_set_expire_refresh_and_cold():
+    """A refreshed entry lapses at its new expiry, one made until-cold or
+    removed and re-added never by its old one; stale heap items stay bounded."""
+    hs = HotSet()
+    hs.apply(_hot(1, 1000), 0.0)
+    hs.apply(_hot(1, 1000), 0.9)  # refreshed: until 1.9
+    hs.apply(_hot(2, 1000), 0.0)
+    hs.apply(_hot(2, 0), 0.5)  # until cold now
+    hs.apply(_hot(3, 1000), 0.0)
+    hs.apply(decode_message('{"seq":9,"type":"cold","proto":"redis","ns":"0","key":"k3","node":"a"}')[0], 0.1)
+    hs.apply(_hot(3, 5000), 0.2)  # re-added: until 5.2
+    hs.expire(1.5)
+    assert {e.key for e in hs.live(1.5)} == {b"k1", b"k2", b"k3"}
+    hs.expire(1.9)
+    assert {x[0].key for x in hs.m.values()} == {b"k2", b"k3"}
+    hs.expire(100.0)
+    assert [x[0].key for x in hs.m.values()] == [b"k2"]
+    # One key refreshed many times: the heap is compacted, not grown.
+    for n in range(10_000):
+        hs.apply(_hot(4, 1000), float(n))
+    assert len(hs.heap) <= 2 * len(hs.m) + 1025
+    hs.expire(10_000.5)
+    assert [x[0].key for x in hs.m.values()] == [b"k2"]
+
+
+def test_cache_housekeep_touches_only_due():
+    """The cache's hot map: 40,000 keys hot for an hour and 3 due; the
+    250 ms housekeeping and the mode check look at the 3 only."""
+    from hotsniff_shim.cache import Cache
+    c = Cache("0", lambda e: True)
+    c.hot = NoScan()
+    for i in range(40_000):
+        c.set_hot(b"k%d" % i, 3600.0, True, True)
+    for i in range(3):
+        c.set_hot(b"due%d" % i, 1.0, True, True)
+    c.set_hot(b"forever", 0.0, True, True)
+    c.set_hot(b"due0", 0.5, True, True)  # its until changed
+    c.housekeep(0.9)
+    assert c.hot_examined == 1 and b"due0" not in c.hot and len(c.hot) == 40_003
+    c.housekeep(1.0)
+    # due1, due2 and due0's stale item (until 1.0), each once.
+    assert c.hot_examined == 4 and len(c.hot) == 40_001
+    for _ in range(100):
+        c.housekeep(2.0)
+    assert c.hot_examined == 4
+    assert c.active
+    c.set_hot(b"forever", 0.0, False, False)
+    assert c.hot_forever == 0
+    # Held (the channel is down): nothing lapses.
+    c.on_channel(False)
+    c.housekeep(7200.0)
+    assert len(c.hot) == 40_000
+    c.on_channel(True)
+    c.housekeep(7200.0)
+    assert len(c.hot) == 0

@@ -113,3 +113,65 @@ test('hostile numbers are out of range, never accepted or fatal', () => {
   }
   assert.equal(decodeMessage(base)[0].ttlMs, 1);
 });
+
+/** A Map that fails the test when walked whole: a sweep must look only at
+ * the entries due. */
+class NoScan<K, V> extends Map<K, V> {
+  private scan(): never { throw new Error('walked the whole hot set'); }
+  override entries(): MapIterator<[K, V]> { return this.scan(); }
+  override values(): MapIterator<V> { return this.scan(); }
+  override keys(): MapIterator<K> { return this.scan(); }
+  override [Symbol.iterator](): MapIterator<[K, V]> { return this.scan(); }
+  override forEach(): void { this.scan(); }
+}
+
+const hotEv = (i: number, ttlMs: number) =>
+  decodeMessage(`{"seq":${i + 1},"type":"hot","proto":"redis","ns":"0","key":"k${i}","ttl_ms":${ttlMs},"node":"a"}`)[0];
+
+test('hot set: a sweep looks only at the entries due, never at the rest', () => {
+  // 40,000 entries with a far expiry and 5 due.
+  const hs = new HotSet();
+  hs.m = new NoScan();
+  for (let i = 0; i < 40_000; i++) hs.apply(hotEv(i, 3_600_000), 0);
+  for (let i = 40_000; i < 40_005; i++) hs.apply(hotEv(i, 1000), 0);
+  hs.expire(500);
+  assert.equal(hs.examined, 0);
+  assert.equal(hs.m.size, 40_005);
+  hs.expire(1000);
+  assert.equal(hs.examined, 5);
+  assert.equal(hs.m.size, 40_000);
+  assert.equal(hs.hotUntil('redis', '0', 'k40000', 1000).hot, false);
+  for (let i = 0; i < 100; i++) hs.expire(2000);
+  assert.equal(hs.examined, 5);
+});
+
+test('hot set: refreshed, until-cold and re-added entries lapse by their current expiry', () => {
+  const hs = new HotSet();
+  const keys = () => [...hs.m.values()].map((en) => en.ev.key).sort();
+  hs.apply(hotEv(1, 1000), 0);
+  hs.apply(hotEv(1, 1000), 900); // refreshed: until 1900
+  hs.apply(hotEv(2, 1000), 0);
+  hs.apply(hotEv(2, 0), 500); // until cold now
+  hs.apply(hotEv(3, 1000), 0);
+  hs.apply(decodeMessage('{"seq":9,"type":"cold","proto":"redis","ns":"0","key":"k3","node":"a"}')[0], 100);
+  hs.apply(hotEv(3, 5000), 200); // re-added: until 5200
+  hs.expire(1500);
+  assert.deepEqual(keys(), ['k1', 'k2', 'k3']);
+  hs.expire(1900);
+  assert.deepEqual(keys(), ['k2', 'k3']);
+  hs.expire(100_000);
+  assert.deepEqual(keys(), ['k2']);
+  // One key refreshed many times: the heap is compacted, not grown.
+  for (let n = 0; n < 10_000; n++) hs.apply(hotEv(4, 1000), n * 1000);
+  assert.ok(hs.heap.length <= 2 * hs.m.size + 1025, `heap of ${hs.heap.length}`);
+  hs.expire(10_000_500);
+  assert.deepEqual(keys(), ['k2']);
+  // Popped in expiry order.
+  const h = new HotSet();
+  const order = [5, 1, 4, 2, 3, 9, 7, 8, 6];
+  order.forEach((s, i) => h.apply(hotEv(100 + i, s * 1000), 0));
+  for (let s = 1; s <= 9; s++) {
+    h.expire(s * 1000);
+    assert.equal(h.m.size, 9 - s);
+  }
+});
