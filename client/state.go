@@ -1,6 +1,7 @@
 package client
 
 import (
+	"container/heap"
 	"time"
 
 	"github.com/hotsniff/hotsniff/client/event"
@@ -40,6 +41,30 @@ type hotSet struct {
 	// refused past it.
 	max  int
 	full int
+	// due orders the entries that lapse by their expiry, so expire looks
+	// only at those due: idle cost does not grow with the hot set. An item
+	// whose entry was refreshed or removed since is stale and skipped; the
+	// queue is rebuilt when stale items outnumber the entries.
+	due      dueQueue
+	examined int // items expire looked at (tests of its cost)
+}
+
+type dueItem struct {
+	at time.Time
+	id string
+}
+
+type dueQueue []dueItem
+
+func (q dueQueue) Len() int           { return len(q) }
+func (q dueQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
+func (q dueQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *dueQueue) Push(x any)        { *q = append(*q, x.(dueItem)) }
+func (q *dueQueue) Pop() any {
+	old := *q
+	it := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return it
 }
 
 func newHotSet(max int) *hotSet {
@@ -68,7 +93,31 @@ func (h *hotSet) put(e *event.Event, now time.Time) {
 		// Counted from arrival, not from e.ts: immune to clock skew.
 		exp = now.Add(time.Duration(e.TTLms) * time.Millisecond)
 	}
+	h.set(id, e, exp)
+}
+
+// set stores e under id, lapsing at exp (zero: until cold).
+func (h *hotSet) set(id string, e *event.Event, exp time.Time) {
 	h.m[id] = entry{ev: e, expires: exp}
+	if exp.IsZero() {
+		return
+	}
+	if len(h.due) >= 2*len(h.m)+1024 {
+		h.compact()
+	}
+	heap.Push(&h.due, dueItem{at: exp, id: id})
+}
+
+// compact rebuilds the due queue from the live entries.
+func (h *hotSet) compact() {
+	q := h.due[:0]
+	for id, en := range h.m {
+		if !en.expires.IsZero() {
+			q = append(q, dueItem{at: en.expires, id: id})
+		}
+	}
+	h.due = q
+	heap.Init(&h.due)
 }
 
 // carry copies into h the entries of old whose node has no section in sec
@@ -89,9 +138,8 @@ func (h *hotSet) carry(old *hotSet, sec map[string]uint64, now time.Time, renew 
 			exp = now.Add(time.Duration(en.ev.TTLms) * time.Millisecond)
 		}
 		h.put(en.ev, now)
-		if c, ok := h.m[id]; ok {
-			c.expires = exp
-			h.m[id] = c
+		if _, ok := h.m[id]; ok {
+			h.set(id, en.ev, exp)
 			copied = true
 		}
 	}
@@ -138,9 +186,11 @@ func (h *hotSet) apply(e *event.Event, now time.Time) {
 }
 
 func (h *hotSet) expire(now time.Time) {
-	for id, en := range h.m {
-		if !en.expires.IsZero() && !now.Before(en.expires) {
-			h.del(id)
+	for len(h.due) > 0 && !now.Before(h.due[0].at) {
+		it := heap.Pop(&h.due).(dueItem)
+		h.examined++
+		if en, ok := h.m[it.id]; ok && en.expires.Equal(it.at) {
+			h.del(it.id)
 		}
 	}
 }
