@@ -855,6 +855,19 @@ static __always_inline int sample_skip(struct rec_hdr *h, struct parsed *p)
 	h->sample = r;
 	return 0;
 }
+// reply_done ends a reply segment's run early when replies are off and it
+// carries no SYN, FIN or RST: it would yield no record whatever the
+// sampling decision, so only its bytes are counted (in every flow, sampled
+// out or not: they are left uncopied either way). Most segments of a busy
+// cache port are such replies, one per request segment.
+static __always_inline int reply_done(struct parsed *p, struct rec_hdr *h, struct counters *cnt, __u32 wire)
+{
+	if (!p->reply || replies != REPLIES_OFF || (h->flags & (F_SYN | F_FIN | F_RST)))
+		return 0;
+	cnt->reply_bytes += wire;
+	return 1;
+}
+
 // In-kernel counting (--kernel-count): kcount.h.
 #include "kcount.h"
 
@@ -947,6 +960,8 @@ static __always_inline void handle_skb(struct __sk_buff *skb, __u32 hook)
 	__u32 len = skb->len;
 	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;
 	__u32 wire = p.pay_len == 0xffffffff ? avail : p.pay_len;
+	if (reply_done(&p, &h, cnt, wire))
+		return;
 	if (kc_on && !p.reply && kc_handle(skb, 0, &h, p.pay_off, avail, wire))
 		return; // counted here, not needed in user space
 	if (sample_skip(&h, &p))
@@ -1006,6 +1021,8 @@ int hotsniff_xdp(struct xdp_md *ctx)
 	__u32 len = bpf_xdp_get_buff_len(ctx);
 	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;
 	__u32 wire = p.pay_len == 0xffffffff ? avail : p.pay_len;
+	if (reply_done(&p, &h, cnt, wire))
+		return XDP_PASS;
 	if (kc_on && !p.reply && kc_handle(ctx, 1, &h, p.pay_off, avail, wire))
 		return XDP_PASS;
 	if (sample_skip(&h, &p))

@@ -1052,30 +1052,20 @@ static __always_inline int kc_count(struct kc_slot *slot, __u32 si, __u32 b, __u
 	return 0;
 }
 
-struct kc_commit_ctx {
-	struct kc_st *st;
-	struct kc_slot *slot;
-	__u32 si;
-	__u64 reads;
-};
-
-static long kc_commit_one(__u64 i, struct kc_commit_ctx *c)
-{
-	__u32 j = i & (KC_MAX_KEYS - 1);
-	__u64 h = kc_buf(c->st)->kh[j];
-	__u32 w = kc_buf(c->st)->kw[j];
-	if (kc_count(c->slot, c->si, (h >> KC_SHIFT) & (KC_BUCKETS - 1), w))
-		return 1;
-	c->reads += w;
-	return 0;
-}
-
 // kc_commit adds the segment's reads to this CPU's slot of the current
-// sub-window. One key (a single GET) is added directly: a bpf_loop call
-// and its callback cost more than the count itself.
-static __always_inline __u64 kc_commit(struct kc_st *st)
+// sub-window. A plain bounded loop, not bpf_loop: a callback per key is a
+// call and a return per key, and with the return-thunk mitigations of
+// current CPUs (AMD's Safe RET, retpolines) each costs as much as the add.
+//
+// A global function: its loop's registers and spills stay out of the stack
+// frame of kc_request, on whose chain the parser's callbacks run.
+__attribute__((noinline)) __u64 kc_commit(struct kc_scratch *s)
 {
-	if (!st->nkeys)
+	if (!s)
+		return 0;
+	struct kc_st *st = &s->st;
+	__u32 n = st->nkeys;
+	if (!n)
 		return 0;
 	__u64 ep = bpf_ktime_get_ns() / kc_sub_ns;
 	__u32 si = ep % KC_SLOTS;
@@ -1086,14 +1076,17 @@ static __always_inline __u64 kc_commit(struct kc_st *st)
 		slot->dirty = 0;
 		slot->epoch = ep;
 	}
-	if (st->nkeys == 1) {
-		__u64 h = kc_buf(st)->kh[0];
-		__u32 w = kc_buf(st)->kw[0];
-		return kc_count(slot, si, (h >> KC_SHIFT) & (KC_BUCKETS - 1), w) ? 0 : w;
+	__u64 reads = 0;
+	for (__u32 i = 0; i < KC_MAX_KEYS; i++) {
+		if (i >= n)
+			break;
+		__u64 h = kc_buf(st)->kh[i];
+		__u32 w = kc_buf(st)->kw[i];
+		if (kc_count(slot, si, (h >> KC_SHIFT) & (KC_BUCKETS - 1), w))
+			break;
+		reads += w;
 	}
-	struct kc_commit_ctx c = {.st = st, .slot = slot, .si = si};
-	bpf_loop(st->nkeys, kc_commit_one, &c, 0);
-	return c.reads;
+	return reads;
 }
 
 // kc_keep records, after a segment that parsed whole, that the next one
@@ -1215,7 +1208,8 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 	cnt->counted++;
 	cnt->requests += st->reqs;
 	cnt->keys += st->nk;
-	cnt->reads += kc_commit(st);
+	if (st->nkeys)
+		cnt->reads += kc_commit(kc_buf(st));
 	if (!st->copy) {
 		cnt->skipped++;
 		fl->gap = 1;

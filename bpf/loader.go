@@ -676,7 +676,8 @@ type Counters struct {
 	// in the skb's linear data; expected to stay 0.
 	Nonlinear uint64
 	// ReplyBytes is reply payload left uncopied because Config.Replies is
-	// off: by design, not a loss.
+	// off (or trimmed in heads mode): by design, not a loss. With replies
+	// off it counts every connection's replies, sampled out or not.
 	ReplyBytes uint64
 }
 

@@ -157,3 +157,37 @@ func TestRingFillingRaisesLevel(t *testing.T) {
 		t.Fatalf("sampling %+v after filling the ring past three quarters: want the level raised by halvings", st)
 	}
 }
+
+// A reply with replies off is never copied, sampled or not: its bytes are
+// counted as uncopied reply bytes for every connection, also those the
+// sampling skips (the programs end a reply's run before sampling).
+func TestRepliesOffCountedWhenSampledOut(t *testing.T) {
+	c, objs, rd := openTestConfig(t, Config{Ports: []uint16{6379}, RingSize: 1 << 20})
+	if err := c.SetSampleLevel(127, time.Minute); err != nil { // about 1/244 of the connections kept
+		t.Fatal(err)
+	}
+	value := make([]byte, 100)
+	const conns = 64
+	prog := objs.HotsniffTcEgress
+	for i := range conns {
+		cli := netip.AddrPortFrom(cli4.Addr(), uint16(20000+i))
+		p := pkt{src: srv4, dst: cli, flags: 0x18, seq: 5, payload: value}
+		if _, err := prog.Run(&ebpf.RunOptions{Data: p.bytes()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if segs := drain(t, rd); len(segs) != 0 {
+		t.Errorf("replies copied with replies off: %d records", len(segs))
+	}
+	var st Counters
+	var perCPU []hotsniffCounters
+	if err := objs.Stats.Lookup(uint32(HookTCEgress), &perCPU); err != nil {
+		t.Fatal(err)
+	}
+	for i := range perCPU {
+		st.add(&perCPU[i])
+	}
+	if st.ReplyBytes != conns*uint64(len(value)) {
+		t.Errorf("reply bytes %d, want %d (every connection's reply, sampled out or not)", st.ReplyBytes, conns*len(value))
+	}
+}
