@@ -1,6 +1,7 @@
 package main
 
 import (
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -18,22 +19,29 @@ func TestRunKernelCountPrivileged(t *testing.T) {
 	p := netnstest.NewPair(t)
 	cache := p.StartRedis(t, 6379)
 	d := startDaemon(t, p, "--capture", "tc", "--port", "redis=6379", "--hot-qps", "2000", "--kernel-count")
-	const hotN, coldN = 300000, 100000
+	// The hot key is read in rounds until it is reported: a daemon starved
+	// on a busy machine may read a round's counts too late, and late
+	// counts are a counted loss, not evidence.
+	const hotRound, coldN = 100000, 100000
+	var found atomic.Bool
+	hotN := 0
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		netnstest.RedisBenchmarkKey(t, cache, hotN, 16)
+		for deadline := time.Now().Add(20 * time.Second); hotN < 3*hotRound || !found.Load() && time.Now().Before(deadline); hotN += hotRound {
+			netnstest.RedisBenchmarkKey(t, cache, hotRound, 16)
+		}
 	}()
 	netnstest.RedisBenchmark(t, cache, coldN, 16, 100000)
-	found := false
-	for deadline := time.Now().Add(20 * time.Second); !found && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(25 * time.Second); !found.Load() && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if e, ok := d.hotkey(t, "key:__rand_int__"); ok {
-			found = true
+			found.Store(true)
 			t.Logf("hot: %+v", e)
 		}
 	}
 	<-done
-	if !found {
+	found.Store(found.Load() || func() bool { _, ok := d.hotkey(t, "key:__rand_int__"); return ok }())
+	if !found.Load() {
 		t.Fatalf("key:__rand_int__ never hot with --kernel-count\n%s", d.log())
 	}
 	body, m := d.scrape(t)
@@ -48,13 +56,13 @@ func TestRunKernelCountPrivileged(t *testing.T) {
 	}
 	gets := m[`hotsniff_requests_total{op="GET",proto="redis"}`]
 	t.Logf("GETs decoded in user space: %v of %d sent", gets, hotN+coldN)
-	if gets >= hotN+coldN {
+	if gets >= float64(hotN+coldN) {
 		t.Errorf("every GET was decoded in user space: kernel counting did not keep any")
 	}
 	// Every GET was counted by the programs or decoded here (a located
 	// one both): the metrics account for all of them.
 	kreq := m[`hotsniff_kernel_counted_total{what="requests"}`]
-	if kreq == 0 || kreq+gets < hotN+coldN {
+	if kreq == 0 || kreq+gets < float64(hotN+coldN) {
 		t.Errorf("requests counted in the kernel %v + GETs decoded %v, want > 0 and at least the %d sent", kreq, gets, hotN+coldN)
 	}
 	for _, e := range d.hotkeys(t) {
