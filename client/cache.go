@@ -78,6 +78,9 @@ type cacheEntry struct {
 	// refreshing is the start time of the one fetch in flight (0: none): the
 	// caller that set it goes to Redis, the others keep the current value.
 	refreshing atomic.Int64
+	// wake is closed when the fetch in flight ends (stored or given up):
+	// a lone read waits on it rather than joining a stampede (acquireWait).
+	wake atomic.Pointer[chan struct{}]
 	// gen counts invalidations; a fetch stores its result only if gen has
 	// not moved since it was sent, so a reply read before a write never
 	// lands after the write's invalidation.
@@ -109,6 +112,21 @@ type ticket struct {
 	e     *cacheEntry
 	gen   uint64
 	token int64
+	wake  chan struct{} // closed when the fetch ends
+}
+
+// begin makes the ticket of a fetch that just took e's refresh token.
+func begin(e *cacheEntry, gen uint64, token int64) ticket {
+	w := make(chan struct{})
+	e.wake.Store(&w)
+	return ticket{e: e, gen: gen, token: token, wake: w}
+}
+
+// end tells the reads waiting on t's fetch that it is over.
+func (t ticket) end() {
+	if t.wake != nil {
+		close(t.wake)
+	}
 }
 
 // acquire decides how a read of key is served. Only the admission path
@@ -143,7 +161,7 @@ func (s *Shim) acquire(key string, kind uint8, now int64) (action, *value, ticke
 		if e.refreshing.CompareAndSwap(start, token) {
 			s.m.misses.Add(1)
 			s.m.refreshes.Add(1)
-			return actFetch, nil, ticket{e: e, gen: e.gen.Load(), token: token}
+			return actFetch, nil, begin(e, e.gen.Load(), token)
 		}
 	}
 	if v != nil && now < v.expires+int64(s.opt.StaleGrace) {
@@ -236,7 +254,66 @@ func (s *Shim) admit(key string, kind uint8, now int64) (action, *value, ticket)
 	s.trackers.kick() // register it for server-assisted invalidation
 	s.m.admissions.Add(1)
 	s.m.refreshes.Add(1)
-	return actFetch, nil, ticket{e: e, token: token}
+	return actFetch, nil, begin(e, 0, token)
+}
+
+// acquireWait is acquire for a read of one key alone (a GET, a hash read).
+// Where acquire would send it to Redis because another caller's fetch of the
+// key is in flight and no value may be served (an invalidation dropped it),
+// it waits for that fetch, at most until StaleGrace after it began, and
+// then serves what it stored: after a write to a hot key, its readers wait
+// about one round trip instead of all going to Redis at once. The fetch was
+// sent after the invalidation and before this read began, as a refresh
+// always is: the staleness bound is the same. Reads of several keys (MGET,
+// pipelines) never wait: they may hold that very fetch.
+func (s *Shim) acquireWait(key string, kind uint8, now int64) (action, *value, ticket) {
+	act, v, t := s.acquire(key, kind, now)
+	if act != actPass {
+		return act, v, t
+	}
+	s.mu.RLock()
+	e := s.entries[key]
+	s.mu.RUnlock()
+	if e == nil || e.kind != kind || e.uncacheable.Load() {
+		return act, v, t
+	}
+	// One wait at most StaleGrace in all: a fetch whose result was
+	// dropped (the key was invalidated again while it was in flight) hands
+	// over to the next one, which this read may become itself.
+	deadline := now + int64(s.opt.StaleGrace)
+	var tm *time.Timer
+	defer func() {
+		if tm != nil {
+			tm.Stop()
+		}
+	}()
+	for {
+		start, w := e.refreshing.Load(), e.wake.Load()
+		wait := time.Duration(min(deadline, start+int64(s.opt.StaleGrace)) - now)
+		if start == 0 || w == nil || wait <= 0 {
+			return act, v, t
+		}
+		if tm == nil {
+			tm = time.NewTimer(wait)
+		} else {
+			tm.Reset(wait)
+		}
+		select {
+		case <-*w:
+		case <-tm.C:
+			return act, v, t
+		}
+		// The read was counted a miss; count it again as what it is now.
+		s.m.misses.Add(^uint64(0))
+		now = nanotime()
+		act, v, t = s.acquire(key, kind, now)
+		if act == actHit {
+			s.m.waitHits.Add(1)
+		}
+		if act != actPass {
+			return act, v, t
+		}
+	}
 }
 
 // evictOneLocked makes room: an entry whose value expired long ago if one
@@ -297,12 +374,14 @@ func (s *Shim) store(t ticket, v *value) {
 		e.mu.Unlock()
 	}
 	e.refreshing.CompareAndSwap(t.token, 0)
+	t.end()
 }
 
 // release gives the token back after a failed fetch.
 func (s *Shim) release(t ticket) {
 	if t.e != nil {
 		t.e.refreshing.CompareAndSwap(t.token, 0)
+		t.end()
 	}
 }
 

@@ -22,7 +22,7 @@ const bigHashMemory = time.Minute
 // transfers it. Refreshes of a small hash send HGETALL alone and re-check
 // its size, so a hash that grew is dropped at its next refresh.
 func (s *Shim) hashFor(ctx context.Context, key string, next redis.ProcessHook) *value {
-	act, v, t := s.acquire(key, kindHash, nanotime())
+	act, v, t := s.acquireWait(key, kindHash, nanotime())
 	switch act {
 	case actHit:
 		return v

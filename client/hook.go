@@ -402,7 +402,7 @@ func (s *Shim) get(ctx context.Context, c *redis.StringCmd, args []any, next red
 	if !ok {
 		return next(ctx, c)
 	}
-	act, v, t := s.acquire(key, kindString, nanotime())
+	act, v, t := s.acquireWait(key, kindString, nanotime())
 	switch act {
 	case actHit:
 		if !v.exists {

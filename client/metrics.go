@@ -32,10 +32,10 @@ const (
 var evictNames = [numEvict]string{"capacity", "not_hot", "idle", "mode_end", "bytes"}
 
 type metrics struct {
-	hits, staleHits, misses, admissions, refreshes, fetchErrors, uncacheable atomic.Uint64
-	reports, reportedHits, tooBig                                            atomic.Uint64
-	invalidations                                                            [numInval]atomic.Uint64
-	evictions                                                                [numEvict]atomic.Uint64
+	hits, staleHits, waitHits, misses, admissions, refreshes, fetchErrors, uncacheable atomic.Uint64
+	reports, reportedHits, tooBig                                                      atomic.Uint64
+	invalidations                                                                      [numInval]atomic.Uint64
+	evictions                                                                          [numEvict]atomic.Uint64
 
 	dHits, dStale, dMisses, dAdmissions, dRefreshes, dFetchErrors, dUncacheable *prometheus.Desc
 	dInval, dEvict, dEntries, dHotKeys, dActive, dTracking                      *prometheus.Desc
@@ -148,9 +148,12 @@ func b2f(b bool) float64 {
 // ShimStats are the shim's counters, for tests and logs.
 type ShimStats struct {
 	Hits, StaleHits, Misses, Admissions, Refreshes, FetchErrors, Uncacheable uint64
-	Invalidations, Evictions                                                 map[string]uint64
-	Entries, HotKeys                                                         int
-	HotMode, Tracking                                                        bool
+	// WaitHits: of Hits, reads that waited for another caller's fetch of
+	// the key (its value had been invalidated) instead of going to Redis.
+	WaitHits                 uint64
+	Invalidations, Evictions map[string]uint64
+	Entries, HotKeys         int
+	HotMode, Tracking        bool
 	// Reports and ReportedHits count absorbed-demand reports sent and the
 	// local reads they carried; Reporting is false once disabled.
 	Reports, ReportedHits uint64
@@ -171,7 +174,7 @@ type ShimStats struct {
 func (s *Shim) Stats() ShimStats {
 	m := &s.m
 	st := ShimStats{
-		Hits: m.hits.Load(), StaleHits: m.staleHits.Load(), Misses: m.misses.Load(),
+		Hits: m.hits.Load(), StaleHits: m.staleHits.Load(), WaitHits: m.waitHits.Load(), Misses: m.misses.Load(),
 		Admissions: m.admissions.Load(), Refreshes: m.refreshes.Load(), FetchErrors: m.fetchErrors.Load(),
 		Uncacheable:   m.uncacheable.Load(),
 		Invalidations: map[string]uint64{}, Evictions: map[string]uint64{},

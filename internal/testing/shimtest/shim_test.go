@@ -458,3 +458,68 @@ func TestMaxEntries(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// slowGets delays every GET the application's client really sends (a hook
+// added after the shim's sees only what the shim sends on).
+type slowGets struct{ d time.Duration }
+
+func (slowGets) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slowGets) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, c redis.Cmder) error {
+		if c.Name() == "get" {
+			time.Sleep(h.d)
+		}
+		return next(ctx, c)
+	}
+}
+func (slowGets) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestInvalidatedReadersWait: after another client's write invalidates a
+// hot key (server-assisted tracking), the concurrent readers wait for the
+// one refresh instead of all going to Redis, and get the new value.
+func TestInvalidatedReadersWait(t *testing.T) {
+	e := newShimEnv(t, client.ShimOptions{LocalTTL: time.Minute, StaleGrace: 500 * time.Millisecond})
+	ctx := context.Background()
+	e.plain.Set(ctx, "k", "v0", 0)
+	e.makeHot(t, "k")
+	eventually(t, "tracking", func() bool { return e.shim.Stats().Tracking })
+	for range 3 {
+		e.app.Get(ctx, "k")
+	}
+	e.app.AddHook(slowGets{50 * time.Millisecond})
+	for round := range 3 {
+		v := fmt.Sprint("v", round+1)
+		// The write is repeated until its invalidation arrives: the key
+		// is registered for tracking a moment after it was read.
+		inv := e.shim.Stats().Invalidations["tracking"]
+		eventually(t, fmt.Sprintf("round %d: tracking invalidation", round), func() bool {
+			e.plain.Set(ctx, "k", v, 0)
+			time.Sleep(20 * time.Millisecond)
+			return e.shim.Stats().Invalidations["tracking"] > inv
+		})
+		before := calls(t, e.plain, "get")
+		var wg sync.WaitGroup
+		got := make([]string, 20)
+		for i := range got {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got[i] = e.app.Get(ctx, "k").Val()
+			}()
+		}
+		wg.Wait()
+		if n := calls(t, e.plain, "get") - before; n > 2 {
+			t.Errorf("round %d: 20 concurrent reads after the write sent %d GETs to Redis, want the one refresh", round, n)
+		}
+		for i, g := range got {
+			if g != v {
+				t.Errorf("round %d: read %d got %q, want %q", round, i, g, v)
+			}
+		}
+	}
+	if st := e.shim.Stats(); st.WaitHits == 0 {
+		t.Errorf("no read counted as waiting for the refresh: %+v", st)
+	}
+}
