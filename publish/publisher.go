@@ -60,7 +60,10 @@ type Options struct {
 	// even without changes, so only a dead publisher's section ages out.
 	SnapshotTTL time.Duration
 	// BackoffMin and BackoffMax bound the retry delay while Redis fails
-	// (defaults 100ms and 10s).
+	// (defaults 100ms and 2s). The maximum is short on purpose: a channel
+	// Redis that restarted empty has no snapshot until each publisher
+	// rewrites its section, and subscribers believe a missing document
+	// after 5 s; a retry every 2 s at worst costs nothing.
 	BackoffMin, BackoffMax time.Duration
 	// StartSeq is the seq before the first message. Zero means the start
 	// time in Unix microseconds, so seq keeps growing across restarts and a
@@ -115,7 +118,7 @@ func (o *Options) defaults(rdb redis.UniversalClient) error {
 		o.BackoffMin = 100 * time.Millisecond
 	}
 	if o.BackoffMax < o.BackoffMin {
-		o.BackoffMax = max(10*time.Second, o.BackoffMin)
+		o.BackoffMax = max(2*time.Second, o.BackoffMin)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
