@@ -132,27 +132,40 @@ func (t ticket) end() {
 // acquire decides how a read of key is served. Only the admission path
 // allocates; a hit is two map-free atomic loads after the map lookup.
 func (s *Shim) acquire(key string, kind uint8, now int64) (action, *value, ticket) {
+	act, v, t, busy := s.decide(key, kind, now)
+	if busy != nil {
+		s.m.misses.Add(1)
+	}
+	return act, v, t
+}
+
+// decide is acquire, except that a read sent to Redis only because another
+// caller's fetch of the key is in flight with no value to serve (an
+// invalidation dropped it) returns that entry as busy, uncounted: the
+// caller may wait for the fetch instead (acquireWait).
+func (s *Shim) decide(key string, kind uint8, now int64) (act action, v *value, t ticket, busy *cacheEntry) {
 	s.mu.RLock()
 	e := s.entries[key]
 	s.mu.RUnlock()
 	if e == nil {
-		return s.admit(key, kind, now)
+		act, v, t = s.admit(key, kind, now)
+		return act, v, t, nil
 	}
 	if e.kind != kind || e.uncacheable.Load() {
 		s.m.misses.Add(1)
-		return actPass, nil, ticket{}
+		return actPass, nil, ticket{}, nil
 	}
 	if hu := e.hotUntil.Load(); hu != 0 && now >= hu && !s.chanDown.Load() {
 		// The hot entry lapsed without a refresh or cold message.
 		s.drop(e, evictNotHot)
 		s.m.misses.Add(1)
-		return actPass, nil, ticket{}
+		return actPass, nil, ticket{}, nil
 	}
-	v := e.val.Load()
+	v = e.val.Load()
 	if v != nil && now < v.expires {
 		s.m.hits.Add(1)
 		s.countHit(e)
-		return actHit, v, ticket{}
+		return actHit, v, ticket{}, nil
 	}
 	// Expired or invalidated: exactly one caller refreshes. A refresh that
 	// hangs past StaleGrace gives its token up to the next caller.
@@ -161,16 +174,15 @@ func (s *Shim) acquire(key string, kind uint8, now int64) (action, *value, ticke
 		if e.refreshing.CompareAndSwap(start, token) {
 			s.m.misses.Add(1)
 			s.m.refreshes.Add(1)
-			return actFetch, nil, begin(e, e.gen.Load(), token)
+			return actFetch, nil, begin(e, e.gen.Load(), token), nil
 		}
 	}
 	if v != nil && now < v.expires+int64(s.opt.StaleGrace) {
 		s.m.staleHits.Add(1)
 		s.countHit(e)
-		return actHit, v, ticket{}
+		return actHit, v, ticket{}, nil
 	}
-	s.m.misses.Add(1)
-	return actPass, nil, ticket{}
+	return actPass, nil, ticket{}, e
 }
 
 // peek returns key's fresh cached value of kind, counted as a hit, or nil;
@@ -267,16 +279,6 @@ func (s *Shim) admit(key string, kind uint8, now int64) (action, *value, ticket)
 // always is: the staleness bound is the same. Reads of several keys (MGET,
 // pipelines) never wait: they may hold that very fetch.
 func (s *Shim) acquireWait(key string, kind uint8, now int64) (action, *value, ticket) {
-	act, v, t := s.acquire(key, kind, now)
-	if act != actPass {
-		return act, v, t
-	}
-	s.mu.RLock()
-	e := s.entries[key]
-	s.mu.RUnlock()
-	if e == nil || e.kind != kind || e.uncacheable.Load() {
-		return act, v, t
-	}
 	// One wait at most StaleGrace in all: a fetch whose result was
 	// dropped (the key was invalidated again while it was in flight) hands
 	// over to the next one, which this read may become itself.
@@ -287,10 +289,18 @@ func (s *Shim) acquireWait(key string, kind uint8, now int64) (action, *value, t
 			tm.Stop()
 		}
 	}()
-	for {
-		start, w := e.refreshing.Load(), e.wake.Load()
+	for waited := false; ; waited = true {
+		act, v, t, busy := s.decide(key, kind, now)
+		if busy == nil {
+			if waited && act == actHit {
+				s.m.waitHits.Add(1)
+			}
+			return act, v, t
+		}
+		start, w := busy.refreshing.Load(), busy.wake.Load()
 		wait := time.Duration(min(deadline, start+int64(s.opt.StaleGrace)) - now)
 		if start == 0 || w == nil || wait <= 0 {
+			s.m.misses.Add(1)
 			return act, v, t
 		}
 		if tm == nil {
@@ -301,18 +311,10 @@ func (s *Shim) acquireWait(key string, kind uint8, now int64) (action, *value, t
 		select {
 		case <-*w:
 		case <-tm.C:
+			s.m.misses.Add(1)
 			return act, v, t
 		}
-		// The read was counted a miss; count it again as what it is now.
-		s.m.misses.Add(^uint64(0))
 		now = nanotime()
-		act, v, t = s.acquire(key, kind, now)
-		if act == actHit {
-			s.m.waitHits.Add(1)
-		}
-		if act != actPass {
-			return act, v, t
-		}
 	}
 }
 
