@@ -10,8 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 )
 
 // buildHotsniff builds ./cmd/hotsniff once per test binary.
@@ -41,16 +40,9 @@ func measurement(t testing.TB, gate string, def int) int {
 
 func buildHotsniff(t testing.TB) string {
 	t.Helper()
-	if bin := os.Getenv("HOTSNIFF_BIN"); bin != "" {
-		return bin
-	}
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
-	bin := filepath.Join(t.TempDir(), "hotsniff")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/hotsniff")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/hotsniff: %v: %s", err, out)
+	bin, err := testutil.BuildHotsniff(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

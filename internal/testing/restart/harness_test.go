@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,23 +29,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// root is the repository's top directory.
-func root() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
-}
-
 // buildHotsniff builds ./cmd/hotsniff (or takes HOTSNIFF_BIN).
 func buildHotsniff(t testing.TB) string {
 	t.Helper()
-	if bin := os.Getenv("HOTSNIFF_BIN"); bin != "" {
-		return bin
-	}
-	bin := filepath.Join(t.TempDir(), "hotsniff")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/hotsniff")
-	cmd.Dir = root()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/hotsniff: %v: %s", err, out)
+	bin, err := testutil.BuildHotsniff(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
+	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 )
 
 const (
@@ -57,7 +58,7 @@ func langs(t *testing.T) []lang {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := root()
+	rt := testutil.RepoRoot()
 	return []lang{
 		{"go", 6379, func(*testing.T) ([]string, []string) {
 			return []string{self, "-test.run=^$"}, []string{"HOTSNIFF_RESTART_APP=1"}

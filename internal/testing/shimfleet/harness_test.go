@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,19 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// repoRoot is the module's root directory.
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
-}
-
-func goBin() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	// CI puts Go in /usr/local/go/bin; a root shell may not have it on PATH.
-	return "/usr/local/go/bin/go"
-}
+var repoRoot, goBin = testutil.RepoRoot, testutil.GoBin
 
 // build is one binary built once per test binary.
 type build struct {

@@ -5,19 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hotsniff/hotsniff/internal/testing/testutil"
 )
-
-// repoRoot is the repository's root directory.
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
-}
 
 func runIn(t *testing.T, dir string, env []string, name string, args ...string) string {
 	t.Helper()
@@ -38,13 +31,10 @@ func runIn(t *testing.T, dir string, env []string, name string, args ...string) 
 // builds, and runs it against a real redis-server; the build pulls none of
 // the daemon's dependencies.
 func TestGoShimFromClone(t *testing.T) {
-	goBin := "go"
-	if _, err := exec.LookPath(goBin); err != nil {
-		goBin = "/usr/local/go/bin/go"
-	}
+	goBin := testutil.GoBin()
 	srv := testutil.StartRedis(t)
 	app := t.TempDir()
-	shim, err := filepath.Abs(filepath.Join(repoRoot(), "client"))
+	shim, err := filepath.Abs(filepath.Join(testutil.RepoRoot(), "client"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +86,7 @@ func main() {
 func TestNodeShimPacked(t *testing.T) {
 	npm := testutil.Need(t, "npm")
 	node := testutil.Need(t, "node")
-	pkg := filepath.Join(repoRoot(), "client", "node")
+	pkg := filepath.Join(testutil.RepoRoot(), "client", "node")
 	if _, err := os.Stat(filepath.Join(pkg, "node_modules")); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("client/node has no node_modules: run npm ci there (CI does)")

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,19 +47,12 @@ func hotsniffBin(t testing.TB) string {
 		return bin
 	}
 	buildOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..", "..")
 		dir, err := os.MkdirTemp("", "hotsniff-starve")
 		if err != nil {
 			buildErr = err
 			return
 		}
-		builtBin = filepath.Join(dir, "hotsniff")
-		cmd := exec.Command("go", "build", "-o", builtBin, "./cmd/hotsniff")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/hotsniff: %v: %s", err, out)
-		}
+		builtBin, buildErr = testutil.BuildHotsniff(dir)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
