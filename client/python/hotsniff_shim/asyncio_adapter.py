@@ -29,42 +29,12 @@ from redis.exceptions import ResponseError
 
 from .cache import ACT_FETCH, ACT_HIT, ACT_PASS, KIND_HASH, KIND_STRING, Cache, Ticket, Value, _size
 from .dbtrack import DBTracker, get_connection_args
-from .sync import _NET_ERRORS, NotHere, SyncAdapter, read_kind, session_cmd
+from .sync import _NET_ERRORS, AdapterBase, NotHere, SyncAdapter, read_kind, session_cmd
 from .writes import written_keys
 
 
-class AsyncAdapter:
-    def __init__(self, shim: Any, client: Any, cache: Cache, report_absorbed: bool) -> None:
-        self.shim = shim
-        self.client = client
-        self.cache = cache
-        self.log = cache.log
-        self.report_absorbed = report_absorbed
-        self.encoder = client.connection_pool.get_encoder()
-        self.orig_execute = client.execute_command
-        self.orig_pipeline = client.pipeline
-        self.pipe_classes: Dict[type, type] = {}
-        self.tracker: Optional[DBTracker] = None
-
-    def install(self) -> None:
-        pool = self.client.connection_pool
-        self.tracker = DBTracker(pool, int(pool.connection_kwargs.get("db", 0) or 0), is_async=True)
-        self.tracker.watch(getattr(self.client, "connection", None))
-        self.client.execute_command = self.execute_command
-        self.client.pipeline = self.pipeline
-
-    def uninstall(self) -> None:
-        for name, ours in (("execute_command", self.execute_command), ("pipeline", self.pipeline)):
-            if self.client.__dict__.get(name) == ours:
-                del self.client.__dict__[name]
-        if self.tracker is not None:
-            self.tracker.close()
-
-    def key(self, k: Any) -> bytes:
-        return k if isinstance(k, bytes) else self.encoder.encode(k)
-
-    def housekeep(self, now: float) -> None:
-        pass
+class AsyncAdapter(AdapterBase):
+    is_async = True
 
     # -- namespaces ----------------------------------------------------------------
     def here(self) -> bool:
@@ -74,10 +44,6 @@ class AsyncAdapter:
             return self.tracker.ok() if single is None else self.tracker.conn_ok(single)
         return self.tracker.ok()
 
-    def pipe_here(self) -> bool:
-        """Pipelines take a connection from the pool (also on a
-        single-connection client)."""
-        return self.tracker.ok()
 
     # -- the client's command path -------------------------------------------------------
     async def execute_command(self, *args: Any, **options: Any) -> Any:

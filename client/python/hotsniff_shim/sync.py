@@ -58,8 +58,11 @@ def read_kind(args: Tuple) -> Optional[str]:
     return None
 
 
-class SyncAdapter:
-    """Serves one sync client from one Cache."""
+class AdapterBase:
+    """What the sync and asyncio adapters share: the client's original
+    methods, the DB tracker of its pool, key encoding."""
+
+    is_async = False  # the pool's connections are redis.asyncio ones
 
     def __init__(self, shim: Any, client: Any, cache: Cache, report_absorbed: bool) -> None:
         self.shim = shim
@@ -79,7 +82,7 @@ class SyncAdapter:
 
     def install(self) -> None:
         pool = self.client.connection_pool
-        self.tracker = DBTracker(pool, int(pool.connection_kwargs.get("db", 0) or 0))
+        self.tracker = DBTracker(pool, int(pool.connection_kwargs.get("db", 0) or 0), is_async=self.is_async)
         self.tracker.watch(getattr(self.client, "connection", None))
         self.client.execute_command = self.execute_command
         self.client.pipeline = self.pipeline
@@ -97,6 +100,15 @@ class SyncAdapter:
     def housekeep(self, now: float) -> None:
         pass
 
+    def pipe_here(self) -> bool:
+        """Pipelines take a connection from the pool (also on a
+        single-connection client)."""
+        return self.tracker.ok()
+
+
+class SyncAdapter(AdapterBase):
+    """Serves one sync client from one Cache."""
+
     # -- namespaces ----------------------------------------------------------------
     def here(self) -> bool:
         """The connection a read would go through is on the cache's DB."""
@@ -105,9 +117,6 @@ class SyncAdapter:
             return self.tracker.conn_ok(single)
         return not self.tracker.foreign or self.tracker.ok()
 
-    def pipe_here(self) -> bool:
-        """Pipelines take a connection from the pool."""
-        return self.tracker.ok()
 
     # -- the client's command path -------------------------------------------------------
     def execute_command(self, *args: Any, **options: Any) -> Any:
