@@ -228,9 +228,14 @@ func (c *Capture) initKernelMaps() error {
 func (c *Capture) KernelCounting() bool { return c.cfg.KernelCount != nil }
 
 // KernelEpoch is the index of the current sub-window of kernel counts
-// (CLOCK_MONOTONIC / SubWindow).
+// (CLOCK_MONOTONIC_COARSE / SubWindow). The programs read the same coarse
+// clock (bpf_ktime_get_coarse_ns: the tick's time, no clock-source read,
+// which on a virtual machine's kvm-clock cost as much as a key's count):
+// a sub-window has ended for the reader exactly when it has for them.
 func (c *Capture) KernelEpoch() int64 {
-	return monotonicNow() / c.cfg.KernelCount.SubWindow.Nanoseconds()
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC_COARSE, &ts) // cannot fail for this clock
+	return ts.Nano() / c.cfg.KernelCount.SubWindow.Nanoseconds()
 }
 
 // KernelEpochStart is the Unix time (ns) at which sub-window ep began.

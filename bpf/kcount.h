@@ -8,7 +8,7 @@
 // hash every key with the detector's identity (xxhash64(key) XOR a seed of
 // server address, port, protocol and namespace: detect/detect.go) and add
 // its weight to a per-CPU bucket counter of the sub-window the packet falls
-// in (bpf_ktime_get_ns / kc_sub_ns). User space reads the counts of ended
+// in (bpf_ktime_get_coarse_ns / kc_sub_ns). User space reads the counts of ended
 // sub-windows, locates buckets, and writes the located buckets and the hot
 // keys back (kc_located, kc_hot). The segment is then copied to the ring
 // only when user space needs it: a read whose bucket is located, a write to
@@ -32,6 +32,7 @@
 // counts are KC_PARTS entries of KC_PART buckets.
 #define KC_BUCKETS 65536
 #define KC_PART 8192
+#define KC_PART_BITS 13 // log2(KC_PART)
 #define KC_PARTS (KC_BUCKETS / KC_PART)
 #define KC_SLOTS 8
 #define KC_SCRATCH 4096
@@ -776,9 +777,61 @@ static __always_inline long kc_resp_fast(struct kc_st *st)
 // element per call were about a quarter of the parser's time.
 #define KC_FAST 5
 
+// kc_get takes a whole "*2\r\n$3\r\nGET\r\n$N\r\nkey\r\n" (any case,
+// N < 100) at a command boundary in one step: most requests on a cache port
+// are such GETs, and the table-driven states take three elements and a
+// name lookup for each. 0 when it took one, 1 to stop, 2 when the next
+// command is something else.
+static __always_inline long kc_get(struct kc_st *st)
+{
+	__u32 p = st->pos;
+	if (st->state != R_CMD || p + 18 > st->end)
+		return 2;
+	const __u8 *b = kc_buf(st)->buf;
+	if (ld64(b + (p & KC_MASK)) != 0x0a0d33240a0d322aULL) // *2\r\n$3\r\n
+		return 2;
+	__u64 w = ld64(b + ((p + 8) & KC_MASK)) & 0xffffffffffULL;
+	if ((w & ~0x202020ULL) != 0x0a0d544547ULL) // GET\r\n, letters folded
+		return 2;
+	if (kc_at(st, p + 13) != '$')
+		return 2;
+	int n = kc_short(st, p + 14);
+	if (n < 0)
+		return 2;
+	__u32 off = p + 14 + (n >> 8), len = n & 0xff;
+	if (off + len + 2 > st->end)
+		return 2; // split: the byte-level states say so
+	if (kc_at(st, off + len) != '\r' || kc_at(st, off + len + 1) != '\n')
+		return 2;
+	st->pos = off + len + 2;
+	st->reqs++;
+	return kc_key(st, off, len, 0, 1);
+}
+
+static long kc_get_step(__u64 i, struct kc_loop *l)
+{
+	return kc_get(l->st) != 0;
+}
+
+// kc_gets takes the GETs that follow (kc_get), up to KC_GETS: 1 to stop,
+// else 0. A loop of its own (bpf_loop, in a global function): the
+// verifier checks it once, not in every state of the callback it runs in,
+// which a plain loop there multiplied past the program's budget.
+#define KC_GETS 16
+__attribute__((noinline)) int kc_gets(struct kc_scratch *s)
+{
+	if (!s)
+		return 0;
+	struct kc_loop l = {.st = &s->st};
+	bpf_loop(KC_GETS, kc_get_step, &l, 0);
+	return s->st.reason >= 0;
+}
+
 static long kc_resp_step(__u64 i, struct kc_loop *l)
 {
 	struct kc_st *st = l->st;
+	if (kc_gets(kc_buf(st)))
+		return 1;
 	long r = kc_resp_one(st);
 	if (r)
 		return r;
@@ -1028,37 +1081,27 @@ static long kc_zero(__u64 i, struct kc_zero_ctx *z)
 	return 0;
 }
 
-// kc_count adds w to bucket b of this CPU's slot si. A part is cleared when
-// it is first written in a new sub-window, so a slot costs nothing to
-// reuse when few parts are used. 0, or 1 when the part is missing.
-static __always_inline int kc_count(struct kc_slot *slot, __u32 si, __u32 b, __u32 w)
+// kc_clear clears part pi of slot si. A global function, verified once
+// apart from the loop it is called in.
+__attribute__((noinline)) int kc_clear(__u32 si, __u32 pi)
 {
-	__u32 pi = (b / KC_PART) & (KC_PARTS - 1);
-	__u32 key = si * KC_PARTS + pi;
-	struct kc_part *part = bpf_map_lookup_elem(&kc_counts, &key);
-	if (!part)
-		return 1;
-	if (!(slot->dirty & (1ULL << pi))) {
-		// First count in this part since the slot was last cleared.
-		struct kc_zero_ctx z = {.part = part};
+	__u32 key = (si & (KC_SLOTS - 1)) * KC_PARTS + (pi & (KC_PARTS - 1));
+	struct kc_zero_ctx z = {.part = bpf_map_lookup_elem(&kc_counts, &key)};
+	if (z.part)
 		bpf_loop(KC_PART / 64, kc_zero, &z, 0);
-		slot->dirty |= 1ULL << pi;
-	}
-	__u32 *cp = &part->c[b & (KC_PART - 1)];
-	__u32 v = *cp + w;
-	if (v < w)
-		v = 0xffffffff;
-	*cp = v;
 	return 0;
 }
 
 // kc_commit adds the segment's reads to this CPU's slot of the current
-// sub-window. A plain bounded loop, not bpf_loop: a callback per key is a
-// call and a return per key, and with the return-thunk mitigations of
-// current CPUs (AMD's Safe RET, retpolines) each costs as much as the add.
+// sub-window. A part is cleared when it is first written in a new
+// sub-window, so a slot costs nothing to reuse when few parts are used.
 //
-// A global function: its loop's registers and spills stay out of the stack
-// frame of kc_request, on whose chain the parser's callbacks run.
+// A plain bounded loop, not a callback per key (a call and a return per
+// key, as much as the add); the clearing, rare, is a call to a global
+// function, so the verifier walks the loop's KC_MAX_KEYS iterations
+// without the states of a bpf_loop in each. A global function: its
+// registers and spills stay out of the stack frame of kc_request, on whose
+// chain the parser's callbacks run.
 __attribute__((noinline)) __u64 kc_commit(struct kc_scratch *s)
 {
 	if (!s)
@@ -1067,7 +1110,7 @@ __attribute__((noinline)) __u64 kc_commit(struct kc_scratch *s)
 	__u32 n = st->nkeys;
 	if (!n)
 		return 0;
-	__u64 ep = bpf_ktime_get_ns() / kc_sub_ns;
+	__u64 ep = bpf_ktime_get_coarse_ns() / kc_sub_ns;
 	__u32 si = ep % KC_SLOTS;
 	struct kc_slot *slot = bpf_map_lookup_elem(&kc_epoch, &si);
 	if (!slot)
@@ -1080,10 +1123,23 @@ __attribute__((noinline)) __u64 kc_commit(struct kc_scratch *s)
 	for (__u32 i = 0; i < KC_MAX_KEYS; i++) {
 		if (i >= n)
 			break;
-		__u64 h = kc_buf(st)->kh[i];
-		__u32 w = kc_buf(st)->kw[i];
-		if (kc_count(slot, si, (h >> KC_SHIFT) & (KC_BUCKETS - 1), w))
+		__u32 b = (s->kh[i] >> KC_SHIFT) & (KC_BUCKETS - 1);
+		__u32 w = s->kw[i];
+		__u32 pi = b >> KC_PART_BITS;
+		if (!(slot->dirty & (1ULL << pi))) {
+			// First count in this part since the slot was last cleared.
+			kc_clear(si, pi);
+			slot->dirty |= 1ULL << pi;
+		}
+		__u32 key = si * KC_PARTS + pi;
+		struct kc_part *part = bpf_map_lookup_elem(&kc_counts, &key);
+		if (!part)
 			break;
+		__u32 *cp = &part->c[b & (KC_PART - 1)];
+		__u32 v = *cp + w;
+		if (v < w)
+			v = 0xffffffff;
+		*cp = v;
 		reads += w;
 	}
 	return reads;
