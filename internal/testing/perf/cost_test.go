@@ -111,8 +111,8 @@ func TestCostRatio(t *testing.T) {
 					r1 := procCPU(t, redisPID)
 					// At --nice 10 on a busy machine hotsniff catches up from
 					// the ring after the benchmark: count its CPU once idle.
-					m := s.waitIdle(t)
-					h1, b1 := s.cpuSeconds(t), progRunTime(t, s.cmd.Process.Pid)
+					m, h1 := s.waitIdle(t)
+					b1 := progRunTime(t, s.cmd.Process.Pid)
 					t.Logf("%s -P %d %s: programs: %s", mode, pipe, a.name, perProgram(p0, progStats(t, s.cmd.Process.Pid)))
 					s.stop(t)
 					k := key{mode, a.name, pipe}
@@ -160,22 +160,28 @@ func pipes() []int {
 
 // waitIdle scrapes /metrics until the decoded request count stops moving
 // (the daemon refreshes its metrics about once a second), at most 30 s.
-func (s *sniffer) waitIdle(t testing.TB) map[string]float64 {
+// waitIdle waits until hotsniff has decoded everything it was sent (its
+// request count stands still over two more scrapes) and returns its metrics
+// and its user+sys CPU seconds as they were when that count was first
+// reached: the idle wait and the scrapes after it are the harness's, not
+// work for the requests.
+func (s *sniffer) waitIdle(t testing.TB) (map[string]float64, float64) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	last, same := -1.0, 0
+	last, same, cpu := -1.0, 0, 0.0
 	for {
+		c := s.cpuSeconds(t)
 		m := s.scrape(t)
 		got := sum(m, "hotsniff_requests_total")
 		if got == last {
 			if same++; same >= 2 {
-				return m
+				return m, cpu
 			}
 		} else {
-			same = 0
+			same, cpu = 0, c
 		}
 		if time.Now().After(deadline) {
-			return m
+			return m, s.cpuSeconds(t)
 		}
 		last = got
 		time.Sleep(700 * time.Millisecond)
