@@ -9,8 +9,8 @@ import (
 // (stage 1 counted in the kernel, only located buckets' reads copied: as
 // under --kernel-count) beside the user-space path and holds it to the
 // same targets: every key at >= 1.2× the threshold found, none at <= 0.8×
-// reported, no event on uniform traffic, onset p99 <= 250 ms for a step to
-// 2×. It also checks that the feed is the kernel's: random traffic stays in
+// reported, no event on uniform traffic, onset p99 <= 250 ms (a step to
+// 2×, and ten keys at once at 1.5×). It also checks that the feed is the kernel's: random traffic stays in
 // the kernel.
 func TestKernelAccuracyTargets(t *testing.T) {
 	if testing.Short() {
@@ -26,8 +26,10 @@ func TestKernelAccuracyTargets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s: kernel recall %d/%d, fp %d/%d, events %d, p50 %.0fms p99 %.0fms, %.2f%% of reads fed; user space p50 %.0fms p99 %.0fms",
-			w, r.Found, r.MustFind, r.FalsePos, r.Quiet, r.Events, r.P50, r.P99, 100*r.Fed(), u.P50, u.P99)
+		t.Logf("%s: kernel recall %d/%d, fp %d/%d, events %d, %.2f%% of reads fed", w, r.Found, r.MustFind, r.FalsePos, r.Quiet, r.Events, 100*r.Fed())
+		if r.Onsets > 0 {
+			t.Logf("%s: onset p50 %.0f ms p99 %.0f ms; user space %.0f ms, %.0f ms", w, r.P50, r.P99, u.P50, u.P99)
+		}
 		if r.Found != r.MustFind {
 			t.Errorf("%s: recall %d/%d, want every key at >= 1.2× the threshold", w, r.Found, r.MustFind)
 		}
@@ -37,7 +39,7 @@ func TestKernelAccuracyTargets(t *testing.T) {
 		if strings.HasPrefix(w, "uniform") && r.Events != 0 {
 			t.Errorf("%s: %d events on uniform traffic", w, r.Events)
 		}
-		if w == "step-2x" && !(r.P99 <= 250) {
+		if r.Onsets > 0 && !(r.P99 <= 250) {
 			t.Errorf("%s: onset p99 %.0f ms > 250 ms", w, r.P99)
 		}
 		if r.Reads != u.Obs {
