@@ -44,8 +44,8 @@ type Params struct {
 	// under --kernel-count (DetectorKernel, kernel.go).
 	Kernel bool
 	// KernelRead is how often the kernel path's reader hands ended
-	// sub-windows to the detector: 0 at each sub-window's end, or the
-	// daemon's tick (100 ms), at which the live reader runs.
+	// sub-windows to the detector: 0 at each sub-window's end, as the
+	// daemon does; 100 ms, its tick, is how it read before.
 	KernelRead time.Duration
 }
 

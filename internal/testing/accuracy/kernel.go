@@ -24,8 +24,10 @@ const DetectorKernel = "default, kernel"
 // Kernel sub-windows are the detector's length (the daemon configures the
 // programs with Detector.SubWindow) but run on CLOCK_MONOTONIC, so their
 // boundaries are out of phase with the detector's packet-time sub-windows:
-// phase is that offset. every is how often the reader runs (the daemon
-// reads at each pipeline tick); 0 reads each sub-window as it ends.
+// phase is that offset. every is how often the reader runs; 0 reads each
+// sub-window as it ends, as the daemon does (it wakes for each
+// sub-window's end, a millisecond after it); 100 ms was the daemon's way
+// before that, at its tick.
 type kernelFeed struct {
 	d      *detect.Detector
 	sub    int64
