@@ -23,6 +23,15 @@ type LiveOptions struct {
 	// pipeline's clock (packet time) and the wall clock. It is where the
 	// daemon copies state for HTTP and metrics.
 	OnTick func(clock, now time.Time)
+	// Wake, when set, is called on the pipeline goroutine at the start and
+	// then as soon as the wall clock reaches the time it last returned
+	// (the zero time: never again), between ticks as well: work due on a
+	// clock finer than the tick. The kernel's counts (--kernel-count) must
+	// reach the detector as each sub-window ends: the sub-window is W/8,
+	// 50 ms at --hot-qps 2000, shorter than a tick, and every read of a
+	// bucket not yet located stays in the kernel, so a reader that waits
+	// for the tick delays every hot key by up to a tick.
+	Wake func(now time.Time) time.Time
 }
 
 // Run feeds a live source to the pipeline until the source ends (io.EOF,
@@ -39,9 +48,22 @@ func (p *Pipeline) Run(src capture.Source, o LiveOptions) error {
 	every := cmp.Or(o.TickEvery, 100*time.Millisecond)
 	var seg capture.Segment
 	dl, _ := src.(interface{ SetDeadline(time.Time) })
-	next := time.Now().Add(every)
+	now := time.Now()
+	next := now.Add(every)
+	var wake time.Time // zero: no Wake
+	if o.Wake != nil {
+		wake = o.Wake(now)
+	}
+	// deadline is when Next must return at the latest: the tick, or the
+	// wake before it.
+	deadline := func() time.Time {
+		if !wake.IsZero() && wake.Before(next) {
+			return wake
+		}
+		return next
+	}
 	if dl != nil {
-		dl.SetDeadline(next)
+		dl.SetDeadline(deadline())
 	}
 	for n := 1; ; n++ {
 		err := src.Next(&seg)
@@ -60,7 +82,15 @@ func (p *Pipeline) Run(src capture.Source, o LiveOptions) error {
 			return fmt.Errorf("capture: %w", err)
 		}
 		now := time.Now()
+		woke := false
+		if !wake.IsZero() && !now.Before(wake) {
+			wake = o.Wake(now)
+			woke = true
+		}
 		if now.Before(next) {
+			if woke && dl != nil {
+				dl.SetDeadline(deadline())
+			}
 			continue
 		}
 		clock := now
@@ -70,7 +100,7 @@ func (p *Pipeline) Run(src capture.Source, o LiveOptions) error {
 		p.tick(clock, now, o)
 		next = now.Add(every)
 		if dl != nil {
-			dl.SetDeadline(next)
+			dl.SetDeadline(deadline())
 		}
 	}
 }

@@ -2,7 +2,12 @@
 // known truth and prints a markdown table; with -doc it also rewrites the
 // table in docs/detection.md.
 //
-//	go run ./cmd/accuracy [-quick] [-sampling] [-doc docs/detection.md]
+//	go run ./cmd/accuracy [-quick] [-kernel [-kernel-read d]] [-sampling] [-doc docs/detection.md]
+//
+// -kernel adds the kernel path (--kernel-count: stage 1 counted in the
+// kernel, only reads of located buckets reach the detector) beside the
+// user-space one; -kernel-read sets how often its reader hands the
+// kernel's counts over (default: at each sub-window's end).
 //
 // -sampling measures the default detector under flow sampling (--max-cpu)
 // instead, at 1/2, 1/4 and 1/16 with reads over 100, 1000 and 10000
@@ -35,6 +40,8 @@ func main() {
 	doc := flag.String("doc", "", "rewrite the table between "+beginMark+" and "+endMark+" in this file")
 	seed := flag.Uint64("seed", 0, "random seed (0: the configuration's)")
 	sampling := flag.Bool("sampling", false, "measure the default detector under flow sampling 1/2, 1/4, 1/16")
+	kernel := flag.Bool("kernel", false, "also run the default detector fed as under --kernel-count (stage 1 in the kernel)")
+	kernelRead := flag.Duration("kernel-read", 0, "with -kernel: how often the reader hands the kernel's counts to the detector (0: at each sub-window's end)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "accuracy: no arguments expected")
@@ -46,6 +53,7 @@ func main() {
 	if *seed != 0 {
 		p.Seed = *seed
 	}
+	p.Kernel, p.KernelRead = *kernel, *kernelRead
 	start := time.Now()
 	var table string
 	begin, end := beginMark, endMark

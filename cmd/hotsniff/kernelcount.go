@@ -66,7 +66,19 @@ func (d *daemon) startKernelReader() {
 	}
 }
 
-// stepKernel runs on the pipeline goroutine at every tick.
+// wakeKernel runs on the pipeline goroutine as each kernel sub-window
+// ends (pipeline.LiveOptions.Wake): its counts reach the detector then,
+// not at the next tick, which is longer than a sub-window at thresholds
+// above 1000/s. It returns when the next one ends.
+func (d *daemon) wakeKernel(now time.Time) time.Time {
+	if d.kc.r == nil {
+		return time.Time{} // no kernel counting: never again
+	}
+	d.stepKernel()
+	return d.kc.r.Due()
+}
+
+// stepKernel runs on the pipeline goroutine at every tick and sub-window.
 func (d *daemon) stepKernel() {
 	if d.kc.r == nil {
 		return

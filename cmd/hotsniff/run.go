@@ -240,7 +240,7 @@ func (d *daemon) run(ctx context.Context) error {
 		// alone (sampling.go), not HTTP or the publisher.
 		runtime.LockOSThread()
 		done <- pl.Run(d.cap, pipeline.LiveOptions{TickEvery: tickEvery, BeforeTick: func() { d.stepKernel(); d.checkEvidence() },
-			OnTick: func(clock, now time.Time) { d.clock = clock.UnixNano(); d.tick(now, pub) }})
+			OnTick: func(clock, now time.Time) { d.clock = clock.UnixNano(); d.tick(now, pub) }, Wake: d.wakeKernel})
 	}()
 	d.running.Store(true)
 	d.log.Info("capturing", "mode", d.cap.Mode(), "ports", d.ports.List(), "listen", d.cfg.HTTP.Listen, "publish", d.target != nil)

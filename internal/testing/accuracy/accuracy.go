@@ -40,6 +40,13 @@ type Params struct {
 	Conns       int
 	// Window is the detector's window (0: its default, 800/HotQPS).
 	Window time.Duration
+	// Kernel adds the kernel path to Run: the default detector fed as
+	// under --kernel-count (DetectorKernel, kernel.go).
+	Kernel bool
+	// KernelRead is how often the kernel path's reader hands ended
+	// sub-windows to the detector: 0 at each sub-window's end, as the
+	// daemon does; 100 ms, its tick, is how it read before.
+	KernelRead time.Duration
 }
 
 // Full is the configuration of the published table.
@@ -66,7 +73,16 @@ type Result struct {
 	Onsets   int     // onsets measured (step, multi)
 	Missed   int     // onsets never reported while on
 	P50, P99 float64 // onset-to-event latency in ms of packet time (NaN: none)
-	Obs      int     // reads fed
+	Obs      int     // reads fed to the detector
+	Reads    int     // reads made (on the kernel path, most stay in the kernel)
+}
+
+// Fed is the share of the reads that reached the detector.
+func (r Result) Fed() float64 {
+	if r.Reads == 0 {
+		return 0
+	}
+	return float64(r.Obs) / float64(r.Reads)
 }
 
 // Recall is Found / MustFind (1 when nothing must be found).
@@ -88,11 +104,16 @@ func (r Result) FPRate() float64 {
 // Workloads lists the workload names in table order.
 var Workloads = []string{"zipf-0.99", "zipf-1.2", "band-0.8x-1.2x", "dense-10x", "uniform-1M", "uniform-0.5x", "step-2x", "multi-10x1.5x"}
 
-// Run runs every workload on both detectors.
+// Run runs every workload on both detectors, and on the kernel path with
+// p.Kernel.
 func Run(p Params) ([]Result, error) {
+	dets := []string{detect.DetectorDefault, detect.DetectorTair}
+	if p.Kernel {
+		dets = append(dets, DetectorKernel)
+	}
 	var out []Result
 	for _, w := range Workloads {
-		for _, det := range []string{detect.DetectorDefault, detect.DetectorTair} {
+		for _, det := range dets {
 			r, err := RunOne(p, w, det)
 			if err != nil {
 				return nil, err
@@ -224,7 +245,8 @@ func (c *collector) Emit(e *event.Event) {
 	}
 }
 
-// RunOne runs one workload on one detector.
+// RunOne runs one workload on one detector (DetectorKernel: the default
+// detector on the kernel path).
 func RunOne(p Params, name, det string) (Result, error) {
 	rng := rand.New(rand.NewPCG(p.Seed, uint64(len(name))))
 	w, err := build(p, name, rng)
@@ -232,11 +254,22 @@ func RunOne(p Params, name, det string) (Result, error) {
 		return Result{}, err
 	}
 	col := &collector{first: map[string]int64{}}
-	d, err := detect.New(detect.Config{HotQPS: p.HotQPS, Detector: det, Window: p.Window}, col)
+	cfgDet := det
+	if det == DetectorKernel {
+		cfgDet = detect.DetectorDefault
+	}
+	d, err := detect.New(detect.Config{HotQPS: p.HotQPS, Detector: cfgDet, Window: p.Window}, col)
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s: %w", name, err)
 	}
 	kept := keptConns(p)
+	var kern *kernelFeed
+	if det == DetectorKernel {
+		if kept != nil {
+			return Result{}, fmt.Errorf("run %s: the kernel path does not simulate flow sampling", name)
+		}
+		kern = newKernelFeed(d, p.KernelRead.Nanoseconds())
+	}
 	if kept != nil {
 		rate := samplelevel.Rate(p.SampleLevel)
 		n := 0
@@ -252,6 +285,9 @@ func RunOne(p Params, name, det string) (Result, error) {
 		Client: netip.MustParseAddrPort("10.0.0.9:40000"),
 		Server: netip.MustParseAddrPort("10.0.0.5:6379"),
 		Proto:  decode.ProtoRedis,
+		// On the kernel path every read that reaches the detector was
+		// counted by the programs (the pipeline sets it per record).
+		KernelCounted: kern != nil,
 	}
 	req := decode.Request{Op: "GET", NS: 0}
 	seen := make([]bool, len(w.bgProb))
@@ -261,7 +297,7 @@ func RunOne(p Params, name, det string) (Result, error) {
 		s.firstHot = -1
 	}
 	step := 1e9 / w.bgRate
-	obs := 0
+	obs, reads := 0, 0
 	for j := 0; ; j++ {
 		ts := int64(float64(j) * step)
 		if ts >= w.dur {
@@ -280,7 +316,13 @@ func RunOne(p Params, name, det string) (Result, error) {
 			}
 			flow.TS = t0 + s.next
 			buf = append(buf[:0], s.key...)
-			if kept == nil || kept[rng.IntN(len(kept))] {
+			reads++
+			if kern != nil {
+				if kern.count(s.next, &flow, req.NS, buf, 1) {
+					d.Key(&flow, &req, decode.Key{Bytes: buf, Weight: 1})
+					obs++
+				}
+			} else if kept == nil || kept[rng.IntN(len(kept))] {
 				d.Key(&flow, &req, decode.Key{Bytes: buf, Weight: 1})
 				obs++
 			}
@@ -288,17 +330,24 @@ func RunOne(p Params, name, det string) (Result, error) {
 		}
 		k := w.bg.sample(rng)
 		seen[k] = true
+		reads++
 		if kept != nil && !kept[rng.IntN(len(kept))] {
 			continue
 		}
 		flow.TS = t0 + ts
 		buf = strconv.AppendInt(append(buf[:0], "k:"...), int64(k), 10)
+		if kern != nil && !kern.count(ts, &flow, req.NS, buf, 1) {
+			continue
+		}
 		d.Key(&flow, &req, decode.Key{Bytes: buf, Weight: 1})
 		obs++
 	}
+	if kern != nil {
+		kern.advance(w.dur)
+	}
 	d.Tick(t0 + w.dur)
 
-	r := Result{Workload: name, Detector: det, Events: col.events, Obs: obs}
+	r := Result{Workload: name, Detector: det, Events: col.events, Obs: obs, Reads: reads}
 	T := p.HotQPS
 	for k, pk := range w.bgProb {
 		rate := pk * w.bgRate
@@ -448,14 +497,29 @@ func (a *alias) sample(rng *rand.Rand) int {
 func Table(p Params, rs []Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Threshold %.0f req/s, background %.0f req/s, %d keys, seed %d.\n\n", p.HotQPS, p.Rate, p.Keys, p.Seed)
-	b.WriteString("| workload | detector | recall ≥1.2× | false pos ≤0.8× | FP rate | FP at 0.5–0.8× | events | onset p50 | onset p99 |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	if p.Kernel {
+		b.WriteString(kernelNote(p) + "\n\n")
+	}
+	b.WriteString("| workload | detector | recall ≥1.2× | false pos ≤0.8× | FP rate | FP at 0.5–0.8× | events | onset p50 | onset p99 | reads to the detector |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %s | %s | %.3f (%d/%d) | %d / %d | %.4f%% | %d / %d | %d | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %.3f (%d/%d) | %d / %d | %.4f%% | %d / %d | %d | %s | %s | %s |\n",
 			r.Workload, r.Detector, r.Recall(), r.Found, r.MustFind, r.FalsePos, r.Quiet,
-			100*r.FPRate(), r.NearFP, r.Near, r.Events, ms(r.P50, r.Onsets), ms(r.P99, r.Onsets))
+			100*r.FPRate(), r.NearFP, r.Near, r.Events, ms(r.P50, r.Onsets), ms(r.P99, r.Onsets), pct(r.Fed()))
 	}
 	return b.String()
+}
+
+// pct formats a share as a percentage with the digits a small one needs.
+func pct(v float64) string {
+	switch {
+	case v >= 0.1 || v == 0:
+		return fmt.Sprintf("%.0f%%", 100*v)
+	case v >= 0.001:
+		return fmt.Sprintf("%.2f%%", 100*v)
+	default:
+		return fmt.Sprintf("%.4f%%", 100*v)
+	}
 }
 
 func ms(v float64, n int) string {
