@@ -81,6 +81,10 @@ type Stats struct {
 	// missed, and cold verdicts held because the window held such a span.
 	IncompleteSpans uint64
 	ColdHeld        uint64
+	// ColdHeldKernel counts, of ColdHeld, the verdicts held because the
+	// kernel's count of the key's bucket says its demand may still be
+	// above the cold line (kernel.go).
+	ColdHeldKernel uint64
 	// IncompleteNs is the packet time covered by those spans (overlaps
 	// counted once), in ns: how long the counts were incomplete.
 	IncompleteNs uint64
@@ -388,6 +392,7 @@ func (d *Detector) scan() {
 				// The kernel counted reads user space did not see
 				// (kernel.go): no evidence of low demand.
 				d.st.ColdHeld++
+				d.st.ColdHeldKernel++
 				cold = false
 			}
 			if cold && d.holdCold(e) {
