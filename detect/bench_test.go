@@ -35,13 +35,20 @@ func zipfKeys(n, m int, s float64, seed uint64) [][]byte {
 // default-sampled is the default detector under flow sampling at 0.3 (each
 // read scaled by 1/0.3 with stochastic rounding), with the threshold raised
 // as much so that the same keys are hot: the cost of scaling alone.
+// default-kernel is the default detector with in-kernel counting: once the
+// hot set formed, every read comes flagged as counted in the kernel, as the
+// copies of located buckets do (stage 1 then takes no count from them, and
+// reads in a hot key's kernel bucket are counted on its entry).
 func BenchmarkObserve(b *testing.B) {
 	keys := zipfKeys(1<<16, 1_000_000, 0.99, 1)
-	for _, name := range []string{DetectorDefault, DetectorTair, "default-sampled"} {
+	for _, name := range []string{DetectorDefault, DetectorTair, "default-sampled", "default-kernel"} {
 		b.Run(name, func(b *testing.B) {
 			det, rate := name, 1.0
-			if name == "default-sampled" {
+			switch name {
+			case "default-sampled":
 				det, rate = DetectorDefault, 0.3
+			case "default-kernel":
+				det = DetectorDefault
 			}
 			d, err := New(Config{HotQPS: 2000 / rate, Detector: det}, nil)
 			if err != nil {
@@ -53,6 +60,10 @@ func BenchmarkObserve(b *testing.B) {
 			for i := range 1 << 20 { // warm up: hot set formed
 				f.TS += 1000
 				d.Key(&f, &r, decode.Key{Bytes: keys[i&(1<<16-1)], Weight: 1})
+			}
+			if name == "default-kernel" {
+				d.KernelCounts(f.TS-d.sub, f.TS, make([]uint32, 1<<16), true)
+				f.KernelCounted = true
 			}
 			b.ReportAllocs()
 			b.ResetTimer()

@@ -81,6 +81,10 @@ type Stats struct {
 	// missed, and cold verdicts held because the window held such a span.
 	IncompleteSpans uint64
 	ColdHeld        uint64
+	// ColdHeldKernel counts, of ColdHeld, the verdicts held because the
+	// kernel's count of the key's bucket says its demand may still be
+	// above the cold line (kernel.go).
+	ColdHeldKernel uint64
 	// IncompleteNs is the packet time covered by those spans (overlaps
 	// counted once), in ns: how long the counts were incomplete.
 	IncompleteNs uint64
@@ -231,6 +235,7 @@ func (d *Detector) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 	if w == 0 {
 		w = 1
 	}
+	raw := w
 	if d.samp.guard != 0 {
 		w = d.scaleWeight(w)
 	}
@@ -250,6 +255,9 @@ func (d *Detector) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 		}
 	}
 	if d.def != nil {
+		if f.KernelCounted && d.def.kern != nil {
+			d.otherRead(h, raw)
+		}
 		d.def.counted = f.KernelCounted
 		d.def.observe(h, f, r.NS, k, w)
 	} else {
@@ -330,6 +338,7 @@ func (d *Detector) resetClock(ts int64) {
 		e := &d.hot.e[i]
 		e.win = window{epoch: d.epoch}
 		e.abs = window{epoch: d.epoch}
+		e.other = window{epoch: d.epoch}
 		e.rep = absReporters{}
 		e.since, e.lastSeen, e.lastEmit, e.lastInval = ts, ts, ts, ts
 		e.expires = ts + d.lifetime
@@ -378,6 +387,13 @@ func (d *Detector) scan() {
 			cold = d.now-e.lastSeen >= d.lifetime || d.rate(&e.win, e.since, d.win/2) < d.cfg.ColdRatio*e.thr
 			if cold && e.bthr > 0 && d.now-e.lastSeen < d.lifetime {
 				cold = d.rate(&e.bwin, e.bsince, d.win/2) < d.cfg.ColdRatio*e.bthr
+			}
+			if cold && d.now-e.lastSeen < d.lifetime && d.kernelDemand(e) >= d.cfg.ColdRatio*e.thr {
+				// The kernel counted reads user space did not see
+				// (kernel.go): no evidence of low demand.
+				d.st.ColdHeld++
+				d.st.ColdHeldKernel++
+				cold = false
 			}
 			if cold && d.holdCold(e) {
 				cold = false

@@ -18,7 +18,10 @@ type hotEntry struct {
 
 	thr float64 // threshold of this key (rules applied), per second
 	win window  // its own weighted count, continued from the located slot
-	qps float64 // last measured rate (demand: wire reads + absorbed), for HotSet
+	// other: with kernel counting, the reads of other keys in its kernel
+	// bucket that user space counted (kernelDemand).
+	other window
+	qps   float64 // last measured rate (demand: wire reads + absorbed), for HotSet
 	// qpsLow: qps is a lower bound, counted over less time than the span
 	// its rate is divided by (a young entry; see Event.QPSLowerBound).
 	qpsLow bool

@@ -44,6 +44,11 @@ type kernelStage1 struct {
 	shift  uint             // kernel bucket >> shift = detector bucket
 	bits   []uint64         // located kernel buckets, for the programs
 	idx    []uint32         // KernelCounts: the non-zero buckets of counts
+	// hot marks the kernel buckets of the hot keys (as of the last
+	// sub-window taken): reads of other keys there are counted on the hot
+	// entries (hotEntry.other), see kernelDemand.
+	hot    []uint64
+	fshift uint // identity hash >> fshift = kernel bucket
 }
 
 // kcount is one kernel bucket's count in one sub-window.
@@ -152,12 +157,58 @@ func (d *Detector) KernelCountsAt(start, end int64, counts []uint32, idx []uint3
 		}
 	}
 	k.on = on
-	fs := w.shift - k.shift
+	clear(k.hot)
 	for i := range d.hot.e {
-		b := d.hot.e[i].h >> fs
+		b := d.hot.e[i].h >> k.fshift
 		k.bits[b/64] |= 1 << (b % 64)
+		k.hot[b/64] |= 1 << (b % 64)
 	}
 	return k.bits
+}
+
+// Unknown is not cold, with the kernel's counts. The programs count every
+// read they parse before anything decides whether it is copied: a read
+// whose copy user space never counted (the connection shed while a ring
+// filled, a record dropped, a connection whose handshake was shed and
+// which the stream layer therefore cannot confirm, a read that came too
+// late to place) is still in its kernel bucket's count. A hot key's bucket
+// is always located, so user space is sent every read of that bucket, and
+// counts those of the other keys there (otherRead). The bucket's kernel
+// count over the window less the other keys' reads user space saw is then
+// an upper bound of the key's own demand, whatever user space missed: the
+// key's reads, seen or not, plus the other keys' reads it did not see.
+// A hot key whose own measured rate fell below the cold line is turned
+// cold only when that bound is below the line too: with nothing missed,
+// the bound is the key's own count (to within the sub-window the kernel's
+// counts lag by), and the verdict is the same.
+
+// otherRead counts a read of a key that is not hot (raw weight n, before
+// sampling's scaling: the kernel counts reads unscaled), copied after the
+// programs counted it, on the hot entries whose kernel bucket it fell in.
+func (d *Detector) otherRead(h uint64, n uint32) {
+	k := d.def.kern
+	b := h >> k.fshift
+	if k.hot[b/64]&(1<<(b%64)) == 0 {
+		return
+	}
+	for i := range d.hot.e {
+		if e := &d.hot.e[i]; e.h>>k.fshift == b && e.h != h {
+			e.other.add(d.epoch, n)
+		}
+	}
+}
+
+// kernelDemand is the upper bound of hot entry e's demand the kernel's
+// counts give (reads per second over the window), or -1 without kernel
+// counting.
+func (d *Detector) kernelDemand(e *hotEntry) float64 {
+	if d.def == nil || d.def.kern == nil {
+		return -1
+	}
+	k := d.def.kern
+	e.other.advance(d.epoch)
+	n := int64(k.fine[e.h>>k.fshift]) - int64(e.other.sum)
+	return float64(max(n, 0)) * 1e9 / float64(d.win)
 }
 
 // kernStage returns the kernel stage-1 state for n kernel buckets, made at
@@ -172,7 +223,8 @@ func (d *Detector) kernStage(n int) *kernelStage1 {
 		return k
 	}
 	k := &kernelStage1{sum: make([]uint32, len(w.cur)), fine: make([]uint32, n), active: make([]bool, n),
-		shift: uint(bitsLen(n) - bitsLen(len(w.cur))), bits: make([]uint64, (n+63)/64)}
+		shift: uint(bitsLen(n) - bitsLen(len(w.cur))), bits: make([]uint64, (n+63)/64),
+		hot: make([]uint64, (n+63)/64), fshift: uint(64 - bitsLen(n))}
 	w.kern = k
 	return k
 }

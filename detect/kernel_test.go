@@ -23,6 +23,11 @@ type kernelSim struct {
 	reads    int
 	feedKern bool // call KernelCounts at each kernel sub-window
 	complete func(ep int64) bool
+	// lose, when set, says the copy of a read of key is lost on its way
+	// (a connection shed, a record dropped) after the kernel counted it,
+	// and nothing reports the loss.
+	lose func(key string) bool
+	tick bool // Tick the detector after each kernel sub-window, as the pipeline does
 }
 
 func newKernelSim(d *Detector) *kernelSim {
@@ -49,6 +54,9 @@ func (k *kernelSim) read(ts int64, key string) {
 		}
 		clear(k.counts)
 		k.ep++
+		if k.tick {
+			k.d.Tick(start + k.sub)
+		}
 	}
 	k.reads++
 	f := decode.Flow{Server: srvA, Proto: decode.ProtoRedis, TS: ts, KernelCounted: true}
@@ -57,6 +65,9 @@ func (k *kernelSim) read(ts int64, key string) {
 	k.counts[b]++
 	if k.located[b/64]&(1<<(b%64)) == 0 {
 		return // counted in the kernel only
+	}
+	if k.lose != nil && k.lose(key) {
+		return
 	}
 	k.copied++
 	k.d.Key(&f, &decode.Request{Op: "GET"}, decode.Key{Bytes: []byte(key), Weight: 1})
@@ -184,6 +195,69 @@ func TestKernelStage1Incomplete(t *testing.T) {
 	}
 	if st := d.Stats(); st.IncompleteSpans == 0 || st.ColdHeld == 0 {
 		t.Fatalf("stats %+v: want incomplete spans and held verdicts", st)
+	}
+}
+
+// TestKernelStage1UnseenNotCold: a hot key whose copies stop reaching
+// user space while the kernel still counts its reads (its connections'
+// handshakes were shed, and the stream layer cannot confirm them: no loss
+// is reported) stays hot: the kernel's count of its bucket is evidence of
+// demand, and user space's silence is not evidence of none. When the
+// kernel's count falls too, it turns cold; and when another key of the
+// same kernel bucket is what keeps the bucket's count up, user space saw
+// that key's reads, and the hot key turns cold on its own.
+func TestKernelStage1UnseenNotCold(t *testing.T) {
+	d, rec := newDet(t, Config{HotQPS: T})
+	k := newKernelSimBuckets(d, 65536)
+	k.tick = true
+	k.run(0, 2*time.Second, 2*T, 200, 5)
+	if rec.count("hot", "hot") == 0 {
+		t.Fatal("not hot")
+	}
+	held := d.Stats().ColdHeld
+	k.lose = func(key string) bool { return key == "hot" }
+	k.run(2*time.Second, 4*time.Second, 2*T, 200, 5)
+	if n := rec.count("hot", "cold"); n != 0 {
+		t.Fatalf("cold while the kernel counted the key at 2× and only its copies were lost: %v", rec.of("hot"))
+	}
+	if d.Stats().ColdHeld == held {
+		t.Fatal("no cold verdict held: the test does not exercise the kernel's evidence")
+	}
+	// The key stops: the kernel's count falls, and the verdict comes.
+	k.run(4*time.Second, 6*time.Second, 0, 200, 5)
+	if got := rec.of("hot"); len(got) == 0 || got[len(got)-1] != "cold" {
+		t.Fatalf("events %v, want cold once the kernel counts no reads either", got)
+	}
+}
+
+func TestKernelStage1UnseenOtherKey(t *testing.T) {
+	d, rec := newDet(t, Config{HotQPS: T})
+	k := newKernelSimBuckets(d, 65536)
+	hb := Bucket(Identity(srvA, decode.ProtoRedis, 0, []byte("hot")), k.buckets)
+	other := ""
+	for i := 0; other == ""; i++ {
+		if c := fmt.Sprintf("twin:%d", i); Bucket(Identity(srvA, decode.ProtoRedis, 0, []byte(c)), k.buckets) == hb {
+			other = c
+		}
+	}
+	k.tick = true
+	k.run(0, 2*time.Second, 2*T, 200, 5)
+	if rec.count("hot", "hot") == 0 {
+		t.Fatal("not hot")
+	}
+	// The hot key stops; a key of its kernel bucket is read at 0.85× the
+	// threshold (above the cold line, 0.7×), and user space sees all of it.
+	rate := 0.85 * T
+	step := int64(1e9 / rate)
+	for ts := int64(2 * time.Second); ts < int64(4*time.Second); ts += step {
+		k.read(base+ts, other)
+		k.read(base+ts+step/2, fmt.Sprintf("cold:%d", ts/step%200))
+	}
+	if got := rec.of("hot"); len(got) == 0 || got[len(got)-1] != "cold" {
+		t.Fatalf("events %v, want cold: the bucket's other reads were seen, the key's own demand is gone", got)
+	}
+	if n := rec.count(other, "hot"); n != 0 {
+		t.Fatalf("%s reported hot at 0.85× the threshold", other)
 	}
 }
 

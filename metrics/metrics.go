@@ -101,8 +101,10 @@ type Snapshot struct {
 	// IncompleteSpans counts the times the capture missed requests (ring
 	// drops, stream holes, sampling steps, kernel counts read too late)
 	// and the detector was told; ColdHeld the cold verdicts it held
-	// because its window held such a span.
-	IncompleteSpans, ColdHeld uint64
+	// because its window held such a span. ColdHeldKernel counts, of
+	// those, the verdicts held (--kernel-count) because the kernel counted
+	// reads in the key's bucket that user space did not see.
+	IncompleteSpans, ColdHeld, ColdHeldKernel uint64
 	// IncompleteSeconds is the time those spans cover (overlaps once).
 	IncompleteSeconds float64
 	// ShedSegments and ShedBytes count the segments, and their request
@@ -158,13 +160,13 @@ type Collector struct {
 
 	packets, dropped, truncated, requests, keys, decodeErrs, gaps, lost, dup,
 	flows, buffered, evicted, hot, published, pubErrs, pubDropped, pubLag *prometheus.Desc
-	sampleRate, sampledOut, sampleRaises, cpuShare, cpuBudget, reportable        *prometheus.Desc
-	pubMsgs, pubOverflow                                                         *prometheus.Desc
-	incomplete, coldHeld, kernelFallback, kernelCounted, rejected, rejectedBytes *prometheus.Desc
-	incompleteSecs, shed, shedBytes, droppedBytes                                *prometheus.Desc
-	channelUp, adopted                                                           *prometheus.Desc
-	absReports, absHits, absRejected, lateReads                                  *prometheus.Desc
-	replyBytes, replyUnpaired, pendingDropped, pendingDesyncs, pendingHeld       *prometheus.Desc
+	sampleRate, sampledOut, sampleRaises, cpuShare, cpuBudget, reportable                        *prometheus.Desc
+	pubMsgs, pubOverflow                                                                         *prometheus.Desc
+	incomplete, coldHeld, coldHeldKernel, kernelFallback, kernelCounted, rejected, rejectedBytes *prometheus.Desc
+	incompleteSecs, shed, shedBytes, droppedBytes                                                *prometheus.Desc
+	channelUp, adopted                                                                           *prometheus.Desc
+	absReports, absHits, absRejected, lateReads                                                  *prometheus.Desc
+	replyBytes, replyUnpaired, pendingDropped, pendingDesyncs, pendingHeld                       *prometheus.Desc
 }
 
 // New returns a Collector; register it with a prometheus.Registry.
@@ -214,6 +216,7 @@ func New() *Collector {
 		shed:           d("capture_shed_total", "Segments of connections the eBPF programs shed on their own because a ring buffer was more than three quarters full, until the sample rate was back where it was: a loss (what they carried was not seen), unlike sampling under --max-cpu."),
 		shedBytes:      d("capture_shed_bytes_total", "Request payload bytes of the segments counted in capture_shed_total."),
 		coldHeld:       d("detect_cold_held_total", "Cold verdicts held because the window held a span of missed requests: a key turns cold only on evidence of low demand."),
+		coldHeldKernel: d("detect_cold_held_kernel_total", "Of detect_cold_held_total, the verdicts held (--kernel-count) because the kernel counted reads in the key's bucket that user space did not see, enough to keep it above the cold line."),
 		kernelFallback: d("kernel_fallback_total",
 			"Request segments the eBPF programs copied without counting them in the kernel (--kernel-count), by reason.", "reason"),
 		kernelCounted: d("kernel_counted_total",
@@ -247,7 +250,7 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.lateReads, c.pubMsgs, c.pubOverflow, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs, c.pendingHeld,
-		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable, c.incomplete, c.coldHeld, c.incompleteSecs, c.shed, c.shedBytes, c.droppedBytes, c.kernelFallback, c.kernelCounted, c.rejected, c.rejectedBytes, c.channelUp, c.adopted} {
+		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable, c.incomplete, c.coldHeld, c.coldHeldKernel, c.incompleteSecs, c.shed, c.shedBytes, c.droppedBytes, c.kernelFallback, c.kernelCounted, c.rejected, c.rejectedBytes, c.channelUp, c.adopted} {
 		ch <- d
 	}
 	c.lat.Describe(ch)
@@ -344,6 +347,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.sampleRaises, float64(s.Sampling.KernelRaises))
 	counter(c.incomplete, float64(s.IncompleteSpans))
 	counter(c.coldHeld, float64(s.ColdHeld))
+	counter(c.coldHeldKernel, float64(s.ColdHeldKernel))
 	counter(c.incompleteSecs, s.IncompleteSeconds)
 	counter(c.shed, float64(s.ShedSegments))
 	counter(c.shedBytes, float64(s.ShedBytes))

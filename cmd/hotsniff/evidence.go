@@ -108,7 +108,7 @@ func (d *daemon) noteEvidence(det *detect.Detector) {
 	}
 	ds := det.Stats()
 	d.col.Update(func(s *metrics.Snapshot) {
-		s.IncompleteSpans, s.ColdHeld = ds.IncompleteSpans, ds.ColdHeld
+		s.IncompleteSpans, s.ColdHeld, s.ColdHeldKernel = ds.IncompleteSpans, ds.ColdHeld, ds.ColdHeldKernel
 		s.IncompleteSeconds = float64(ds.IncompleteNs) / 1e9
 		s.ShedSegments, s.ShedBytes = d.ev.shedSegs, d.ev.shedBytes
 		s.KernelFallback, s.KernelCounted = fallback, counted
