@@ -93,8 +93,14 @@ struct rec_hdr {
 	__u8 family;     // 4 or 6
 	__u8 hook;       // enum hook
 	__u8 sample;     // sampling: level in effect (bits 0-6), REC_RESUMED (bit 7)
-	__u32 pad2;
+	__u32 pad2;      // kernel counting: KC_REC_* (kcount.h), REC_ANCHOR
 };
+
+// REC_ANCHOR (rec_hdr.pad2) asks for a reply's header to be copied without
+// payload although replies are off: under kernel counting, the requests of
+// a connection whose handshake the programs did not see need a segment of
+// the server's to be confirmed in user space (kc_anchor in kcount.h).
+#define REC_ANCHOR 4
 
 // counters is per CPU and per hook: no atomics on the packet path.
 struct counters {
@@ -657,7 +663,7 @@ static __always_inline void copy_out_x(void *ctx, int xdp, struct counters *cnt,
 		n = CHUNK * MAX_CHUNKS;
 	if (wire > n)
 		cnt->truncated += wire - n;
-	if (n == 0 && !(h->flags & (F_SYN | F_FIN | F_RST)))
+	if (n == 0 && !(h->flags & (F_SYN | F_FIN | F_RST)) && !(h->pad2 & REC_ANCHOR))
 		return; // a pure ACK (or a reply dropped whole) tells the stream layer nothing
 	// A fine clock (CLOCK_MONOTONIC): the reader merges the per-CPU rings
 	// by it, and tick resolution would leave a flow that moved between
@@ -770,7 +776,10 @@ const struct sample_counts *unused_sample_counts __attribute__((unused));
 // segment will make a record (payload to copy, or SYN/FIN/RST): only then
 // is the ring's fill looked at, so pure ACKs and uncopied replies pay for
 // a hash at most; bit 1, it is a request (its payload, pay, counts toward
-// the kept fraction). It is a global function so the verifier checks it
+// the kept fraction); bit 2, it carries SYN, FIN or RST: kept whatever the
+// flow's hash, so the stream layer sees every connection open and close
+// and a shed connection's requests, when it is kept again, are a counted
+// gap on a connection it knows (not requests of one it cannot confirm). It is a global function so the verifier checks it
 // once, apart from its callers, and the callers continue from one state
 // whatever it did: a static function's branches multiplied the states the
 // copy code after it was verified in, and loading took four times as long.
@@ -794,7 +803,7 @@ __attribute__((noinline)) int sample_check(__u64 a01, __u64 a23, __u32 ports, __
 	}
 	if (level) {
 		struct sample_counts *n = bpf_map_lookup_elem(&sampled_out, &zero);
-		if (h16 >= keep) {
+		if (h16 >= keep && !(how & 4)) {
 			if (n) {
 				n->out_segs++;
 				if (how & 2)
@@ -845,8 +854,9 @@ __attribute__((noinline)) int sample_check(__u64 a01, __u64 a23, __u32 ports, __
 static __always_inline int sample_skip(struct rec_hdr *h, struct parsed *p)
 {
 	int reply = p->reply;
-	int emit = (p->pay_len != 0 && (!reply || replies)) || (h->flags & (F_SYN | F_FIN | F_RST));
-	__u32 how = (emit ? 1 : 0) | (reply ? 0 : 2);
+	int ctl = h->flags & (F_SYN | F_FIN | F_RST);
+	int emit = (p->pay_len != 0 && (!reply || replies)) || ctl || (h->pad2 & REC_ANCHOR);
+	__u32 how = (emit ? 1 : 0) | (reply ? 0 : 2) | (ctl ? 4 : 0);
 	const __u32 *a = (const __u32 *)(reply ? h->daddr : h->saddr);
 	__u32 cport = reply ? h->dport : h->sport;
 	__u32 sport = reply ? h->sport : h->dport;
@@ -857,21 +867,30 @@ static __always_inline int sample_skip(struct rec_hdr *h, struct parsed *p)
 	h->sample = r;
 	return 0;
 }
+// In-kernel counting (--kernel-count): kcount.h.
+#include "kcount.h"
+
 // reply_done ends a reply segment's run early when replies are off and it
 // carries no SYN, FIN or RST: it would yield no record whatever the
 // sampling decision, so only its bytes are counted (in every flow, sampled
 // out or not: they are left uncopied either way). Most segments of a busy
 // cache port are such replies, one per request segment.
+//
+// Under kernel counting, a reply of a connection whose requests user space
+// cannot confirm yet (kc_anchor_take) goes on instead, as a header without
+// payload.
 static __always_inline int reply_done(struct parsed *p, struct rec_hdr *h, struct counters *cnt, __u32 wire)
 {
 	if (!p->reply || replies != REPLIES_OFF || (h->flags & (F_SYN | F_FIN | F_RST)))
 		return 0;
+	if (kc_on && kc_anchor_take(h)) {
+		h->pad2 |= REC_ANCHOR;
+		return 0;
+	}
 	cnt->reply_bytes += wire;
 	return 1;
 }
 
-// In-kernel counting (--kernel-count): kcount.h.
-#include "kcount.h"
 
 // reply_heads trims a reply segment to what reply parsing needs
 // (REPLIES_HEADS): bytes inside the skip user space registered for the flow

@@ -36,6 +36,11 @@ type hotsniffDecapKey struct {
 	Addr   [16]uint8
 }
 
+type hotsniffKcAnchorMarks struct {
+	_ structs.HostLayout
+	M [65536]uint8
+}
+
 type hotsniffKcCmd struct {
 	_       structs.HostLayout
 	Kind    uint8
@@ -56,7 +61,7 @@ type hotsniffKcFlow struct {
 	Synced   uint8
 	InMulti  uint8
 	Gap      uint8
-	Pad      uint8
+	Syn      uint8
 }
 
 type hotsniffKcLocated struct {
@@ -221,6 +226,7 @@ type hotsniffSkipRange struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	hotsniffMapDecapCfg               = "decap_cfg"
+	hotsniffMapKcAnchor               = "kc_anchor"
 	hotsniffMapKcCmds                 = "kc_cmds"
 	hotsniffMapKcCounts               = "kc_counts"
 	hotsniffMapKcEpoch                = "kc_epoch"
@@ -320,6 +326,7 @@ type hotsniffProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type hotsniffMapSpecs struct {
 	DecapCfg   *ebpf.MapSpec `ebpf:"decap_cfg"`
+	KcAnchor   *ebpf.MapSpec `ebpf:"kc_anchor"`
 	KcCmds     *ebpf.MapSpec `ebpf:"kc_cmds"`
 	KcCounts   *ebpf.MapSpec `ebpf:"kc_counts"`
 	KcEpoch    *ebpf.MapSpec `ebpf:"kc_epoch"`
@@ -387,6 +394,7 @@ func (o *hotsniffObjects) Close() error {
 // It can be passed to loadHotsniffObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hotsniffMaps struct {
 	DecapCfg   *ebpf.Map `ebpf:"decap_cfg"`
+	KcAnchor   *ebpf.Map `ebpf:"kc_anchor"`
 	KcCmds     *ebpf.Map `ebpf:"kc_cmds"`
 	KcCounts   *ebpf.Map `ebpf:"kc_counts"`
 	KcEpoch    *ebpf.Map `ebpf:"kc_epoch"`
@@ -408,6 +416,7 @@ type hotsniffMaps struct {
 func (m *hotsniffMaps) Close() error {
 	return _HotsniffClose(
 		m.DecapCfg,
+		m.KcAnchor,
 		m.KcCmds,
 		m.KcCounts,
 		m.KcEpoch,

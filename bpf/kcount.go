@@ -81,6 +81,10 @@ const (
 	// RecGap: segments of the flow before this record were counted in the
 	// kernel and not copied; the record starts on a command boundary.
 	RecGap = 2
+	// RecAnchor: a reply's header copied without its payload although
+	// replies are off, so that user space can confirm the requests of a
+	// connection joined mid-stream (the server acknowledges them).
+	RecAnchor = 4
 )
 
 // KernelCountConfig turns on in-kernel counting.

@@ -204,7 +204,7 @@ struct kc_flow {
 	__u8 synced;     // next_seq is a command boundary
 	__u8 in_multi;
 	__u8 gap;        // segments were counted and not copied since the last copy
-	__u8 pad;
+	__u8 syn;        // the programs saw the connection's SYN
 };
 
 struct {
@@ -213,6 +213,66 @@ struct {
 	__type(key, struct skip_key);
 	__type(value, struct kc_flow);
 } kc_flows SEC(".maps");
+
+// kc_anchor: a byte per connection (by a hash of its client address and
+// ports; connections may share one), set when the programs copy a request
+// segment of a connection whose SYN they did not see (joined mid-stream:
+// open before the daemon started, or its SYN lost). User space confirms
+// such a connection's requests only by a segment of the server's that
+// acknowledges them (stream: the requests are held until then), and with
+// replies off none would come: the next reply of the connection takes the
+// mark and is copied as a header without payload (REC_ANCHOR). A mark
+// shared by two connections costs a header record more. Plain byte stores:
+// a mark set while another CPU takes it can be lost, and the requests then
+// wait for the next copy of the connection to set it again.
+#define KC_ANCHORS 65536
+struct kc_anchor_marks {
+	__u8 m[KC_ANCHORS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kc_anchor_marks);
+} kc_anchor SEC(".maps");
+
+// kc_anchor_at is the mark of the connection of client address a (16
+// bytes, network order; IPv4 in the first 4) and ports.
+static __always_inline __u32 kc_anchor_at(const __u8 *a, __u16 cport, __u16 sport)
+{
+	__u64 lo, hi;
+	__builtin_memcpy(&lo, a, 8);
+	__builtin_memcpy(&hi, a + 8, 8);
+	__u64 x = lo * 0x9E3779B97F4A7C15ULL ^ hi * 0xC2B2AE3D27D4EB4FULL ^
+		  ((__u64)cport << 16 | sport) * 0x94D049BB133111EBULL;
+	x ^= x >> 29;
+	x *= 0xBF58476D1CE4E5B9ULL;
+	return (x >> 48) & (KC_ANCHORS - 1);
+}
+
+static __always_inline void kc_anchor_set(const struct skip_key *k)
+{
+	__u32 zero = 0;
+	struct kc_anchor_marks *a = bpf_map_lookup_elem(&kc_anchor, &zero);
+	if (a)
+		a->m[kc_anchor_at(k->saddr, k->sport, k->dport)] = 1;
+}
+
+// kc_anchor_take reports whether reply h's connection is marked, and
+// clears the mark.
+static __always_inline int kc_anchor_take(struct rec_hdr *h)
+{
+	__u32 zero = 0;
+	struct kc_anchor_marks *a = bpf_map_lookup_elem(&kc_anchor, &zero);
+	if (!a)
+		return 0;
+	__u8 *m = &a->m[kc_anchor_at(h->daddr, h->dport, h->sport)];
+	if (!*m)
+		return 0;
+	*m = 0;
+	return 1;
+}
 
 // kc_st is one segment's parse. It lives in the per-CPU scratch map, not
 // on the stack: the verifier does not track map contents, so every
@@ -808,31 +868,13 @@ static __always_inline long kc_get(struct kc_st *st)
 	return kc_key(st, off, len, 0, 1);
 }
 
-static long kc_get_step(__u64 i, struct kc_loop *l)
-{
-	return kc_get(l->st) != 0;
-}
-
-// kc_gets takes the GETs that follow (kc_get), up to KC_GETS: 1 to stop,
-// else 0. A loop of its own (bpf_loop, in a global function): the
-// verifier checks it once, not in every state of the callback it runs in,
-// which a plain loop there multiplied past the program's budget.
-#define KC_GETS 16
-__attribute__((noinline)) int kc_gets(struct kc_scratch *s)
-{
-	if (!s)
-		return 0;
-	struct kc_loop l = {.st = &s->st};
-	bpf_loop(KC_GETS, kc_get_step, &l, 0);
-	return s->st.reason >= 0;
-}
-
 static long kc_resp_step(__u64 i, struct kc_loop *l)
 {
 	struct kc_st *st = l->st;
-	if (kc_gets(kc_buf(st)))
-		return 1;
-	long r = kc_resp_one(st);
+	long r = kc_get(st);
+	if (r != 2)
+		return r;
+	r = kc_resp_one(st);
 	if (r)
 		return r;
 	for (int k = 0; k < KC_FAST; k++) {
@@ -1177,6 +1219,11 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 	__u8 proto = pp ? *pp : 0;
 	if (proto != 1 && proto != 2) {
 		cnt->fallback[KR_PROTO]++;
+		// Copied whole, as without kernel counting; a connection whose
+		// SYN was not seen still needs its anchor.
+		struct kc_flow *tf = bpf_map_lookup_elem(&kc_flows, &in->k);
+		if (!tf || !tf->syn)
+			kc_anchor_set(&in->k);
 		return 0;
 	}
 	struct kc_flow *fl = bpf_map_lookup_elem(&kc_flows, &in->k);
@@ -1248,6 +1295,8 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 			kc_keep(fl, st, in, proto);
 		}
 		fl->gap = 0;
+		if (!fl->syn)
+			kc_anchor_set(&in->k);
 		return 0;
 	}
 	if (reason >= 0) {
@@ -1258,6 +1307,8 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 		in->rec = fl->gap ? KC_REC_GAP : 0;
 		fl->synced = 0;
 		fl->gap = 0;
+		if (!fl->syn)
+			kc_anchor_set(&in->k);
 		return 0;
 	}
 	kc_keep(fl, st, in, proto);
@@ -1281,6 +1332,8 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 		cnt->copy_report++;
 	in->rec = KC_REC_COUNTED | (fl->gap ? KC_REC_GAP : 0);
 	fl->gap = 0;
+	if (!fl->syn)
+		kc_anchor_set(&in->k);
 	return 0;
 }
 
@@ -1288,7 +1341,7 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 // on a boundary.
 static __always_inline void kc_syn(struct skip_key *k, __u32 seq)
 {
-	struct kc_flow nf = {.next_seq = seq + 1, .synced = 1};
+	struct kc_flow nf = {.next_seq = seq + 1, .synced = 1, .syn = 1};
 	bpf_map_update_elem(&kc_flows, k, &nf, BPF_ANY);
 }
 

@@ -515,6 +515,56 @@ func TestKernelCountVerifier(t *testing.T) {
 	}
 }
 
+// TestKernelCountAnchor: with replies off, after the programs copy a
+// request segment of a connection whose SYN they did not see, the next
+// reply of that connection is copied as a header without payload
+// (RecAnchor), once: user space confirms the connection's requests by the
+// server's acknowledgement. A connection whose SYN they saw gets none.
+func TestKernelCountAnchor(t *testing.T) {
+	e := openKC(t)
+	for pname, prog := range progsKC(e.objs) {
+		t.Run(pname, func(t *testing.T) {
+			e.t = t
+			reply := func(c *conn) []rawRec {
+				e.run(prog, pkt{src: c.srv, dst: c.cli, flags: 0x18, seq: 5000, ack: c.seq, payload: []byte("+OK\r\n")})
+				return e.drain()
+			}
+			anchored := func(recs []rawRec) bool {
+				return len(recs) == 1 && len(recs[0].payload) == 0 && recs[0].kernel&RecAnchor != 0
+			}
+			mid := e.newConn(srv4, prog, false)
+			if recs := e.send(prog, mid, resp("GET", "a")); len(recs) != 1 {
+				t.Fatalf("mid-stream join: %d records, want the segment copied", len(recs))
+			}
+			if recs := reply(mid); !anchored(recs) {
+				t.Fatalf("reply after a copied mid-stream request: %+v, want one anchor header", recs)
+			}
+			if recs := reply(mid); len(recs) != 0 {
+				t.Fatalf("second reply: %+v, want none (replies are off)", recs)
+			}
+			if recs := e.send(prog, mid, resp("GET", "b")); len(recs) != 0 {
+				t.Fatalf("GET counted in the kernel: %d records, want none", len(recs))
+			}
+			if recs := reply(mid); len(recs) != 0 {
+				t.Fatalf("reply after a request kept in the kernel: %+v, want none", recs)
+			}
+			if recs := e.send(prog, mid, resp("SELECT", "0")); len(recs) != 1 {
+				t.Fatalf("SELECT: %d records, want it copied", len(recs))
+			}
+			if recs := reply(mid); !anchored(recs) {
+				t.Fatalf("reply after a copied SELECT: %+v, want one anchor header", recs)
+			}
+			seen := e.newConn(srv4, prog, true)
+			if recs := e.send(prog, seen, resp("SELECT", "0")); len(recs) != 1 {
+				t.Fatalf("SELECT after a SYN: %d records, want it copied", len(recs))
+			}
+			if recs := reply(seen); len(recs) != 0 {
+				t.Fatalf("reply on a connection whose SYN was seen: %+v, want none", recs)
+			}
+		})
+	}
+}
+
 // TestParseRecordKernelFlags: a record's kernel-counting flags reach the
 // segment: counted, and a gap before it restarts the stream (Resumed).
 func TestParseRecordKernelFlags(t *testing.T) {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -8,6 +10,7 @@ import (
 
 	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
 	"github.com/hotsniff/hotsniff/internal/testing/promcheck"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestRunKernelCountPrivileged: the daemon with --kernel-count finds a hot
@@ -72,6 +75,75 @@ func TestRunKernelCountPrivileged(t *testing.T) {
 		if string(e.Key) != "key:__rand_int__" {
 			t.Errorf("a random key reported hot: %+v", e)
 		}
+	}
+	if err := d.stop(t, syscall.SIGTERM); err != nil {
+		t.Errorf("exit after SIGTERM: %v\n%s", err, d.log())
+	}
+}
+
+// TestRunKernelCountPooled: connections a client opened before the daemon
+// started (a pool) are joined mid-stream. With --kernel-count replies are
+// not copied, so nothing of the server's would confirm those connections'
+// requests in user space, which holds them until something does: the
+// programs copy one reply header after each request segment they copy of
+// such a connection. A key read only over two pooled connections is
+// reported hot, and none of their requests is rejected as unconfirmed.
+func TestRunKernelCountPooled(t *testing.T) {
+	netnstest.RequireRoot(t)
+	p := netnstest.NewPair(t)
+	cache := p.StartRedis(t, 6379)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: cache.String(), PoolSize: 2, MinIdleConns: 2, ConnMaxIdleTime: -1})
+	defer rdb.Close()
+	var wg sync.WaitGroup
+	hold := make(chan struct{})
+	for range 2 {
+		// Both connections open (and busy together) before the daemon.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = rdb.Ping(ctx).Err()
+			<-hold
+		}()
+	}
+	close(hold)
+	wg.Wait()
+	if st := rdb.PoolStats(); st.TotalConns != 2 {
+		t.Fatalf("pool holds %d connections, want 2", st.TotalConns)
+	}
+	d := startDaemon(t, p, "--capture", "tc", "--port", "redis=6379", "--hot-qps", "500", "--kernel-count")
+	var reads atomic.Int64
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if err := rdb.Get(ctx, "pooled:hot").Err(); err != nil && err != redis.Nil && ctx.Err() == nil {
+					t.Errorf("GET: %v", err)
+					return
+				}
+				reads.Add(1)
+			}
+		}()
+	}
+	var found bool
+	for deadline := time.Now().Add(20 * time.Second); !found && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		_, found = d.hotkey(t, "pooled:hot")
+	}
+	cancel()
+	wg.Wait()
+	if st := rdb.PoolStats(); st.TotalConns != 2 || st.Misses != 0 {
+		t.Errorf("pool stats %+v: the reads did not stay on the two pooled connections", st)
+	}
+	_, m := d.scrape(t)
+	t.Logf("%d reads over 2 pooled connections; unconfirmed rejections %v, midstream fallbacks %v", reads.Load(),
+		m[`hotsniff_stream_rejected_total{reason="unconfirmed"}`], m[`hotsniff_kernel_fallback_total{reason="midstream"}`])
+	if !found {
+		t.Fatalf("pooled:hot, read %d times over connections open before the daemon, never hot\n%s", reads.Load(), d.log())
+	}
+	if v := m[`hotsniff_stream_rejected_total{reason="unconfirmed"}`]; v != 0 {
+		t.Errorf("%v request segments rejected as unconfirmed", v)
 	}
 	if err := d.stop(t, syscall.SIGTERM); err != nil {
 		t.Errorf("exit after SIGTERM: %v\n%s", err, d.log())
