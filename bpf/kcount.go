@@ -242,6 +242,18 @@ func (c *Capture) KernelEpoch() int64 {
 	return ts.Nano() / c.cfg.KernelCount.SubWindow.Nanoseconds()
 }
 
+// KernelClockLag is how far the programs' sub-window clock (the coarse
+// clock, KernelEpoch) may run behind CLOCK_MONOTONIC: its resolution, a
+// scheduler tick. A sub-window ended by the fine clock has ended for the
+// programs and KernelEpoch only this much later.
+var KernelClockLag = func() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGetres(unix.CLOCK_MONOTONIC_COARSE, &ts); err != nil || ts.Nano() <= 0 {
+		return 10 * time.Millisecond // HZ 100, the coarsest tick
+	}
+	return time.Duration(ts.Nano())
+}()
+
 // KernelEpochStart is the Unix time (ns) at which sub-window ep began.
 func (c *Capture) KernelEpochStart(ep int64) int64 {
 	return ep*c.cfg.KernelCount.SubWindow.Nanoseconds() + MonotonicOffset()

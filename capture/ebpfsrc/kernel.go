@@ -64,9 +64,14 @@ const dueMargin = time.Millisecond
 // Due is the wall time at which Step has a sub-window to read next: just
 // after the sub-window now being counted ends. Like Step, on the pipeline
 // goroutine.
+//
+// The sub-window ends by the coarse clock the programs count by
+// (bpf.KernelClockLag behind the fine one): waking at the fine clock's end
+// found it not yet ended, and the reader woke again at once until the
+// coarse clock ticked, a few milliseconds of spinning every sub-window.
 func (k *KernelReader) Due() time.Time {
 	ep := max(k.next, k.c.KernelEpoch())
-	return time.Unix(0, k.c.KernelEpochStart(ep+1)).Add(dueMargin)
+	return time.Unix(0, k.c.KernelEpochStart(ep+1)).Add(bpf.KernelClockLag + dueMargin)
 }
 
 // Stats returns the counters; like Step, on the pipeline goroutine.

@@ -75,7 +75,16 @@ func (d *daemon) wakeKernel(now time.Time) time.Time {
 		return time.Time{} // no kernel counting: never again
 	}
 	d.stepKernel()
-	return d.kc.r.Due()
+	// Never sooner than a millisecond from now: a clock that has not
+	// moved on yet must not make the pipeline spin.
+	return later(d.kc.r.Due(), now.Add(time.Millisecond))
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // stepKernel runs on the pipeline goroutine at every tick and sub-window.
