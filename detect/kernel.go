@@ -78,14 +78,7 @@ func (d *Detector) KernelCounts(start, end int64, counts []uint32, complete bool
 // count plus what user space counted itself in its detector bucket
 // (fallbacks: an over-estimate, so never one located too late) reaches
 // the trigger, with the same hysteresis as a detector bucket; it is
-// looked at when its count changes. Its count then also includes the
-// newest sub-window's a second time: these counts arrive only once the
-// sub-window has ended, up to a sub-window after the reads, and a rising
-// key's reads stay in the kernel until its bucket is located; a bucket
-// that reaches the trigger within the next sub-window at its newest
-// sub-window's rate is located now, about when user space counting every
-// read would have located it (a steady bucket is located at 8/9 of the
-// rate it took without). complete false (the counts could not
+// looked at when its count changes. complete false (the counts could not
 // be read whole: the reader fell behind past what the kernel keeps) marks
 // the span Incomplete: hot keys are not turned cold on it. Buckets of hot
 // keys are always located, so their reads keep reaching the hot list. The
@@ -120,13 +113,11 @@ func (d *Detector) KernelCountsAt(start, end int64, counts []uint32, idx []uint3
 	k.ring[k.next] = cur
 	k.next = (k.next + 1) % numSub
 	d.st.KernelSubWindows++
-	// last: b's count in the sub-window just read, counted again to
-	// locate (not to keep located).
-	locate := func(b, last uint32) {
+	locate := func(b uint32) {
 		c := b >> k.shift
 		total := uint64(k.fine[b]) + uint64(w.prev[c]) + uint64(w.cur[c])
 		if !k.active[b] {
-			if total+uint64(last) < w.trig {
+			if total < w.trig {
 				return
 			}
 			k.active[b] = true
@@ -142,10 +133,10 @@ func (d *Detector) KernelCountsAt(start, end int64, counts []uint32, idx []uint3
 		}
 	}
 	for _, e := range old {
-		locate(e.b, 0)
+		locate(e.b)
 	}
 	for _, e := range cur {
-		locate(e.b, e.n)
+		locate(e.b)
 	}
 	clear(k.bits)
 	on := k.on[:0]

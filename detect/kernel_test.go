@@ -302,38 +302,3 @@ func BenchmarkKernelCounts(b *testing.B) {
 		d.KernelCountsAt(base+int64(i)*d.sub, base+int64(i+1)*d.sub, counts, idx, true)
 	}
 }
-
-// TestKernelLocatesRising: the kernel's counts of a sub-window reach the
-// detector only once it has ended, up to a sub-window after its reads, and
-// until its bucket is located a rising key's reads stay in the kernel. A
-// bucket whose newest sub-window, if repeated, takes it to the trigger is
-// located at once rather than a sub-window later (a key at 2× the
-// threshold was reported 25 ms later at p99 than by user space counting).
-// A steady bucket short of that is not.
-func TestKernelLocatesRising(t *testing.T) {
-	d, _ := newDet(t, Config{HotQPS: T})
-	trig := d.def.trig
-	sub := d.SubWindow()
-	counts := make([]uint32, 1<<16)
-	located := func(bits []uint64, b uint32) bool { return bits[b/64]&(1<<(b%64)) != 0 }
-	const rising, short, steady = 100, 200, 300
-	counts[rising] = uint32((trig + 1) / 2) // half the trigger in one sub-window
-	counts[short] = uint32((trig+1)/2) - 1
-	bits := d.KernelCounts(base, base+sub, counts, true)
-	if !located(bits, rising) {
-		t.Errorf("a bucket with %d reads in its first sub-window (trigger %d) is not located: it waits a sub-window more", counts[rising], trig)
-	}
-	if located(bits, short) {
-		t.Errorf("a bucket with %d reads in its first sub-window (trigger %d) is located", counts[short], trig)
-	}
-	// Steady at a tenth of the trigger per sub-window: its window (8
-	// sub-windows) and its newest again stay under it.
-	clear(counts)
-	for i := range int64(3 * numSub) {
-		counts[steady] = uint32(trig / 10)
-		bits = d.KernelCounts(base+(i+1)*sub, base+(i+2)*sub, counts, true)
-		if located(bits, steady) {
-			t.Fatalf("sub-window %d: a steady bucket at a tenth of the trigger (%d) per sub-window is located", i, trig)
-		}
-	}
-}
