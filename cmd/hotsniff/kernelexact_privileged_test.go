@@ -134,11 +134,11 @@ func TestRunKernelCountExact(t *testing.T) {
 				}
 			}
 			copiedSegs := m[`hotsniff_kernel_counted_total{what="copied"}`]
-			t.Logf("%s: GETs executed %v, counted %v (kernel %v + user space %v - both %v); planted %d, background %d; request segments copied %v (%v counted and copied, %v fallbacks:%s), %.4f per GET; duplicates %v",
+			t.Logf("%s: GETs executed %.0f, counted %.0f (kernel %.0f + user space %.0f - both %.0f); planted %d, background %d; request segments copied %.0f (%.0f counted and copied, %.0f fallbacks:%s), %.4f per GET; duplicates %.0f",
 				mode, executed, counted, kernelKeys, userGets, copiedGets, len(sent), bgTotal.Load(), copiedSegs+fallback, copiedSegs, fallback, reasons,
 				(copiedSegs+fallback)/executed, m[`hotsniff_kernel_counted_total{what="duplicates"}`])
 			if counted != executed {
-				t.Errorf("%s: GETs counted %v, the server executed %v\n%s", mode, counted, executed, kernelMetrics(m))
+				t.Errorf("%s: GETs counted %.0f, the server executed %.0f\n%s", mode, counted, executed, kernelMetrics(m))
 			}
 			if kernelKeys == 0 || userGets >= executed {
 				t.Errorf("%s: kernel counted %v GETs, user space decoded %v of %v: the programs kept none", mode, kernelKeys, userGets, executed)
