@@ -879,9 +879,18 @@ static __always_inline int sample_skip(struct rec_hdr *h, struct parsed *p)
 // Under kernel counting, a reply of a connection whose requests user space
 // cannot confirm yet (kc_anchor_take) goes on instead, as a header without
 // payload.
+//
+// Under kernel counting the requests that say where the replies stand are
+// mostly not copied either: a reply record (a FIN, an RST, an anchor)
+// resumes the reply stream (KC_REC_GAP) instead of landing out of the
+// window user space last knew.
 static __always_inline int reply_done(struct parsed *p, struct rec_hdr *h, struct counters *cnt, __u32 wire)
 {
-	if (!p->reply || replies != REPLIES_OFF || (h->flags & (F_SYN | F_FIN | F_RST)))
+	if (!p->reply || replies != REPLIES_OFF)
+		return 0;
+	if (kc_on && !(h->flags & F_SYN))
+		h->pad2 |= KC_REC_GAP;
+	if (h->flags & (F_SYN | F_FIN | F_RST))
 		return 0;
 	if (kc_on && kc_anchor_take(h)) {
 		h->pad2 |= REC_ANCHOR;

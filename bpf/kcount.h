@@ -1363,8 +1363,9 @@ __attribute__((noinline)) int kc_request_xdp(struct xdp_md *ctx)
 static __always_inline int kc_handle(void *ctx, int xdp, struct rec_hdr *h, __u32 pay_off, __u32 avail,
 				     __u32 wire)
 {
-	if (!(h->flags & F_SYN) && (wire == 0 || (h->flags & F_RST)))
-		return 0;
+	int ctl = !(h->flags & F_SYN) && (wire == 0 || (h->flags & F_RST));
+	if (ctl && !(h->flags & (F_FIN | F_RST)))
+		return 0; // a pure ACK
 	__u32 zero = 0;
 	struct kc_scratch *s = bpf_map_lookup_elem(&kc_scratch, &zero);
 	if (!s)
@@ -1376,6 +1377,17 @@ static __always_inline int kc_handle(void *ctx, int xdp, struct rec_hdr *h, __u3
 	in->k.dport = h->dport;
 	if (h->flags & F_SYN) {
 		kc_syn(&in->k, h->seq);
+		return 0;
+	}
+	if (ctl) {
+		// A FIN or RST after segments counted and not copied: user space
+		// resumes the stream there instead of finding it out of its
+		// window.
+		struct kc_flow *fl = bpf_map_lookup_elem(&kc_flows, &in->k);
+		if (fl && fl->gap) {
+			h->pad2 |= KC_REC_GAP;
+			fl->gap = 0;
+		}
 		return 0;
 	}
 	in->seq = h->seq;

@@ -26,7 +26,7 @@ type Counter struct {
 	// direct-mapped cache in front of it. Op strings come from fixed tables,
 	// so the address of their bytes identifies them: a hit costs no string
 	// hashing, which a map keyed by the op name would pay on every request.
-	requests map[OpKey]*uint64
+	requests map[OpKey]*opCount
 	ops      [64]opSlot
 	Errors   map[ErrKey]uint64
 	// Reads and Writes count key occurrences per protocol.
@@ -44,12 +44,18 @@ type opSlot struct {
 	name  *byte
 	n     int
 	proto Proto
-	count *uint64
+	count *opCount
 }
+
+// opCount is one (proto, op)'s requests: all of them, and those of
+// segments the capture programs had counted already (Flow.KernelCounted:
+// copied anyway under --kernel-count), which the programs' own request
+// count holds too.
+type opCount struct{ all, kernel uint64 }
 
 // NewCounter returns a Counter forwarding to next.
 func NewCounter(next Sink) *Counter {
-	return &Counter{Next: next, requests: map[OpKey]*uint64{}, Errors: map[ErrKey]uint64{}}
+	return &Counter{Next: next, requests: map[OpKey]*opCount{}, Errors: map[ErrKey]uint64{}}
 }
 
 // Request counts one request.
@@ -60,12 +66,15 @@ func (c *Counter) Request(f *Flow, r *Request) {
 		k := OpKey{f.Proto, r.Op}
 		cnt := c.requests[k]
 		if cnt == nil {
-			cnt = new(uint64)
+			cnt = new(opCount)
 			c.requests[k] = cnt
 		}
 		*s = opSlot{p, len(r.Op), f.Proto, cnt}
 	}
-	*s.count++
+	s.count.all++
+	if f.KernelCounted {
+		s.count.kernel++
+	}
 	if c.Next != nil {
 		c.Next.Request(f, r)
 	}
@@ -75,7 +84,24 @@ func (c *Counter) Request(f *Flow, r *Request) {
 func (c *Counter) Requests() map[OpKey]uint64 {
 	out := make(map[OpKey]uint64, len(c.requests))
 	for k, v := range c.requests {
-		out[k] = *v
+		out[k] = v.all
+	}
+	return out
+}
+
+// KernelCountedRequests returns, per (proto, op) that has any, how many of
+// the requests counted were in segments the capture programs had counted
+// themselves already (--kernel-count): the requests counted in all are the
+// programs' count plus Requests minus these.
+func (c *Counter) KernelCountedRequests() map[OpKey]uint64 {
+	var out map[OpKey]uint64
+	for k, v := range c.requests {
+		if v.kernel != 0 {
+			if out == nil {
+				out = make(map[OpKey]uint64)
+			}
+			out[k] = v.kernel
+		}
 	}
 	return out
 }
@@ -104,7 +130,7 @@ func (c *Counter) Error(f *Flow, reason string) {
 // Totals sums the counters over protocols.
 func (c *Counter) Totals() (requests, keys, reads, writes, errors uint64) {
 	for _, n := range c.requests {
-		requests += *n
+		requests += n.all
 	}
 	for p := range c.Reads {
 		reads += c.Reads[p]

@@ -117,9 +117,14 @@ type Snapshot struct {
 	KernelFallback map[string]uint64
 	// KernelCounted counts what the eBPF programs counted themselves
 	// (--kernel-count), by what: request segments, requests, keys and
-	// duplicate segments skipped; nil when off. Requests counted in the
-	// kernel and not copied are not in requests_total.
+	// duplicate segments skipped, and counted segments copied anyway; nil
+	// when off. Requests counted in the kernel and not copied are not in
+	// requests_total.
 	KernelCounted map[string]uint64
+	// KernelCopied counts the decoded requests (in Requests) of segments
+	// the programs had counted already: counted once, in all, are the
+	// programs' requests plus Requests minus these.
+	KernelCopied map[decode.OpKey]uint64
 }
 
 // Sampling is the state of flow sampling under a CPU budget (--max-cpu).
@@ -167,6 +172,7 @@ type Collector struct {
 	channelUp, adopted                                                                           *prometheus.Desc
 	absReports, absHits, absRejected, lateReads                                                  *prometheus.Desc
 	replyBytes, replyUnpaired, pendingDropped, pendingDesyncs, pendingHeld                       *prometheus.Desc
+	kernelCopied                                                                                 *prometheus.Desc
 }
 
 // New returns a Collector; register it with a prometheus.Registry.
@@ -220,7 +226,9 @@ func New() *Collector {
 		kernelFallback: d("kernel_fallback_total",
 			"Request segments the eBPF programs copied without counting them in the kernel (--kernel-count), by reason.", "reason"),
 		kernelCounted: d("kernel_counted_total",
-			"What the eBPF programs counted in the kernel themselves (--kernel-count): what=segments (request segments parsed whole), requests, keys, duplicates (segments seen a second time, not counted again). Requests counted only there are not in requests_total.", "what"),
+			"What the eBPF programs counted in the kernel themselves (--kernel-count): what=segments (request segments parsed whole), requests, keys, duplicates (segments seen a second time, not counted again), copied (segments counted and copied anyway: a read in a located bucket, a write to a hot key, a session command). Requests counted only there are not in requests_total.", "what"),
+		kernelCopied: d("kernel_copied_requests_total",
+			"Decoded requests (in requests_total) of segments the eBPF programs had counted themselves and copied anyway (--kernel-count): every request is counted once in kernel_counted_total{what=\"requests\"} + requests_total - this.", "proto", "op"),
 		pubMsgs:     d("publish_messages_total", "Channel messages sent (one PUBLISH each; a v2 message carries a batch of events)."),
 		pubOverflow: d("publish_budget_overflow_total", "Events over this node's channel message budget: shed (refreshes left out) or delayed (waited, batched).", "action"),
 		replyBytes:  d("reply_bytes_total", "Reply bytes decoded (TCP payload from the server), attributed to keys or not.", "proto"),
@@ -250,7 +258,7 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.lateReads, c.pubMsgs, c.pubOverflow, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs, c.pendingHeld,
-		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable, c.incomplete, c.coldHeld, c.coldHeldKernel, c.incompleteSecs, c.shed, c.shedBytes, c.droppedBytes, c.kernelFallback, c.kernelCounted, c.rejected, c.rejectedBytes, c.channelUp, c.adopted} {
+		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable, c.incomplete, c.coldHeld, c.coldHeldKernel, c.incompleteSecs, c.shed, c.shedBytes, c.droppedBytes, c.kernelFallback, c.kernelCounted, c.kernelCopied, c.rejected, c.rejectedBytes, c.channelUp, c.adopted} {
 		ch <- d
 	}
 	c.lat.Describe(ch)
@@ -353,6 +361,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.shedBytes, float64(s.ShedBytes))
 	for _, w := range sortedKeys(s.KernelCounted) {
 		counter(c.kernelCounted, float64(s.KernelCounted[w]), w)
+	}
+	for k, v := range s.KernelCopied {
+		counter(c.kernelCopied, float64(v), k.Proto.String(), k.Op)
 	}
 	for _, r := range sortedKeys(s.KernelFallback) {
 		counter(c.kernelFallback, float64(s.KernelFallback[r]), r)

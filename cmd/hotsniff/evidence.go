@@ -103,7 +103,8 @@ func (d *daemon) noteEvidence(det *detect.Detector) {
 			for r, v := range ks.Fallback {
 				fallback[bpf.FallbackReason(r).String()] = v
 			}
-			counted = map[string]uint64{"segments": ks.Counted, "requests": ks.Requests, "keys": ks.Keys, "duplicates": ks.Duplicate}
+			counted = map[string]uint64{"segments": ks.Counted, "requests": ks.Requests, "keys": ks.Keys, "duplicates": ks.Duplicate,
+				"copied": ks.Counted - ks.Skipped}
 		}
 	}
 	ds := det.Stats()

@@ -372,6 +372,7 @@ func (d *daemon) updateMetrics(st stream.Stats, c *decode.Counter, hot []event.E
 		s.Capture = capStats
 		s.TruncatedSegments = d.pl.Truncated()
 		s.Requests = c.Requests()
+		s.KernelCopied = c.KernelCountedRequests()
 		s.DecodeErrors = copyMap(c.Errors, s.DecodeErrors)
 		if s.Keys == nil {
 			s.Keys, s.Gaps, s.HotKeys = map[decode.Proto]uint64{}, map[decode.Proto]uint64{}, map[decode.Proto]int{}

@@ -1,0 +1,372 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotsniff/hotsniff/event"
+	"github.com/hotsniff/hotsniff/internal/testing/netnstest"
+)
+
+// The workload of TestRunKernelCountExact: a planted key paced at
+// plantedQPS over two connections beside random background reads, with a
+// detector window of exactWindow (sub-window exactWindow/8) and a refresh
+// at every sub-window, so each refresh carries the key's rate over the
+// seven sub-windows before it.
+const (
+	exactHotQPS  = 1000
+	exactWindow  = 800 * time.Millisecond
+	plantedQPS   = 3000
+	plantedFor   = 3 * time.Second
+	plantedKey   = "planted:hot"
+	exactRateTol = 0.02
+)
+
+// TestRunKernelCountExact: with --kernel-count, in each capture mode, every
+// GET the server executed is counted exactly once (in the kernel, or
+// decoded in user space, never both), and a planted hot key's reported rate
+// is within 2 % of the rate the test sent it at over the same span, while
+// random keys are read beside it.
+func TestRunKernelCountExact(t *testing.T) {
+	netnstest.RequireRoot(t)
+	netnstest.Need(t, "nsenter")
+	p := netnstest.NewPair(t)
+	port := testPorts(7)[6]
+	srv := p.StartRedis(t, port)
+	// Written before any daemon runs: GET is the only keyed command the
+	// daemons see.
+	setup := redis.NewClient(&redis.Options{Addr: srv.String(), Protocol: 2, DisableIdentity: true})
+	if err := setup.Set(context.Background(), plantedKey, "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	setup.Close()
+	for _, mode := range []string{"tc", "xdp", "cgroup"} {
+		t.Run(mode, func(t *testing.T) {
+			args := []string{"--capture", mode}
+			if mode == "cgroup" {
+				if _, ok := cgroupRoot(); !ok {
+					netnstest.Skip(t, "no cgroup v2 hierarchy mounted")
+				}
+			} else {
+				args = append(args, "--iface", p.NSIface)
+			}
+			args = append(args, "--port", fmt.Sprintf("redis=%d", port), "--kernel-count",
+				"--hot-qps", strconv.Itoa(exactHotQPS), "--window", exactWindow.String(), "--refresh-every", "1ms")
+			// The planted key's connections and one for fallbacks, opened
+			// after the daemon started (it sees their handshakes) or, with
+			// HOTSNIFF_EXACT_MIDSTREAM set, before: joined mid-stream
+			// (fails today, see the comment at the end of this file).
+			var planted *redis.Client
+			var fb net.Conn
+			conns := func() {
+				planted = redis.NewClient(&redis.Options{Addr: srv.String(), PoolSize: 2, MinIdleConns: 2, Protocol: 2, DisableIdentity: true})
+				for range 2 {
+					if err := planted.Ping(context.Background()).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var err error
+				if fb, err = net.Dial("tcp", srv.String()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			midstream := os.Getenv("HOTSNIFF_EXACT_MIDSTREAM") != ""
+			if midstream {
+				conns()
+			}
+			d := startNodeDaemon(t, p.NS, p.NSIP, args...)
+			if !midstream {
+				conns()
+			}
+			defer planted.Close()
+			defer fb.Close()
+			info := redis.NewClient(&redis.Options{Addr: srv.String(), Protocol: 2, DisableIdentity: true})
+			defer info.Close()
+			before := commandCalls(t, info)["get"]
+
+			ctx, cancel := context.WithTimeout(context.Background(), plantedFor+500*time.Millisecond)
+			defer cancel()
+			var bgTotal, bgHot atomic.Int64
+			bgDone := make(chan struct{})
+			go func() {
+				defer close(bgDone)
+				netnstest.LoadMix(ctx, t, srv, 2, 16, 10000, "", 0, &bgTotal, &bgHot)
+			}()
+			fbDone := make(chan struct{})
+			go func() {
+				defer close(fbDone)
+				sendFallbacks(t, fb)
+			}()
+			sent := pacePlanted(t, planted, plantedQPS, plantedFor)
+			<-bgDone
+			<-fbDone
+			executed := commandCalls(t, info)["get"] - before
+
+			// Every GET counted: by the programs (keys: the only keyed
+			// command sent is GET), or decoded in user space from a
+			// segment they did not count.
+			m := waitCounted(t, &d.daemonProc, executed)
+			kernelKeys := m[`hotsniff_kernel_counted_total{what="keys"}`]
+			userGets := m[`hotsniff_requests_total{op="GET",proto="redis"}`]
+			copiedGets := m[`hotsniff_kernel_copied_requests_total{op="GET",proto="redis"}`]
+			counted := kernelKeys + userGets - copiedGets
+			fallback := 0.0
+			reasons := ""
+			for _, r := range []string{"split", "long_key", "inline", "midstream", "unknown", "complex", "keys", "large", "proto", "malformed", "load"} {
+				v := m[`hotsniff_kernel_fallback_total{reason="`+r+`"}`]
+				fallback += v
+				if v != 0 {
+					reasons += fmt.Sprintf(" %s=%v", r, v)
+				}
+			}
+			copiedSegs := m[`hotsniff_kernel_counted_total{what="copied"}`]
+			t.Logf("%s: GETs executed %.0f, counted %.0f (kernel %.0f + user space %.0f - both %.0f); planted %d, background %d; request segments copied %.0f (%.0f counted and copied, %.0f fallbacks:%s), %.4f per GET; duplicates %.0f",
+				mode, executed, counted, kernelKeys, userGets, copiedGets, len(sent), bgTotal.Load(), copiedSegs+fallback, copiedSegs, fallback, reasons,
+				(copiedSegs+fallback)/executed, m[`hotsniff_kernel_counted_total{what="duplicates"}`])
+			if counted != executed {
+				t.Errorf("%s: GETs counted %.0f, the server executed %.0f\n%s", mode, counted, executed, kernelMetrics(m))
+			}
+			if kernelKeys == 0 || userGets >= executed {
+				t.Errorf("%s: kernel counted %v GETs, user space decoded %v of %v: the programs kept none", mode, kernelKeys, userGets, executed)
+			}
+			// The segments with a long key are left whole to user space:
+			// the first as long_key, the others as split (after a
+			// fallback the programs do not know where the next command
+			// starts until a segment parses whole).
+			if only := userGets - copiedGets; only < fallbackGets || m[`hotsniff_kernel_fallback_total{reason="long_key"}`] < 1 {
+				t.Errorf("%s: %v GETs counted in user space alone, %v long-key fallbacks; want at least %d and 1", mode, only,
+					m[`hotsniff_kernel_fallback_total{reason="long_key"}`], fallbackGets)
+			}
+			// Rejected segments are logged, not failed on: with kernel
+			// counting the FINs of connections whose requests and replies
+			// stayed in the kernel land far beyond where user space last
+			// saw them (out_of_window; no request in them).
+			for name, v := range m {
+				if v != 0 && (strings.HasPrefix(name, "hotsniff_capture_dropped_total") || name == "hotsniff_stream_lost_bytes_total") {
+					t.Errorf("%s = %v, want 0", name, v)
+				}
+				if v != 0 && strings.HasPrefix(name, "hotsniff_stream_rejected_total") {
+					t.Logf("%s: %s %v", mode, name, v)
+				}
+			}
+
+			checkPlantedRate(t, d, mode, sent)
+			for _, e := range d.hotkeys(t) {
+				if string(e.Key) != plantedKey {
+					t.Errorf("%s: a random key reported hot: %+v", mode, e)
+				}
+			}
+			if err := d.stop(t, syscall.SIGTERM); err != nil {
+				t.Errorf("exit after SIGTERM: %v\n%s", err, d.log())
+			}
+		})
+	}
+}
+
+// sendFallbacks sends, on c, fallbackRounds pipelines of 8 GETs of which
+// one names a key longer than the programs count (bpf.KernelMaxKey): each
+// segment is copied uncounted, for user space to count all 8.
+const fallbackRounds, fallbackGets = 200, 200 * 8
+
+func sendFallbacks(t *testing.T, c net.Conn) {
+	long := strings.Repeat("x", 300)
+	rd := bufio.NewReader(c)
+	for i := range fallbackRounds {
+		var req []byte
+		for j := range 8 {
+			k := "fb:" + strconv.Itoa(i*8+j)
+			if j == i%8 {
+				k = long + strconv.Itoa(i)
+			}
+			req = append(req, netnstest.RESP("GET", k)...)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(req); err != nil {
+			t.Errorf("fallback GETs: %v", err)
+			return
+		}
+		for range 8 {
+			if line, err := rd.ReadString('\n'); err != nil || line != "$-1\r\n" {
+				t.Errorf("fallback GET reply %q: %v", line, err)
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// sentGet is one GET of the planted key: sent no earlier than t0, answered
+// by t1 (Unix ns); the capture saw it in between.
+type sentGet struct{ t0, t1 int64 }
+
+// pacePlanted GETs plantedKey at qps over two connections for d, each
+// connection on a schedule of its own (a late send goes at once, so the
+// schedule catches up), and returns every GET answered.
+func pacePlanted(t *testing.T, c *redis.Client, qps int, d time.Duration) []sentGet {
+	t.Helper()
+	const conns = 2
+	ctx := context.Background()
+	every := time.Duration(int64(time.Second) * conns / int64(qps))
+	var mu sync.Mutex
+	var out []sentGet
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []sentGet
+			for n := 0; ; n++ {
+				at := start.Add(every*time.Duration(n) + every*time.Duration(i)/conns)
+				if at.Sub(start) >= d {
+					break
+				}
+				if w := time.Until(at); w > 0 {
+					time.Sleep(w)
+				}
+				t0 := time.Now().UnixNano()
+				if err := c.Get(ctx, plantedKey).Err(); err != nil {
+					t.Errorf("GET %s: %v", plantedKey, err)
+					return
+				}
+				mine = append(mine, sentGet{t0, time.Now().UnixNano()})
+			}
+			mu.Lock()
+			out = append(out, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	sort.Slice(out, func(a, b int) bool { return out[a].t0 < out[b].t0 })
+	return out
+}
+
+// waitCounted polls /metrics until the GETs counted (kernel + user space
+// only) reach want, then takes one more refresh so a count beyond it
+// shows, and returns the last scrape.
+func waitCounted(t *testing.T, d *daemonProc, want float64) map[string]float64 {
+	t.Helper()
+	counted := func(m map[string]float64) float64 {
+		return m[`hotsniff_kernel_counted_total{what="keys"}`] + m[`hotsniff_requests_total{op="GET",proto="redis"}`] -
+			m[`hotsniff_kernel_copied_requests_total{op="GET",proto="redis"}`]
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if _, m := d.scrape(t); counted(m) >= want || time.Now().After(deadline) {
+			break
+		}
+	}
+	time.Sleep(1200 * time.Millisecond) // metrics refresh once a second
+	_, m := d.scrape(t)
+	return m
+}
+
+// kernelMetrics lists the kernel-counting metrics of a scrape.
+func kernelMetrics(m map[string]float64) string {
+	var names []string
+	for k := range m {
+		for _, p := range []string{"hotsniff_kernel_", "hotsniff_requests_", "hotsniff_capture_", "hotsniff_stream_", "hotsniff_detect_"} {
+			if strings.HasPrefix(k, p) {
+				names = append(names, k)
+				break
+			}
+		}
+	}
+	sort.Strings(names)
+	s := ""
+	for _, k := range names {
+		s += fmt.Sprintf("%s %v\n", k, m[k])
+	}
+	return s
+}
+
+// checkPlantedRate compares the rate of every refresh of the planted key
+// that measured a full window inside the paced span with the rate sent
+// over that window.
+//
+// A refresh at packet time ts, in sub-window E, carries the reads counted
+// in sub-windows E-7 .. E divided by ts - start of E-7 (docs/detection.md:
+// the entry's window, its span from the oldest sub-window in the ring once
+// the entry is older than that). A GET is placed at the middle of its
+// send and its answer; the capture saw it in between.
+func checkPlantedRate(t *testing.T, d *nodeDaemon, mode string, sent []sentGet) {
+	t.Helper()
+	sub := int64(exactWindow / 8)
+	genStart, genEnd := sent[0].t0, sent[len(sent)-1].t0
+	d.mu.Lock()
+	evs := append([]event.Event(nil), d.events...)
+	d.mu.Unlock()
+	var first int64
+	var errs []float64
+	worst, sumErr := 0.0, 0.0
+	for _, e := range evs {
+		if string(e.Key) != plantedKey || e.Type != event.TypeHot {
+			continue
+		}
+		ts := e.TS.UnixNano()
+		if first == 0 {
+			first = ts
+			continue
+		}
+		start := (ts/sub - 7) * sub
+		if ts-first < int64(exactWindow) || start < genStart || ts > genEnd {
+			continue // the entry's window or the span not yet full, or past the load
+		}
+		n := 0
+		for _, g := range sent {
+			if mid := (g.t0 + g.t1) / 2; mid >= start && mid < ts {
+				n++
+			}
+		}
+		want := float64(n) * 1e9 / float64(ts-start)
+		rel := (e.QPS - want) / want
+		errs = append(errs, rel)
+		sumErr += rel
+		if math.Abs(rel) > math.Abs(worst) {
+			worst = rel
+		}
+		if math.Abs(rel) > exactRateTol {
+			t.Errorf("%s: refresh at %s: qps %.1f, sent %.1f/s (%d GETs over %v): %+.2f %%", mode,
+				e.TS.Format("15:04:05.000"), e.QPS, want, n, time.Duration(ts-start), 100*rel)
+		}
+	}
+	sentQPS := float64(len(sent)) * 1e9 / float64(genEnd-genStart)
+	if first == 0 {
+		t.Fatalf("%s: %s never reported hot (sent %.0f/s)\n%s", mode, plantedKey, sentQPS, d.log())
+	}
+	if len(errs) < 3 {
+		t.Fatalf("%s: %d refreshes of %s measured a full window inside the load, want at least 3", mode, len(errs), plantedKey)
+	}
+	t.Logf("%s: planted %s sent at %.1f/s on average; %d refreshes over full windows: reported vs sent, mean %+.3f %%, worst %+.3f %%",
+		mode, plantedKey, sentQPS, len(errs), 100*sumErr/float64(len(errs)), 100*worst)
+}
+
+// Connections joined mid-stream (HOTSNIFF_EXACT_MIDSTREAM=1: the planted
+// key's and the fallback connection opened before the daemon) are not
+// exact today. With --kernel-count the programs pass on no replies (replies
+// are forced off: reply_done ends every reply segment's run without a
+// record), so user space never sees a server segment acknowledging where
+// such a connection's requests are, and the stream layer's Verify
+// (stream/accept.go) rejects every request record of it as unconfirmed:
+// the fallbacks (not counted in the kernel) are lost, and so are the
+// located reads the kernel counted and copied, so a key read only on such
+// connections is counted into the kernel's buckets but never reaches
+// stages 2 and 3 and is never reported hot. Measured in all three modes:
+// 1600 of ~1 M GETs missing (exactly the fallback segments' GETs), every
+// copied record rejected (stream_rejected_total{reason="unconfirmed"} ~8700),
+// the planted key at 3000/s never reported. The cure is in the programs:
+// a header-only record of a reply (its ACK) for a connection joined
+// mid-stream, once, so user space can anchor it.
