@@ -260,7 +260,7 @@ const (
 	familyMGETKeys = 10000 // keys of the large MGET: its request spans many segments
 	familyManyKeys = 150   // keys of a small MGET, in one segment: more than bpf.KernelMaxKeys
 	familyInline   = 100   // inline GETs, each after a RESP GET
-	familyPipeline = 2000  // GETs written at once (~50 KB), packed across segments
+	familyPipeline = 2000  // GETs written at once (73 KB), packed across segments
 )
 
 // sendFamilies sends on c, one after the other, requests the programs
