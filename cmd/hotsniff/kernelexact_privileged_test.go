@@ -79,7 +79,7 @@ func TestRunKernelCountExact(t *testing.T) {
 			// after the daemon started (it sees their handshakes) or
 			// before: joined mid-stream.
 			var planted *redis.Client
-			var fb net.Conn
+			var fb, fx net.Conn
 			conns := func() {
 				planted = redis.NewClient(&redis.Options{Addr: srv.String(), PoolSize: 2, MinIdleConns: 2, Protocol: 2, DisableIdentity: true})
 				for range 2 {
@@ -89,6 +89,9 @@ func TestRunKernelCountExact(t *testing.T) {
 				}
 				var err error
 				if fb, err = net.Dial("tcp", srv.String()); err != nil {
+					t.Fatal(err)
+				}
+				if fx, err = net.Dial("tcp", srv.String()); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -101,9 +104,11 @@ func TestRunKernelCountExact(t *testing.T) {
 			}
 			defer planted.Close()
 			defer fb.Close()
+			defer fx.Close()
 			info := redis.NewClient(&redis.Options{Addr: srv.String(), Protocol: 2, DisableIdentity: true})
 			defer info.Close()
-			before := commandCalls(t, info)["get"]
+			calls0 := commandCalls(t, info)
+			before, mgetsBefore := calls0["get"], calls0["mget"]
 
 			ctx, cancel := context.WithTimeout(context.Background(), plantedFor+500*time.Millisecond)
 			defer cancel()
@@ -118,19 +123,41 @@ func TestRunKernelCountExact(t *testing.T) {
 				defer close(fbDone)
 				sendFallbacks(t, fb)
 			}()
+			fxDone := make(chan struct{})
+			go func() {
+				defer close(fxDone)
+				sendFamilies(t, fx)
+			}()
 			sent := pacePlanted(t, planted, plantedQPS, plantedFor)
 			<-bgDone
 			<-fbDone
-			executed := commandCalls(t, info)["get"] - before
+			<-fxDone
+			calls := commandCalls(t, info)
+			executed := calls["get"] - before
+			mgets := calls["mget"] - mgetsBefore
+			mgetKeys := float64(familyMGETKeys + familyManyKeys)
 
 			// Every GET counted: by the programs (keys: the only keyed
 			// command sent is GET), or decoded in user space from a
 			// segment they did not count.
-			m := waitCounted(t, &d.daemonProc, executed)
+			m := waitCounted(t, &d.daemonProc, executed, executed+mgetKeys)
 			kernelKeys := m[`hotsniff_kernel_counted_total{what="keys"}`]
 			userGets := m[`hotsniff_requests_total{op="GET",proto="redis"}`]
 			copiedGets := m[`hotsniff_kernel_copied_requests_total{op="GET",proto="redis"}`]
 			counted := kernelKeys + userGets - copiedGets
+			// The MGETs' keys: no segment of them parses whole (the large
+			// one spans many, the small one has too many keys), so the
+			// programs count none of them (kc_request adds a segment's
+			// keys only when it parsed whole) and user space decodes them
+			// all. keys_total counts every key decoded, GETs' (one each)
+			// and the MGETs'.
+			userMGETs := m[`hotsniff_requests_total{op="MGET",proto="redis"}`]
+			userMGETKeys := m[`hotsniff_keys_total{proto="redis"}`] - userGets
+			if mgets != 2 || userMGETs != mgets || userMGETKeys != mgetKeys ||
+				m[`hotsniff_kernel_copied_requests_total{op="MGET",proto="redis"}`] != 0 {
+				t.Errorf("%s: MGETs executed %v (want 2), decoded %v with %v keys (want %v), %v of them counted in the kernel too (want 0)",
+					mode, mgets, userMGETs, userMGETKeys, mgetKeys, m[`hotsniff_kernel_copied_requests_total{op="MGET",proto="redis"}`])
+			}
 			fallback := 0.0
 			reasons := ""
 			for _, r := range []string{"split", "long_key", "inline", "midstream", "unknown", "complex", "keys", "large", "proto", "malformed", "load"} {
@@ -141,6 +168,7 @@ func TestRunKernelCountExact(t *testing.T) {
 				}
 			}
 			copiedSegs := m[`hotsniff_kernel_counted_total{what="copied"}`]
+			t.Logf("%s: MGET keys executed %.0f, decoded in user space %.0f; fallbacks by reason:%s", mode, mgetKeys, userMGETKeys, reasons)
 			t.Logf("%s: GETs executed %.0f, counted %.0f (kernel %.0f + user space %.0f - both %.0f); planted %d, background %d; request segments copied %.0f (%.0f counted and copied, %.0f fallbacks:%s), %.4f per GET; duplicates %.0f",
 				mode, executed, counted, kernelKeys, userGets, copiedGets, len(sent), bgTotal.Load(), copiedSegs+fallback, copiedSegs, fallback, reasons,
 				(copiedSegs+fallback)/executed, m[`hotsniff_kernel_counted_total{what="duplicates"}`])
@@ -162,6 +190,14 @@ func TestRunKernelCountExact(t *testing.T) {
 			if only := userGets - copiedGets; only < fallbackGets || m[first] < 1 {
 				t.Errorf("%s: %v GETs counted in user space alone, %v %s; want at least %d and 1", mode, only,
 					m[first], first, fallbackGets)
+			}
+			// Each inline GET and the small MGET follow a RESP GET that
+			// parsed whole, so they start on a known command boundary and
+			// fall back by their own reason. (The large MGET and the
+			// pipeline fall back as large where the capture sees GSO
+			// packets over 4 KiB, tc and cgroup, else as split: logged.)
+			if in, ks := m[`hotsniff_kernel_fallback_total{reason="inline"}`], m[`hotsniff_kernel_fallback_total{reason="keys"}`]; in < familyInline || ks < 1 {
+				t.Errorf("%s: fallbacks inline %v, keys %v; want at least %d and 1", mode, in, ks, familyInline)
 			}
 			// Nothing rejected: a FIN after requests the programs kept
 			// resumes the stream (it landed out of the window user space
@@ -219,6 +255,94 @@ func sendFallbacks(t *testing.T, c net.Conn) {
 	}
 }
 
+// The fallback families sendFamilies drives besides long keys.
+const (
+	familyMGETKeys = 10000 // keys of the large MGET: its request spans many segments
+	familyManyKeys = 150   // keys of a small MGET, in one segment: more than bpf.KernelMaxKeys
+	familyInline   = 100   // inline GETs, each after a RESP GET
+	familyPipeline = 2000  // GETs written at once (73 KB), packed across segments
+)
+
+// sendFamilies sends on c, one after the other, requests the programs
+// cannot count, for user space to count every key of them: one MGET of
+// familyMGETKeys keys, one of familyManyKeys one-byte keys (1 KiB, one
+// segment), familyInline inline GETs ("GET k\r\n", which the
+// server executes as GETs) and one write of familyPipeline GETs. Each is
+// preceded by a RESP GET in a segment of its own: it parses whole, so the
+// programs know the next request starts on a command boundary and name the
+// fallback by its own reason (inline, large, keys), not as the split that
+// follows any fallback.
+func sendFamilies(t *testing.T, c net.Conn) {
+	rd := bufio.NewReaderSize(c, 64<<10)
+	roundTrip := func(what string, req []byte, replies int) bool {
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(req); err != nil {
+			t.Errorf("%s: %v", what, err)
+			return false
+		}
+		for range replies {
+			if line, err := rd.ReadString('\n'); err != nil || line != "$-1\r\n" {
+				t.Errorf("%s: reply %q: %v", what, line, err)
+				return false
+			}
+		}
+		return true
+	}
+	boundary := func(i int) bool { return roundTrip("sync GET", netnstest.RESP("GET", "fx:sync:"+strconv.Itoa(i)), 1) }
+
+	args := []string{"MGET"}
+	for i := range familyMGETKeys {
+		args = append(args, "fx:m:"+strconv.Itoa(i))
+	}
+	if !boundary(0) {
+		return
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(netnstest.RESP(args...)); err != nil {
+		t.Errorf("MGET: %v", err)
+		return
+	}
+	if line, err := rd.ReadString('\n'); err != nil || line != "*"+strconv.Itoa(familyMGETKeys)+"\r\n" {
+		t.Errorf("MGET: reply %q: %v", line, err)
+		return
+	}
+	if !roundTrip("MGET", nil, familyMGETKeys) {
+		return
+	}
+	args = []string{"MGET"}
+	for i := range familyManyKeys {
+		args = append(args, string(rune('a'+i%26)))
+	}
+	if !boundary(1) {
+		return
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(netnstest.RESP(args...)); err != nil {
+		t.Errorf("MGET: %v", err)
+		return
+	}
+	if line, err := rd.ReadString('\n'); err != nil || line != "*"+strconv.Itoa(familyManyKeys)+"\r\n" {
+		t.Errorf("MGET: reply %q: %v", line, err)
+		return
+	}
+	if !roundTrip("MGET", nil, familyManyKeys) {
+		return
+	}
+	for i := range familyInline {
+		if !boundary(2+i) || !roundTrip("inline GET", []byte("GET fx:i:"+strconv.Itoa(i)+"\r\n"), 1) {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	var req []byte
+	for i := range familyPipeline {
+		req = append(req, netnstest.RESP("GET", "fx:pipelined:"+strconv.Itoa(i))...)
+	}
+	if boundary(2 + familyInline) {
+		roundTrip("pipelined GETs", req, familyPipeline)
+	}
+}
+
 // sentGet is one GET of the planted key: sent no earlier than t0, answered
 // by t1 (Unix ns); the capture saw it in between.
 type sentGet struct{ t0, t1 int64 }
@@ -266,16 +390,17 @@ func pacePlanted(t *testing.T, c *redis.Client, qps int, d time.Duration) []sent
 }
 
 // waitCounted polls /metrics until the GETs counted (kernel + user space
-// only) reach want, then takes one more refresh so a count beyond it
-// shows, and returns the last scrape.
-func waitCounted(t *testing.T, d *daemonProc, want float64) map[string]float64 {
+// only) reach want and the keys counted reach wantKeys, then takes one
+// more refresh so a count beyond them shows, and returns the last scrape.
+func waitCounted(t *testing.T, d *daemonProc, want, wantKeys float64) map[string]float64 {
 	t.Helper()
-	counted := func(m map[string]float64) float64 {
-		return m[`hotsniff_kernel_counted_total{what="keys"}`] + m[`hotsniff_requests_total{op="GET",proto="redis"}`] -
-			m[`hotsniff_kernel_copied_requests_total{op="GET",proto="redis"}`]
+	counted := func(m map[string]float64) (gets, keys float64) {
+		k, c := m[`hotsniff_kernel_counted_total{what="keys"}`], m[`hotsniff_kernel_copied_requests_total{op="GET",proto="redis"}`]
+		return k + m[`hotsniff_requests_total{op="GET",proto="redis"}`] - c, k + m[`hotsniff_keys_total{proto="redis"}`] - c
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if _, m := d.scrape(t); counted(m) >= want || time.Now().After(deadline) {
+		_, m := d.scrape(t)
+		if gets, keys := counted(m); gets >= want && keys >= wantKeys || time.Now().After(deadline) {
 			break
 		}
 	}
