@@ -290,42 +290,30 @@ func sendFamilies(t *testing.T, c net.Conn) {
 	}
 	boundary := func(i int) bool { return roundTrip("sync GET", netnstest.RESP("GET", "fx:sync:"+strconv.Itoa(i)), 1) }
 
-	args := []string{"MGET"}
+	// mget sends one MGET of keys after a boundary GET and reads its reply.
+	mget := func(b int, keys []string) bool {
+		if !boundary(b) {
+			return false
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(netnstest.RESP(append([]string{"MGET"}, keys...)...)); err != nil {
+			t.Errorf("MGET: %v", err)
+			return false
+		}
+		if line, err := rd.ReadString('\n'); err != nil || line != "*"+strconv.Itoa(len(keys))+"\r\n" {
+			t.Errorf("MGET: reply %q: %v", line, err)
+			return false
+		}
+		return roundTrip("MGET", nil, len(keys))
+	}
+	var big, many []string
 	for i := range familyMGETKeys {
-		args = append(args, "fx:m:"+strconv.Itoa(i))
+		big = append(big, "fx:m:"+strconv.Itoa(i))
 	}
-	if !boundary(0) {
-		return
-	}
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.Write(netnstest.RESP(args...)); err != nil {
-		t.Errorf("MGET: %v", err)
-		return
-	}
-	if line, err := rd.ReadString('\n'); err != nil || line != "*"+strconv.Itoa(familyMGETKeys)+"\r\n" {
-		t.Errorf("MGET: reply %q: %v", line, err)
-		return
-	}
-	if !roundTrip("MGET", nil, familyMGETKeys) {
-		return
-	}
-	args = []string{"MGET"}
 	for i := range familyManyKeys {
-		args = append(args, string(rune('a'+i%26)))
+		many = append(many, string(rune('a'+i%26)))
 	}
-	if !boundary(1) {
-		return
-	}
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.Write(netnstest.RESP(args...)); err != nil {
-		t.Errorf("MGET: %v", err)
-		return
-	}
-	if line, err := rd.ReadString('\n'); err != nil || line != "*"+strconv.Itoa(familyManyKeys)+"\r\n" {
-		t.Errorf("MGET: reply %q: %v", line, err)
-		return
-	}
-	if !roundTrip("MGET", nil, familyManyKeys) {
+	if !mget(0, big) || !mget(1, many) {
 		return
 	}
 	for i := range familyInline {
