@@ -37,8 +37,10 @@ type hotsniffDecapKey struct {
 }
 
 type hotsniffKcAnchorMarks struct {
-	_ structs.HostLayout
-	M [65536]uint8
+	_       structs.HostLayout
+	Pending uint64
+	Pad     [56]uint8
+	M       [65536]uint8
 }
 
 type hotsniffKcCmd struct {

@@ -225,8 +225,17 @@ struct {
 // shared by two connections costs a header record more. Plain byte stores:
 // a mark set while another CPU takes it can be lost, and the requests then
 // wait for the next copy of the connection to set it again.
+//
+// pending counts the marks set and not taken, so that a reply looks its
+// mark up only when there may be one: most connections were seen to open,
+// and their replies then pay a read of one line that rarely changes, not
+// a hash and a line of the marks each. Counted with atomic adds; races on
+// one mark (two CPUs setting or taking it at once) can leave the count off
+// by one: above costs lookups, below leaves a mark until the next one set.
 #define KC_ANCHORS 65536
 struct kc_anchor_marks {
+	__u64 pending;
+	__u8 pad[56]; // pending alone on its cache line
 	__u8 m[KC_ANCHORS];
 };
 
@@ -255,8 +264,13 @@ static __always_inline void kc_anchor_set(const struct skip_key *k)
 {
 	__u32 zero = 0;
 	struct kc_anchor_marks *a = bpf_map_lookup_elem(&kc_anchor, &zero);
-	if (a)
-		a->m[kc_anchor_at(k->saddr, k->sport, k->dport)] = 1;
+	if (!a)
+		return;
+	__u8 *m = &a->m[kc_anchor_at(k->saddr, k->sport, k->dport)];
+	if (*m)
+		return;
+	*m = 1;
+	__sync_fetch_and_add(&a->pending, 1);
 }
 
 // kc_anchor_take reports whether reply h's connection is marked, and
@@ -265,12 +279,13 @@ static __always_inline int kc_anchor_take(struct rec_hdr *h)
 {
 	__u32 zero = 0;
 	struct kc_anchor_marks *a = bpf_map_lookup_elem(&kc_anchor, &zero);
-	if (!a)
+	if (!a || !a->pending)
 		return 0;
 	__u8 *m = &a->m[kc_anchor_at(h->daddr, h->dport, h->sport)];
 	if (!*m)
 		return 0;
 	*m = 0;
+	__sync_fetch_and_add(&a->pending, -1);
 	return 1;
 }
 
