@@ -779,8 +779,9 @@ const struct sample_counts *unused_sample_counts __attribute__((unused));
 // the kept fraction); bit 2, it carries SYN, FIN or RST: kept whatever the
 // flow's hash, so the stream layer sees every connection open and close
 // and a shed connection's requests, when it is kept again, are a counted
-// gap on a connection it knows (not requests of one it cannot confirm). It is a global function so the verifier checks it
-// once, apart from its callers, and the callers continue from one state
+// gap on a connection it knows (not requests of one it cannot confirm).
+// It is a global function so the verifier checks it once, apart from its
+// callers, and the callers continue from one state
 // whatever it did: a static function's branches multiplied the states the
 // copy code after it was verified in, and loading took four times as long.
 __attribute__((noinline)) int sample_check(__u64 a01, __u64 a23, __u32 ports, __u32 how, __u32 pay)
@@ -878,12 +879,10 @@ static __always_inline int sample_skip(struct rec_hdr *h, struct parsed *p)
 //
 // Under kernel counting, a reply of a connection whose requests user space
 // cannot confirm yet (kc_anchor_take) goes on instead, as a header without
-// payload.
-//
-// Under kernel counting the requests that say where the replies stand are
-// mostly not copied either: a reply record (a FIN, an RST, an anchor)
-// resumes the reply stream (KC_REC_GAP) instead of landing out of the
-// window user space last knew.
+// payload; and as the requests that say where the replies stand are mostly
+// not copied either, a reply record (a FIN, an RST, an anchor) resumes the
+// reply stream (KC_REC_GAP) instead of landing out of the window user
+// space last knew.
 static __always_inline int reply_done(struct parsed *p, struct rec_hdr *h, struct counters *cnt, __u32 wire)
 {
 	if (!p->reply || replies != REPLIES_OFF)

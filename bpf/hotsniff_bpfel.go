@@ -127,7 +127,7 @@ type hotsniffKcScratch struct {
 		Family uint8
 		Flags  uint8
 		Xdp    uint8
-		Pad    uint8
+		Unseen uint8
 		Rec    uint32
 	}
 	Nc struct {

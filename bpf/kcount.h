@@ -344,7 +344,7 @@ struct kc_in {
 	__u8 family;
 	__u8 flags;  // TCP flags
 	__u8 xdp;
-	__u8 pad;
+	__u8 unseen; // out: the programs did not see the connection's SYN
 	__u32 rec;   // out: KC_REC_* for the record if one is copied
 };
 
@@ -1237,8 +1237,7 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 		// Copied whole, as without kernel counting; a connection whose
 		// SYN was not seen still needs its anchor.
 		struct kc_flow *tf = bpf_map_lookup_elem(&kc_flows, &in->k);
-		if (!tf || !tf->syn)
-			kc_anchor_set(&in->k);
+		in->unseen = !tf || !tf->syn;
 		return 0;
 	}
 	struct kc_flow *fl = bpf_map_lookup_elem(&kc_flows, &in->k);
@@ -1253,6 +1252,7 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 		if (!fl)
 			return 0;
 	}
+	in->unseen = !fl->syn;
 	if (fl->synced && in->seq + in->len == fl->next_seq && in->len - 1 < KC_SCRATCH) {
 		// Exactly the segment counted last on this connection, seen
 		// again: the cgroup programs see a local client's request at its
@@ -1310,8 +1310,6 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 			kc_keep(fl, st, in, proto);
 		}
 		fl->gap = 0;
-		if (!fl->syn)
-			kc_anchor_set(&in->k);
 		return 0;
 	}
 	if (reason >= 0) {
@@ -1322,8 +1320,6 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 		in->rec = fl->gap ? KC_REC_GAP : 0;
 		fl->synced = 0;
 		fl->gap = 0;
-		if (!fl->syn)
-			kc_anchor_set(&in->k);
 		return 0;
 	}
 	kc_keep(fl, st, in, proto);
@@ -1347,8 +1343,6 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 		cnt->copy_report++;
 	in->rec = KC_REC_COUNTED | (fl->gap ? KC_REC_GAP : 0);
 	fl->gap = 0;
-	if (!fl->syn)
-		kc_anchor_set(&in->k);
 	return 0;
 }
 
@@ -1412,7 +1406,10 @@ static __always_inline int kc_handle(void *ctx, int xdp, struct rec_hdr *h, __u3
 	in->flags = h->flags;
 	in->xdp = xdp;
 	in->rec = 0;
+	in->unseen = 0;
 	int r = xdp ? kc_request_xdp(ctx) : kc_request_skb(ctx);
 	h->pad2 = in->rec;
+	if (!r && in->unseen)
+		kc_anchor_set(&in->k); // copied: its next reply anchors it
 	return r;
 }
