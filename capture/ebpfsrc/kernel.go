@@ -26,7 +26,7 @@ type Stage1 interface {
 // sub-window's end delays its detection by as much. The tick (100 ms) is
 // longer than a sub-window at thresholds above 1000/s (50 ms at 2000/s):
 // stepped by the tick alone, a key at 2× the threshold was reported up to
-// a tick later, its onset p99 257 ms instead of 174 ms (cmd/accuracy
+// a tick later, its onset p99 275 ms instead of 199 ms (cmd/accuracy
 // -kernel -kernel-read 100ms against -kernel).
 type KernelReader struct {
 	c      *bpf.Capture
