@@ -252,6 +252,11 @@ func TestFailoverClient(t *testing.T) {
 	e.app.Ping(ctx) // a first connection: its peer is the master
 	e.emit(event.TypeHot, master.Addr, "fk")
 	eventually(t, "hot", func() bool { return e.shim.Stats().HotKeys == 1 })
+	// Tracked first: the tracker dials through the failover client on its
+	// own, and a registration that lands after the warm-up below drops the
+	// value fetched before it (a write there may have been missed), so one
+	// measured read went to the master (1 run in 30).
+	eventually(t, "tracking through the failover dialer", func() bool { return e.shim.Stats().Tracking })
 	for range 3 {
 		e.app.Get(ctx, "fk")
 	}
@@ -264,7 +269,6 @@ func TestFailoverClient(t *testing.T) {
 	if n := e.calls(t, "get"); n != 0 {
 		t.Errorf("%d hot GETs reached the master, want 0", n)
 	}
-	eventually(t, "tracking through the failover dialer", func() bool { return e.shim.Stats().Tracking })
 	e.plain.Set(ctx, "fk", "w", 0)
 	eventually(t, "foreign write seen", func() bool { return e.app.Get(ctx, "fk").Val() == "w" })
 }
