@@ -68,7 +68,8 @@ type hotsniffKcFlow struct {
 
 type hotsniffKcLocated struct {
 	_    structs.HostLayout
-	Bits [1024]uint64
+	Any  [8]uint64
+	Bits [2048]uint64
 }
 
 type hotsniffKcName struct {
@@ -78,7 +79,7 @@ type hotsniffKcName struct {
 
 type hotsniffKcPart struct {
 	_ structs.HostLayout
-	C [8192]uint32
+	C [16384]uint16
 }
 
 type hotsniffKcScratch struct {

@@ -22,11 +22,17 @@ const (
 	// KernelBuckets is how many buckets the programs count, whatever the
 	// detector's bucket count (at most this many): finer buckets keep
 	// random traffic from locating them (detect.Detector.KernelCounts).
-	KernelBuckets = 65536
+	KernelBuckets = 131072
 	// kernelPart is the buckets of one kc_counts entry (a per-CPU map
 	// value is at most 32 KiB); kernelParts entries make one sub-window.
-	kernelPart  = 8192
+	kernelPart  = 16384
 	kernelParts = KernelBuckets / kernelPart
+	// kernelGroup is the buckets per bit of kc_located.any.
+	kernelGroup = KernelBuckets / 512
+	// KernelMaxBucketCount is the most reads a kernel bucket counts on one
+	// CPU in one sub-window (16-bit counts, saturating): kernel counting
+	// needs every threshold's reads in a sub-window below it.
+	KernelMaxBucketCount = 65535
 	// KernelSlots is how many sub-windows of counts the programs keep: a
 	// sub-window's counts can be read until KernelSlots-1 sub-windows
 	// after it ended.
@@ -336,7 +342,7 @@ func (c *Capture) readKernelSlot(ep int64, dst []uint32, idx []uint32) ([]uint32
 					if dst[d] == 0 {
 						idx = append(idx, uint32(d))
 					}
-					dst[d] = satAdd32(dst[d], v)
+					dst[d] = satAdd32(dst[d], uint32(v))
 				}
 			}
 		}
@@ -383,6 +389,14 @@ func satAdd32(a, b uint32) uint32 {
 func (c *Capture) SetLocated(bits []uint64) error {
 	var l hotsniffKcLocated
 	copy(l.Bits[:], bits)
+	// The summary the programs look at first: a bit per group of
+	// kernelGroup buckets that holds a located one.
+	for i, w := range l.Bits {
+		if w != 0 {
+			g := i * 64 / kernelGroup
+			l.Any[g/64] |= 1 << (g % 64)
+		}
+	}
 	if err := c.kcLocated.Put(uint32(0), &l); err != nil {
 		return fmt.Errorf("set located buckets: %w", err)
 	}

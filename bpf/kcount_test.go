@@ -8,12 +8,14 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/decode/redis"
@@ -469,6 +471,44 @@ func TestKernelCountDuplicate(t *testing.T) {
 	}
 	w := want{}
 	w.add(srv4, decode.ProtoRedis, 0, "cold", 2)
+	e.check(w)
+}
+
+// TestKernelCountSaturates: a bucket's count is 16 bits and saturates at
+// KernelMaxBucketCount on one CPU in one sub-window instead of wrapping
+// round to a small count (which would read as a cold bucket); the reads
+// are all in the counters all the same.
+func TestKernelCountSaturates(t *testing.T) {
+	// One CPU, so that every read lands in the same per-CPU count.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var one unix.CPUSet
+	one.Set(0)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatalf("pin to CPU 0: %v", err)
+	}
+	e := openKCSub(t, 2*time.Second)
+	prog := e.objs.HotsniffTcIngress
+	c := e.newConn(srv4, prog, true)
+	args := []string{"MGET"}
+	for range KernelMaxKeys {
+		args = append(args, "k")
+	}
+	mget := resp(args...)
+	const runs = KernelMaxBucketCount/KernelMaxKeys + 8 // 66 560 reads
+	// All in one sub-window: start just after one begins.
+	for ep := e.c.KernelEpoch(); e.c.KernelEpoch() == ep; {
+		time.Sleep(time.Millisecond)
+	}
+	e.ep0 = e.c.KernelEpoch()
+	for range runs {
+		e.send(prog, c, mget)
+	}
+	if st := e.stats(); st.Reads != runs*KernelMaxKeys || sumFallback(st) != 0 {
+		t.Fatalf("stats %+v, want %d reads counted, no fallback", st, runs*KernelMaxKeys)
+	}
+	w := want{}
+	w.add(srv4, decode.ProtoRedis, 0, "k", KernelMaxBucketCount)
 	e.check(w)
 }
 

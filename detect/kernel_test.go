@@ -302,3 +302,39 @@ func BenchmarkKernelCounts(b *testing.B) {
 		d.KernelCountsAt(base+int64(i)*d.sub, base+int64(i+1)*d.sub, counts, idx, true)
 	}
 }
+
+// TestKernelBucketNoHysteresis: a kernel bucket is located while its reads
+// over the window reach the trigger, and no longer once they fall below
+// it (a detector bucket stays located down to half the trigger). Random
+// keys meeting in one bucket near the trigger otherwise kept it located
+// for good once noise took it over, and every read of theirs was copied.
+func TestKernelBucketNoHysteresis(t *testing.T) {
+	d, _ := newDet(t, Config{HotQPS: T})
+	const n = 65536
+	trig := d.def.trig
+	counts := make([]uint32, n)
+	const b = 12345
+	located := func(bits []uint64) bool { return bits[b/64]&(1<<(b%64)) != 0 }
+	start := int64(base)
+	feed := func(per uint32) []uint64 {
+		// numSub sub-windows of per reads each: the whole ring.
+		var bits []uint64
+		for range numSub {
+			clear(counts)
+			counts[b] = per
+			bits = d.KernelCounts(start, start+d.sub, counts, true)
+			start += d.sub
+		}
+		return bits
+	}
+	if bits := feed(uint32(trig/numSub) + 1); !located(bits) {
+		t.Fatalf("bucket at %d reads over the window (trigger %d) not located", (trig/numSub+1)*numSub, trig)
+	}
+	// Three quarters of the trigger: above the detector's hysteresis line.
+	if bits := feed(uint32(3 * trig / 4 / numSub)); located(bits) {
+		t.Fatalf("bucket at %d reads over the window (trigger %d) still located", 3*trig/4/numSub*numSub, trig)
+	}
+	if bits := feed(uint32(trig/numSub) + 1); !located(bits) {
+		t.Fatalf("bucket back at the trigger not located again")
+	}
+}

@@ -98,7 +98,7 @@ func (k *KernelReader) Step() error {
 	}
 	for ; k.next < now; k.next++ {
 		// Only the buckets with reads are read, handed on and cleared:
-		// the work follows the traffic, not the 65536 buckets.
+		// the work follows the traffic, not the bpf.KernelBuckets buckets.
 		for _, b := range k.idx {
 			k.counts[b] = 0
 		}
