@@ -41,13 +41,22 @@ type Capture struct {
 	Procs      int
 	Nice       int
 	MaxCPU     float64
-	// KernelCount counts reads in the eBPF programs (experimental).
+	// KernelCount counts reads in the eBPF programs (experimental); see
+	// KernelCounting.
 	KernelCount bool
 	// Decap names the tunnels interface captures follow (--decap).
 	Decap string
 	// NoTrafficWarn: warn once when no segment on the server ports has been
 	// seen this long after capture starts (0: never).
 	NoTrafficWarn time.Duration
+}
+
+// KernelCounting reports whether the eBPF programs would count reads in
+// the kernel: --kernel-count with any capture mode but afpacket, which has
+// no programs. auto counts too: it falls back to AF_PACKET only when eBPF
+// is unavailable, which is not known before capture starts.
+func (k Capture) KernelCounting() bool {
+	return k.KernelCount && bpf.Mode(k.Mode) != bpf.ModeAFPacket
 }
 
 // Stream is the port map and the reassembly bounds.

@@ -114,3 +114,40 @@ func TestBadPortInFileNamesIt(t *testing.T) {
 		t.Errorf("error %v does not name the bad port", err)
 	}
 }
+
+// TestKernelCountRefusesHotBytes: --kernel-count copies no replies, so a
+// reply-bytes threshold (global or a rule's) would never fire; the
+// combination is refused with one line saying what to do, unless the
+// capture is afpacket, where the kernel counts nothing and replies are read.
+func TestKernelCountRefusesHotBytes(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	os.WriteFile(file, []byte("rules: [{pattern: 'blob:*', hot-bytes: 10000000}, {pattern: 'a*', hot-qps: 10}]\n"), 0o600)
+	const what = "--kernel-count does not attribute reply bytes to keys"
+	for _, tc := range []struct {
+		args []string
+		want string // "" when the settings are valid
+	}{
+		{[]string{"--kernel-count", "--hot-bytes", "1000000"}, "--hot-bytes 1000000 would never make a key hot: remove --hot-bytes (and hot-bytes from the rules) or set --kernel-count=false"},
+		{[]string{"--kernel-count", "--capture", "tc", "--config", file}, "rule 0 (blob:*) with hot-bytes 10000000 would never make a key hot"},
+		{[]string{"--kernel-count", "--capture", "cgroup", "--hot-bytes", "5"}, what},
+		{[]string{"--kernel-count", "--capture", "afpacket", "--hot-bytes", "5", "--config", file}, ""},
+		{[]string{"--kernel-count"}, ""},
+		{[]string{"--kernel-count", "--capture", "xdp", "--hot-qps", "50"}, ""},
+		{[]string{"--hot-bytes", "5", "--config", file}, ""},
+	} {
+		c := Default()
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		Register(fs, &c, Section(SecCapture)...)
+		Register(fs, &c, Section(SecDetect)...)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(fs, &c, nil, nil)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v; want no error", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), what) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n")):
+			t.Errorf("%v: %v; want one line containing %q", tc.args, err, tc.want)
+		}
+	}
+}

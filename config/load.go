@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -500,8 +501,31 @@ func (c *Config) validate(fs *pflag.FlagSet, fromFile map[string]bool) error {
 		if math.IsNaN(k.MaxCPU) || k.MaxCPU < 0 || k.MaxCPU > 1024 {
 			return errorf("--max-cpu %g: want a share of one core such as 0.05 (5 %%), or 0 for no budget", k.MaxCPU)
 		}
+		// With kernel counting the programs copy no replies (a reply of a
+		// request kept in the kernel would pair with the wrong request), so
+		// a reply-bytes threshold would never make a key hot: refused here,
+		// where --config-check sees it too, rather than silently off.
+		if has(SecDetect) && k.KernelCounting() {
+			if set := hotBytesSet(c.Detect.Config); set != "" {
+				return errorf("--kernel-count does not attribute reply bytes to keys, so %s would never make a key hot: remove --hot-bytes (and hot-bytes from the rules) or set --kernel-count=false", set)
+			}
+		}
 	}
 	return nil
+}
+
+// hotBytesSet names the first reply-bytes threshold c sets, "" when none.
+func hotBytesSet(c detect.Config) string {
+	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	if c.HotBytes > 0 {
+		return "--hot-bytes " + num(c.HotBytes)
+	}
+	for i, r := range c.Rules {
+		if r.HotBytes > 0 {
+			return fmt.Sprintf("rule %d (%s) with hot-bytes %s", i, r.Pattern, num(r.HotBytes))
+		}
+	}
+	return ""
 }
 
 // PortMap builds the port map (the default one when no --port is given).

@@ -85,3 +85,31 @@ func TestConfigPrecedence(t *testing.T) {
 		t.Fatalf("config-check: exit %d, %q %q", code, out, errOut)
 	}
 }
+
+// TestRunKernelCountHotBytes: `run` refuses --kernel-count with a
+// reply-bytes threshold before capturing (exit 2, one line), and
+// --config-check says so too; without --hot-bytes, or on afpacket, the
+// settings pass. The refused run names a missing interface so that, were
+// the check gone, it would fail at once on the interface instead of
+// capturing.
+func TestRunKernelCountHotBytes(t *testing.T) {
+	const want = "hotsniff: --kernel-count does not attribute reply bytes to keys, so --hot-bytes 1000000 would never make a key hot: remove --hot-bytes (and hot-bytes from the rules) or set --kernel-count=false\n"
+	for _, args := range [][]string{
+		{"run", "--kernel-count", "--hot-bytes", "1000000", "--capture", "tc", "--iface", "hsnone0", "--listen", ""},
+		{"run", "--kernel-count", "--hot-bytes", "1000000", "--config-check"},
+	} {
+		_, errOut, code := runCLI(t, args...)
+		if code != 2 || errOut != want {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", args, code, errOut, want)
+		}
+	}
+	for _, args := range [][]string{
+		{"run", "--kernel-count", "--config-check"},
+		{"run", "--kernel-count", "--capture", "afpacket", "--hot-bytes", "1000000", "--config-check"},
+	} {
+		out, errOut, code := runCLI(t, args...)
+		if code != 0 || !strings.Contains(out, "config ok") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want the settings accepted", args, code, out, errOut)
+		}
+	}
+}

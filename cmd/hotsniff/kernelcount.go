@@ -22,9 +22,10 @@ type kernelCount struct {
 // kernelCountConfig is the programs' counting configuration for
 // --kernel-count on an eBPF capture (nil otherwise). The detector is not
 // built yet: a probe of the same configuration gives its sub-window and
-// buckets.
+// buckets. The settings were validated already: with kernel counting no
+// reply-bytes threshold is set (config refuses it).
 func (d *daemon) kernelCountConfig() (*bpf.KernelCountConfig, error) {
-	if !d.cfg.Capture.KernelCount || d.mode == bpf.ModeAFPacket {
+	if !d.cfg.Capture.KernelCounting() {
 		return nil, nil
 	}
 	if d.cfg.Detect.Detector == detect.DetectorTair {
