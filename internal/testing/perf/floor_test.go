@@ -361,19 +361,12 @@ func (f *floorSet) attached() ([]string, error) {
 }
 
 // hookOf names the hook a program of hotsniff's runs on, as floorHooks
-// does, from its type and its entry function's name. The kernel keeps 15
-// characters of a program's name (hotsniff_cgroup_ingress and _egress both
-// become hotsniff_cgroup), so the full name is read from the program's BTF
-// when it has one.
+// does, from its type and name. The kernel keeps 15 characters of a name
+// (hotsniff_cgroup_ingress and _egress both become hotsniff_cgroup); the
+// library reads the full one from the program's BTF, and a name that says
+// neither direction maps to no floor (lessFloor reports it missing).
 func hookOf(prog *ebpf.Program, info *ebpf.ProgramInfo) string {
 	name := info.Name
-	if fis, err := info.FuncInfos(); err == nil {
-		for _, fi := range fis {
-			if fi.Offset == 0 && fi.Func != nil {
-				name = fi.Func.Name
-			}
-		}
-	}
 	dir := "ingress"
 	if strings.Contains(name, "egr") {
 		dir = "egress"
