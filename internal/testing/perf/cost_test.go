@@ -64,7 +64,8 @@ import (
 // less the floor: (user + system + eBPF run time − Σ hooks runs × floor) /
 // redis-server CPU, a second table of the same shape, and a table of the
 // floors. The first ratio is what was measured with the stats on, an upper
-// bound; the second estimates the programs' cost with the stats off.
+// bound; the second estimates the cost with the stats off (it also takes
+// off the empty program's call and return, a few ns a run that stay).
 // AF_PACKET runs no eBPF program (its socket filter is classic BPF, not
 // accounted): its floor is 0 and both ratios are the same.
 func TestCostRatio(t *testing.T) {

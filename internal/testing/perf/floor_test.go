@@ -493,3 +493,57 @@ func floorTaken(a, b map[string]ebpf.ProgramStats, floor map[string]float64) str
 	slices.Sort(parts)
 	return strings.Join(parts, ", ")
 }
+
+// TestFloorAttach checks the floor arm's bookkeeping without load: attached
+// on each of a mode's hooks, attachFloor's programs are all found there,
+// and after close none is, so TestCostRatio's check after each floor arm
+// can fail.
+func TestFloorAttach(t *testing.T) {
+	netnstest.RequireRoot(t)
+	p := netnstest.NewPair(t)
+	for _, mode := range []string{"tc", "xdp", "cgroup"} {
+		t.Run(mode, func(t *testing.T) {
+			f, err := attachFloor(p, mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.close()
+			left, err := f.attached()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(left) != len(floorHooks[mode]) {
+				t.Errorf("attached: found %v, want one for each of %v", left, floorHooks[mode])
+			}
+			if err := f.close(); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				if left, err = f.attached(); err != nil {
+					t.Fatal(err)
+				}
+				if len(left) == 0 || time.Now().After(deadline) {
+					break
+				}
+			}
+			if len(left) > 0 {
+				t.Errorf("after close: %v still attached", left)
+			}
+		})
+	}
+}
+
+// TestLessFloor checks the sum TestCostRatio takes off: each hook's runs
+// between the two readings times its floor, and a hook that ran without a
+// floor reported rather than taken as 0.
+func TestLessFloor(t *testing.T) {
+	a := map[string]ebpf.ProgramStats{"tc ingress": {RunCount: 10}, "tc egress": {RunCount: 5}}
+	b := map[string]ebpf.ProgramStats{"tc ingress": {RunCount: 1010}, "tc egress": {RunCount: 505}, "xdp": {RunCount: 7}, "cgroup ?": {}}
+	sub, missing := lessFloor(a, b, map[string]float64{"tc ingress": 120, "tc egress": 100.5})
+	if want := time.Duration(1000*120 + 500*100.5); sub != want {
+		t.Errorf("taken off %v, want %v", sub, want)
+	}
+	if !slices.Equal(missing, []string{"xdp"}) {
+		t.Errorf("missing %v, want [xdp]", missing)
+	}
+}
