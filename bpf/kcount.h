@@ -37,7 +37,7 @@
 // A count is 16 bits, saturating: a bucket counts at most 65 535 reads on
 // one CPU in one sub-window. Twice the buckets in the same lines and the
 // same cache footprint as 32-bit counts; a saturated bucket is far above
-// any threshold kernel counting accepts (cmd/hotsniff refuses a threshold
+// any threshold kernel counting accepts (the settings refuse a threshold
 // whose reads in a sub-window would pass 65 535), so it is located all
 // the same, and its key's demand bound (detect/kernel.go) stays above the
 // cold line.

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/hotsniff/hotsniff/bpf"
 	"github.com/hotsniff/hotsniff/capture/tunnel"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/publish"
@@ -508,6 +509,21 @@ func (c *Config) validate(fs *pflag.FlagSet, fromFile map[string]bool) error {
 		if has(SecDetect) && k.KernelCounting() {
 			if set := hotBytesSet(c.Detect.Config); set != "" {
 				return errorf("--kernel-count does not attribute reply bytes to keys, so %s would never make a key hot: remove --hot-bytes (and hot-bytes from the rules) or set --kernel-count=false", set)
+			}
+			// A kernel bucket counts at most bpf.KernelMaxBucketCount
+			// reads per CPU and sub-window: a key at any threshold must
+			// stay below that, so that a saturated bucket is always one
+			// far above the threshold (bpf/kcount.h).
+			if d, err := detect.New(c.Detect.Config, nil); err == nil {
+				sub := time.Duration(d.SubWindow())
+				top := c.Detect.HotQPS
+				for _, r := range c.Detect.Rules {
+					top = max(top, r.HotQPS)
+				}
+				if top*sub.Seconds() >= bpf.KernelMaxBucketCount {
+					return errorf("--kernel-count counts at most %d reads per bucket in a %s sub-window: a threshold of %s/s needs a shorter --window, or --kernel-count=false",
+						bpf.KernelMaxBucketCount, sub, strconv.FormatFloat(top, 'f', -1, 64))
+				}
 			}
 		}
 	}

@@ -113,3 +113,32 @@ func TestRunKernelCountHotBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestRunKernelCountThreshold: kernel buckets count at most
+// bpf.KernelMaxBucketCount reads per CPU and sub-window, so `run` refuses
+// --kernel-count with a threshold whose reads in a sub-window reach it
+// (30 000/s over a 20 s window's 2.5 s sub-windows: 75 000), naming a fix,
+// and --config-check reports it; the window sized for the threshold (the
+// default) makes room.
+func TestRunKernelCountThreshold(t *testing.T) {
+	const want = "hotsniff: --kernel-count counts at most 65535 reads per bucket in a 2.5s sub-window: a threshold of 30000/s needs a shorter --window, or --kernel-count=false\n"
+	for _, args := range [][]string{
+		{"run", "--kernel-count", "--hot-qps", "30000", "--window", "20s", "--capture", "tc", "--iface", "hsnone0", "--listen", ""},
+		{"run", "--kernel-count", "--hot-qps", "30000", "--window", "20s", "--config-check"},
+	} {
+		_, errOut, code := runCLI(t, args...)
+		if code != 2 || errOut != want {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", args, code, errOut, want)
+		}
+	}
+	for _, args := range [][]string{
+		{"run", "--kernel-count", "--hot-qps", "30000", "--config-check"},
+		{"run", "--kernel-count", "--hot-qps", "1000", "--window", "20s", "--config-check"},
+		{"run", "--capture", "afpacket", "--kernel-count", "--hot-qps", "30000", "--window", "20s", "--config-check"},
+	} {
+		out, errOut, code := runCLI(t, args...)
+		if code != 0 || !strings.Contains(out, "config ok") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want the settings accepted", args, code, out, errOut)
+		}
+	}
+}

@@ -39,18 +39,7 @@ func (d *daemon) kernelCountConfig() (*bpf.KernelCountConfig, error) {
 	if b > bpf.KernelBuckets {
 		return nil, fmt.Errorf("--kernel-count counts at most %d buckets: set --buckets %d or less, or --kernel-count=false", bpf.KernelBuckets, bpf.KernelBuckets)
 	}
-	// A bucket counts at most bpf.KernelMaxBucketCount reads per CPU and
-	// sub-window: a key at any threshold must stay below that, so a
-	// saturated bucket is always one far above the threshold.
 	sub := time.Duration(probe.SubWindow())
-	top := d.cfg.Detect.HotQPS
-	for _, r := range d.cfg.Detect.Rules {
-		top = max(top, r.HotQPS)
-	}
-	if top*sub.Seconds() >= bpf.KernelMaxBucketCount {
-		return nil, fmt.Errorf("--kernel-count counts at most %d reads per bucket in a %s sub-window: a threshold of %.0f/s needs a shorter --window, or --kernel-count=false",
-			bpf.KernelMaxBucketCount, sub, top)
-	}
 	protos := make(map[uint16]uint8)
 	for _, port := range d.ports.List() {
 		if p := d.ports.Lookup(port); p == decode.ProtoRedis || p == decode.ProtoMemcache {
