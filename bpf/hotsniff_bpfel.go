@@ -25,6 +25,7 @@ type hotsniffCounters struct {
 	LoadErr     uint64
 	Nonlinear   uint64
 	ReplyBytes  uint64
+	Pad         [6]uint64
 }
 
 type hotsniffDecapKey struct {
@@ -143,6 +144,7 @@ type hotsniffKcScratch struct {
 	Buf [4608]uint8
 	Kh  [128]uint64
 	Kw  [128]uint32
+	_   [24]byte
 }
 
 type hotsniffKcSlot struct {
@@ -165,6 +167,7 @@ type hotsniffKcStats struct {
 	CopySession uint64
 	CopyReport  uint64
 	Duplicate   uint64
+	_           [16]byte
 }
 
 type hotsniffPortBitmap struct {

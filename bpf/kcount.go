@@ -3,7 +3,6 @@ package bpf
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"time"
 	"unsafe"
@@ -119,10 +118,14 @@ func (k *KernelCountConfig) validate() error {
 	return nil
 }
 
-// setKernelVars sets the programs' kernel-counting constants.
-func setKernelVars(spec *ebpf.CollectionSpec, k *KernelCountConfig) error {
+// setKernelVars sets the programs' kernel-counting constants, and sizes
+// their per-CPU arrays (kc_cpu in kcount.h) for cpus possible CPUs.
+func setKernelVars(spec *ebpf.CollectionSpec, k *KernelCountConfig, cpus int) error {
 	var on uint8
 	var sub uint64 = 1
+	for _, name := range []string{hotsniffMapKcStat, hotsniffMapKcScratch, hotsniffMapKcEpoch, hotsniffMapKcCounts} {
+		spec.Maps[name].MaxEntries *= uint32(cpus)
+	}
 	if k != nil {
 		on, sub = 1, uint64(k.SubWindow.Nanoseconds())
 	} else {
@@ -308,35 +311,37 @@ func (c *Capture) readKernelSlot(ep int64, dst []uint32, idx []uint32) ([]uint32
 		}
 		shift++
 	}
-	si := uint32(ep % KernelSlots)
-	cpus := len(c.kcRawSlots) / kcSlotSize
-	if err := lookupPerCPU(c.kcEpoch, si, c.kcRawSlots); err != nil {
+	si := int(ep % KernelSlots)
+	// The arrays as the programs lay them out: entry cpu × KernelSlots +
+	// slot, and its kernelParts parts after one another; little-endian on
+	// every host that runs the programs (bpfel). Read through the maps'
+	// memory: no system call, and no copy of parts that had no reads.
+	if _, err := c.kcEpochMem.ReadAt(c.kcRawSlots, 0); err != nil {
 		return idx, fmt.Errorf("read kernel counts: %w", err)
 	}
-	// The per-CPU values as the kernel lays them out: one after the other
-	// (sizes are multiples of 8), little-endian on every host that runs
-	// the programs (bpfel).
-	slots := unsafe.Slice((*hotsniffKcSlot)(unsafe.Pointer(&c.kcRawSlots[0])), cpus)
+	all := unsafe.Slice((*hotsniffKcSlot)(unsafe.Pointer(&c.kcRawSlots[0])), len(c.kcRawSlots)/kcSlotSize)
+	cpus := len(all) / KernelSlots
 	var dirty uint64
-	for i := range slots {
-		if s := &slots[i]; s.Epoch == uint64(ep) {
+	for i := range cpus {
+		if s := &all[i*KernelSlots+si]; s.Epoch == uint64(ep) {
 			dirty |= s.Dirty // other CPUs: no reads in ep (or reused: caught by the caller)
 		}
 	}
+	part := (*hotsniffKcPart)(unsafe.Pointer(&c.kcRawParts[0]))
 	for p := range kernelParts {
 		if dirty&(1<<p) == 0 {
 			continue
 		}
-		if err := lookupPerCPU(c.kcCounts, si*kernelParts+uint32(p), c.kcRawParts); err != nil {
-			return idx, fmt.Errorf("read kernel counts: %w", err)
-		}
-		parts := unsafe.Slice((*hotsniffKcPart)(unsafe.Pointer(&c.kcRawParts[0])), cpus)
-		for i := range parts {
-			if s := &slots[i]; s.Epoch != uint64(ep) || s.Dirty&(1<<p) == 0 {
+		for i := range cpus {
+			if s := &all[i*KernelSlots+si]; s.Epoch != uint64(ep) || s.Dirty&(1<<p) == 0 {
 				continue
 			}
+			off := int64(((i*KernelSlots+si)*kernelParts + p) * kcPartSize)
+			if _, err := c.kcCountsMem.ReadAt(c.kcRawParts, off); err != nil {
+				return idx, fmt.Errorf("read kernel counts: %w", err)
+			}
 			base := p * kernelPart
-			for b, v := range parts[i].C {
+			for b, v := range part.C {
 				if v != 0 {
 					d := (base + b) >> shift
 					if dst[d] == 0 {
@@ -355,26 +360,6 @@ const (
 	kcSlotSize = int(unsafe.Sizeof(hotsniffKcSlot{}))
 	kcPartSize = int(unsafe.Sizeof(hotsniffKcPart{}))
 )
-
-// lookupPerCPU reads every CPU's value of key in a per-CPU map into buf
-// (possible CPUs × the value size) with one BPF_MAP_LOOKUP_ELEM: the
-// library's Lookup allocates two copies of them per call, 1 MiB per
-// sub-window for the counts.
-func lookupPerCPU(m *ebpf.Map, key uint32, buf []byte) error {
-	attr := struct {
-		fd    uint32
-		_     uint32
-		key   unsafe.Pointer
-		value unsafe.Pointer
-		flags uint64
-	}{fd: uint32(m.FD()), key: unsafe.Pointer(&key), value: unsafe.Pointer(&buf[0])}
-	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_MAP_LOOKUP_ELEM, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-	runtime.KeepAlive(buf)
-	if errno != 0 {
-		return errno
-	}
-	return nil
-}
 
 func satAdd32(a, b uint32) uint32 {
 	if s := a + b; s >= a {
@@ -437,8 +422,12 @@ type KernelStats struct {
 // KernelStats reads the kernel-counting counters.
 func (c *Capture) KernelStats() (KernelStats, error) {
 	var st KernelStats
-	var per []hotsniffKcStats
-	if err := c.kcStat.Lookup(uint32(0), &per); err != nil {
+	per := make([]hotsniffKcStats, c.kcStat.MaxEntries()) // one per CPU
+	mm, err := c.kcStat.Memory()
+	if err == nil {
+		_, err = mm.ReadAt(unsafe.Slice((*byte)(unsafe.Pointer(&per[0])), len(per)*int(unsafe.Sizeof(per[0]))), 0)
+	}
+	if err != nil {
 		return st, fmt.Errorf("read kernel counting stats: %w", err)
 	}
 	for i := range per {

@@ -99,18 +99,33 @@ struct kc_stats {
 	__u64 copy_session;
 	__u64 copy_report;
 	__u64 duplicate;   // request segments seen again after they were counted, not copied
-};
+} __attribute__((aligned(64)));
+
+// The programs' per-CPU state (kc_stat, kc_epoch, kc_counts, kc_scratch)
+// is in plain arrays indexed by CPU (kc_cpu), not per-CPU arrays: the
+// verifier inlines a plain array's lookup to an address computed from
+// constants, where a per-CPU array's first loads the map's table of per-CPU
+// pointers, and every such table was a cache line a request found evicted
+// on a busy node (about a line each under redis-benchmark -P 1). The
+// values start on a page (BPF_F_MMAPABLE) and are whole cache lines, so no
+// two CPUs write one line; user space reads them through the mapping.
+// Sized from Go at load (bpf/kcount.go): possible CPUs × the entries here.
+static __always_inline __u32 kc_cpu(void)
+{
+	return bpf_get_smp_processor_id();
+}
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); // × CPUs
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, struct kc_stats);
 } kc_stat SEC(".maps");
 
 // A slot is one sub-window of bucket counts on one CPU (slot = epoch %
-// KC_SLOTS): its kc_epoch entry and KC_PARTS kc_counts entries (slot *
-// KC_PARTS + part). A program that finds an older epoch in it clears the
+// KC_SLOTS): its kc_epoch entry (cpu * KC_SLOTS + slot) and KC_PARTS
+// kc_counts entries ((cpu * KC_SLOTS + slot) * KC_PARTS + part). A program that finds an older epoch in it clears the
 // parts that were written (dirty) first, so the counts of a sub-window
 // stay readable for KC_SLOTS - 1 sub-windows after it ends: a reader late
 // by less than that loses nothing. The reader reads only dirty parts.
@@ -124,16 +139,18 @@ struct kc_part {
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, KC_SLOTS);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, KC_SLOTS); // × CPUs: a CPU's slots are one 128-byte block
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, struct kc_slot);
 } kc_epoch SEC(".maps");
 
 // Loaded with one entry when counting is off (bpf/kcount.go).
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, KC_SLOTS * KC_PARTS);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, KC_SLOTS * KC_PARTS); // × CPUs
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, struct kc_part);
 } kc_counts SEC(".maps");
@@ -376,11 +393,12 @@ struct kc_scratch {
 	__u8 buf[KC_SCRATCH + 512]; // slack: masked offsets plus a key stay inside
 	__u64 kh[KC_MAX_KEYS];      // identity hashes of the segment's reads
 	__u32 kw[KC_MAX_KEYS];      // their weights
-};
+} __attribute__((aligned(64)));
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); // × CPUs
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, struct kc_scratch);
 } kc_scratch SEC(".maps");
@@ -1164,7 +1182,7 @@ static long kc_zero(__u64 i, struct kc_zero_ctx *z)
 // apart from the loop it is called in.
 __attribute__((noinline)) int kc_clear(__u32 si, __u32 pi)
 {
-	__u32 key = (si & (KC_SLOTS - 1)) * KC_PARTS + (pi & (KC_PARTS - 1));
+	__u32 key = (kc_cpu() * KC_SLOTS + (si & (KC_SLOTS - 1))) * KC_PARTS + (pi & (KC_PARTS - 1));
 	struct kc_zero_ctx z = {.part = bpf_map_lookup_elem(&kc_counts, &key)};
 	if (z.part)
 		bpf_loop(KC_PART / 128, kc_zero, &z, 0);
@@ -1191,7 +1209,8 @@ __attribute__((noinline)) __u64 kc_commit(struct kc_scratch *s)
 		return 0;
 	__u64 ep = bpf_ktime_get_coarse_ns() / kc_sub_ns;
 	__u32 si = ep % KC_SLOTS;
-	struct kc_slot *slot = bpf_map_lookup_elem(&kc_epoch, &si);
+	__u32 cs = kc_cpu() * KC_SLOTS + si;
+	struct kc_slot *slot = bpf_map_lookup_elem(&kc_epoch, &cs);
 	if (!slot)
 		return 0;
 	if (slot->epoch != ep) {
@@ -1210,7 +1229,7 @@ __attribute__((noinline)) __u64 kc_commit(struct kc_scratch *s)
 			kc_clear(si, pi);
 			slot->dirty |= 1ULL << pi;
 		}
-		__u32 key = si * KC_PARTS + pi;
+		__u32 key = cs * KC_PARTS + pi;
 		struct kc_part *part = bpf_map_lookup_elem(&kc_counts, &key);
 		if (!part)
 			break;
@@ -1243,9 +1262,9 @@ static __always_inline void kc_keep(struct kc_flow *fl, struct kc_st *st, struct
 // verifier checks it once per program, apart from the copy code.
 static __always_inline int kc_request(void *ctx, const int xdp)
 {
-	__u32 zero = 0;
-	struct kc_stats *cnt = bpf_map_lookup_elem(&kc_stat, &zero);
-	struct kc_scratch *s = bpf_map_lookup_elem(&kc_scratch, &zero);
+	__u32 cpu = kc_cpu();
+	struct kc_stats *cnt = bpf_map_lookup_elem(&kc_stat, &cpu);
+	struct kc_scratch *s = bpf_map_lookup_elem(&kc_scratch, &cpu);
 	if (!cnt || !s)
 		return 0;
 	struct kc_in *in = &s->in;
@@ -1397,8 +1416,8 @@ static __always_inline int kc_handle(void *ctx, int xdp, struct rec_hdr *h, __u3
 	int ctl = !(h->flags & F_SYN) && (wire == 0 || (h->flags & F_RST));
 	if (ctl && !(h->flags & (F_FIN | F_RST)))
 		return 0; // a pure ACK
-	__u32 zero = 0;
-	struct kc_scratch *s = bpf_map_lookup_elem(&kc_scratch, &zero);
+	__u32 cpu = kc_cpu();
+	struct kc_scratch *s = bpf_map_lookup_elem(&kc_scratch, &cpu);
 	if (!s)
 		return 0;
 	struct kc_in *in = &s->in;

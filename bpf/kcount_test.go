@@ -523,7 +523,7 @@ func TestKernelCountVerifier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := setKernelVars(spec, &KernelCountConfig{Commands: testRedisTable(), SubWindow: 100 * time.Millisecond, Buckets: 4096}); err != nil {
+	if err := setKernelVars(spec, &KernelCountConfig{Commands: testRedisTable(), SubWindow: 100 * time.Millisecond, Buckets: 4096}, 2); err != nil {
 		t.Fatal(err)
 	}
 	re := regexp.MustCompile(`processed (\d+) insns`)

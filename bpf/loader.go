@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -172,7 +173,8 @@ type Capture struct {
 	kcMaps                                              map[string]*ebpf.Map
 	kcCounts, kcLocated, kcHot, kcCmds, kcProto, kcStat *ebpf.Map
 	kcEpoch                                             *ebpf.Map
-	kcRawSlots, kcRawParts                              []byte    // per-CPU values read in place (readKernelSlot)
+	kcRawSlots, kcRawParts                              []byte    // every CPU's slots; one part (readKernelSlot)
+	kcEpochMem, kcCountsMem                             *ebpf.Memory
 	decap                                               *ebpf.Map // tunnels followed (decap.go)
 
 	mu     sync.Mutex
@@ -224,6 +226,7 @@ func Open(cfg Config) (*Capture, error) {
 		return nil, fmt.Errorf("load bpf spec: %w", err)
 	}
 	spec.Maps[hotsniffMapRings].MaxEntries = uint32(cpus)
+	spec.Maps[hotsniffMapStats].MaxEntries = uint32(cpus * int(numHooks)) // CPU × hook
 	spec.Maps[hotsniffMapRings].InnerMap.MaxEntries = uint32(cfg.RingSize)
 	if err := spec.Variables[hotsniffVarMaxCopy].Set(cfg.MaxCopy); err != nil {
 		return nil, fmt.Errorf("set max_copy: %w", err)
@@ -258,7 +261,7 @@ func Open(cfg Config) (*Capture, error) {
 			return nil, err
 		}
 	}
-	if err := setKernelVars(spec, cfg.KernelCount); err != nil {
+	if err := setKernelVars(spec, cfg.KernelCount, cpus); err != nil {
 		return nil, err
 	}
 	c := &Capture{cfg: cfg, log: cfg.Logger.With("component", "bpf"), spec: spec, fullRings: nOnline}
@@ -348,7 +351,13 @@ func (c *Capture) createMaps(online []bool) error {
 		if err != nil {
 			return fmt.Errorf("count possible CPUs: %w", err)
 		}
-		c.kcRawSlots, c.kcRawParts = make([]byte, cpus*kcSlotSize), make([]byte, cpus*kcPartSize)
+		c.kcRawSlots, c.kcRawParts = make([]byte, cpus*KernelSlots*kcSlotSize), make([]byte, kcPartSize)
+		if c.kcEpochMem, err = c.kcEpoch.Memory(); err != nil {
+			return fmt.Errorf("map kernel slots: %w", err)
+		}
+		if c.kcCountsMem, err = c.kcCounts.Memory(); err != nil {
+			return fmt.Errorf("map kernel counts: %w", err)
+		}
 	}
 	c.kcCmds, c.kcProto, c.kcStat = c.kcMaps[hotsniffMapKcCmds], c.kcMaps[hotsniffMapKcProto], c.kcMaps[hotsniffMapKcStat]
 	return c.initKernelMaps()
@@ -697,16 +706,39 @@ func (s *Counters) add(c *hotsniffCounters) {
 // Counters reads the counters of one interface.
 func (a *Attachment) Counters() (Counters, error) {
 	s := Counters{Iface: a.Iface, Mode: a.Mode}
-	var perCPU []hotsniffCounters
-	for h := range numHooks {
-		if err := a.objs.Stats.Lookup(uint32(h), &perCPU); err != nil {
-			return s, fmt.Errorf("read counters of %s: %w", a.Iface, err)
-		}
-		for i := range perCPU {
-			s.add(&perCPU[i])
-		}
+	all, err := readCounters(a.objs.Stats)
+	if err != nil {
+		return s, fmt.Errorf("read counters of %s: %w", a.Iface, err)
+	}
+	for i := range all {
+		s.add(&all[i])
 	}
 	return s, nil
+}
+
+// readCounters reads the stats map, entry cpu × numHooks + hook (the
+// programs' counters_for), through its memory mapping: no system call, and
+// each 8-byte counter is aligned, so it is read whole.
+func readCounters(m *ebpf.Map) ([]hotsniffCounters, error) {
+	mm, err := m.Memory()
+	if err != nil {
+		return nil, fmt.Errorf("map counters: %w", err)
+	}
+	out := make([]hotsniffCounters, m.MaxEntries())
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), len(out)*int(unsafe.Sizeof(out[0])))
+	if _, err := mm.ReadAt(b, 0); err != nil {
+		return nil, fmt.Errorf("read mapped counters: %w", err)
+	}
+	return out, nil
+}
+
+// hookCounters returns hook's entries of every CPU from readCounters' out.
+func hookCounters(all []hotsniffCounters, hook Hook) []hotsniffCounters {
+	var out []hotsniffCounters
+	for i := int(hook); i < len(all); i += int(numHooks) {
+		out = append(out, all[i])
+	}
+	return out
 }
 
 // Attachments lists the attached interfaces.

@@ -245,10 +245,11 @@ func TestRepliesOff(t *testing.T) {
 	}
 	var st Counters
 	for _, h := range []Hook{HookXDP, HookTCIngress} {
-		var perCPU []hotsniffCounters
-		if err := objs.Stats.Lookup(uint32(h), &perCPU); err != nil {
+		all, err := readCounters(objs.Stats)
+		if err != nil {
 			t.Fatal(err)
 		}
+		perCPU := hookCounters(all, h)
 		for i := range perCPU {
 			st.add(&perCPU[i])
 		}
@@ -302,10 +303,11 @@ func TestChunkingAndTruncation(t *testing.T) {
 		}
 	}
 	var st Counters
-	var perCPU []hotsniffCounters
-	if err := objs.Stats.Lookup(uint32(HookXDP), &perCPU); err != nil {
+	all, err := readCounters(objs.Stats)
+	if err != nil {
 		t.Fatal(err)
 	}
+	perCPU := hookCounters(all, HookXDP)
 	for i := range perCPU {
 		st.add(&perCPU[i])
 	}

@@ -185,10 +185,11 @@ func TestRepliesOffCountedWhenSampledOut(t *testing.T) {
 		t.Errorf("replies copied with replies off: %d records", len(segs))
 	}
 	var st Counters
-	var perCPU []hotsniffCounters
-	if err := objs.Stats.Lookup(uint32(HookTCEgress), &perCPU); err != nil {
+	all, err := readCounters(objs.Stats)
+	if err != nil {
 		t.Fatal(err)
 	}
+	perCPU := hookCounters(all, HookTCEgress)
 	for i := range perCPU {
 		st.add(&perCPU[i])
 	}
