@@ -173,7 +173,7 @@ type Capture struct {
 	kcMaps                                              map[string]*ebpf.Map
 	kcCounts, kcLocated, kcHot, kcCmds, kcProto, kcStat *ebpf.Map
 	kcEpoch                                             *ebpf.Map
-	kcRawSlots, kcRawParts                              []byte    // every CPU's slots; one part (readKernelSlot)
+	kcRawSlots, kcRawParts                              []byte // every CPU's slots; one part (readKernelSlot)
 	kcEpochMem, kcCountsMem                             *ebpf.Memory
 	decap                                               *ebpf.Map // tunnels followed (decap.go)
 
