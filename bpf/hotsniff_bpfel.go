@@ -83,7 +83,13 @@ type hotsniffKcPart struct {
 	C [16384]uint16
 }
 
-type hotsniffKcScratch struct {
+type hotsniffKcSlot struct {
+	_     structs.HostLayout
+	Epoch uint64
+	Dirty uint64
+}
+
+type hotsniffKcState struct {
 	_  structs.HostLayout
 	St struct {
 		_        structs.HostLayout
@@ -141,16 +147,13 @@ type hotsniffKcScratch struct {
 		Pad [7]uint8
 		_   [4]byte
 	}
-	Buf [4608]uint8
-	Kh  [128]uint64
-	Kw  [128]uint32
-	_   [24]byte
-}
-
-type hotsniffKcSlot struct {
-	_     structs.HostLayout
-	Epoch uint64
-	Dirty uint64
+	_     [24]byte
+	Stats hotsniffKcStats
+	Slots [8]hotsniffKcSlot
+	Kh    [128]uint64
+	Kw    [128]uint32
+	Buf   [4608]uint8
+	_     [1472]byte
 }
 
 type hotsniffKcStats struct {
@@ -235,13 +238,11 @@ const (
 	hotsniffMapKcAnchor               = "kc_anchor"
 	hotsniffMapKcCmds                 = "kc_cmds"
 	hotsniffMapKcCounts               = "kc_counts"
-	hotsniffMapKcEpoch                = "kc_epoch"
 	hotsniffMapKcFlows                = "kc_flows"
 	hotsniffMapKcHot                  = "kc_hot"
 	hotsniffMapKcLocated              = "kc_located"
 	hotsniffMapKcProto                = "kc_proto"
 	hotsniffMapKcScratch              = "kc_scratch"
-	hotsniffMapKcStat                 = "kc_stat"
 	hotsniffMapPorts                  = "ports"
 	hotsniffMapReplySkips             = "reply_skips"
 	hotsniffMapRings                  = "rings"
@@ -335,13 +336,11 @@ type hotsniffMapSpecs struct {
 	KcAnchor   *ebpf.MapSpec `ebpf:"kc_anchor"`
 	KcCmds     *ebpf.MapSpec `ebpf:"kc_cmds"`
 	KcCounts   *ebpf.MapSpec `ebpf:"kc_counts"`
-	KcEpoch    *ebpf.MapSpec `ebpf:"kc_epoch"`
 	KcFlows    *ebpf.MapSpec `ebpf:"kc_flows"`
 	KcHot      *ebpf.MapSpec `ebpf:"kc_hot"`
 	KcLocated  *ebpf.MapSpec `ebpf:"kc_located"`
 	KcProto    *ebpf.MapSpec `ebpf:"kc_proto"`
 	KcScratch  *ebpf.MapSpec `ebpf:"kc_scratch"`
-	KcStat     *ebpf.MapSpec `ebpf:"kc_stat"`
 	Ports      *ebpf.MapSpec `ebpf:"ports"`
 	ReplySkips *ebpf.MapSpec `ebpf:"reply_skips"`
 	Rings      *ebpf.MapSpec `ebpf:"rings"`
@@ -403,13 +402,11 @@ type hotsniffMaps struct {
 	KcAnchor   *ebpf.Map `ebpf:"kc_anchor"`
 	KcCmds     *ebpf.Map `ebpf:"kc_cmds"`
 	KcCounts   *ebpf.Map `ebpf:"kc_counts"`
-	KcEpoch    *ebpf.Map `ebpf:"kc_epoch"`
 	KcFlows    *ebpf.Map `ebpf:"kc_flows"`
 	KcHot      *ebpf.Map `ebpf:"kc_hot"`
 	KcLocated  *ebpf.Map `ebpf:"kc_located"`
 	KcProto    *ebpf.Map `ebpf:"kc_proto"`
 	KcScratch  *ebpf.Map `ebpf:"kc_scratch"`
-	KcStat     *ebpf.Map `ebpf:"kc_stat"`
 	Ports      *ebpf.Map `ebpf:"ports"`
 	ReplySkips *ebpf.Map `ebpf:"reply_skips"`
 	Rings      *ebpf.Map `ebpf:"rings"`
@@ -425,13 +422,11 @@ func (m *hotsniffMaps) Close() error {
 		m.KcAnchor,
 		m.KcCmds,
 		m.KcCounts,
-		m.KcEpoch,
 		m.KcFlows,
 		m.KcHot,
 		m.KcLocated,
 		m.KcProto,
 		m.KcScratch,
-		m.KcStat,
 		m.Ports,
 		m.ReplySkips,
 		m.Rings,

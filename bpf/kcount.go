@@ -123,7 +123,7 @@ func (k *KernelCountConfig) validate() error {
 func setKernelVars(spec *ebpf.CollectionSpec, k *KernelCountConfig, cpus int) error {
 	var on uint8
 	var sub uint64 = 1
-	for _, name := range []string{hotsniffMapKcStat, hotsniffMapKcScratch, hotsniffMapKcEpoch, hotsniffMapKcCounts} {
+	for _, name := range []string{hotsniffMapKcScratch, hotsniffMapKcCounts} {
 		spec.Maps[name].MaxEntries *= uint32(cpus)
 	}
 	if k != nil {
@@ -312,15 +312,19 @@ func (c *Capture) readKernelSlot(ep int64, dst []uint32, idx []uint32) ([]uint32
 		shift++
 	}
 	si := int(ep % KernelSlots)
-	// The arrays as the programs lay them out: entry cpu × KernelSlots +
-	// slot, and its kernelParts parts after one another; little-endian on
-	// every host that runs the programs (bpfel). Read through the maps'
-	// memory: no system call, and no copy of parts that had no reads.
-	if _, err := c.kcEpochMem.ReadAt(c.kcRawSlots, 0); err != nil {
-		return idx, fmt.Errorf("read kernel counts: %w", err)
+	// The arrays as the programs lay them out: a CPU's slots in its
+	// kc_scratch entry, and its parts at (cpu × KernelSlots + slot) ×
+	// kernelParts + part; little-endian on every host that runs the
+	// programs (bpfel). Read through the maps' memory: no system call, and
+	// no copy of parts that had no reads.
+	cpus := len(c.kcRawSlots) / (KernelSlots * kcSlotSize)
+	for i := range cpus {
+		b := c.kcRawSlots[i*KernelSlots*kcSlotSize : (i+1)*KernelSlots*kcSlotSize]
+		if _, err := c.kcScratchMem.ReadAt(b, int64(i*kcScratchSize+kcSlotsOff)); err != nil {
+			return idx, fmt.Errorf("read kernel counts: %w", err)
+		}
 	}
 	all := unsafe.Slice((*hotsniffKcSlot)(unsafe.Pointer(&c.kcRawSlots[0])), len(c.kcRawSlots)/kcSlotSize)
-	cpus := len(all) / KernelSlots
 	var dirty uint64
 	for i := range cpus {
 		if s := &all[i*KernelSlots+si]; s.Epoch == uint64(ep) {
@@ -340,14 +344,20 @@ func (c *Capture) readKernelSlot(ep int64, dst []uint32, idx []uint32) ([]uint32
 			if _, err := c.kcCountsMem.ReadAt(c.kcRawParts, off); err != nil {
 				return idx, fmt.Errorf("read kernel counts: %w", err)
 			}
+			// Four counts a word: most words of a part are zero.
 			base := p * kernelPart
-			for b, v := range part.C {
-				if v != 0 {
-					d := (base + b) >> shift
+			words := unsafe.Slice((*uint64)(unsafe.Pointer(&part.C[0])), kernelPart/4)
+			for w, x := range words {
+				for j := 0; x != 0; j, x = j+1, x>>16 {
+					v := uint32(x & 0xffff)
+					if v == 0 {
+						continue
+					}
+					d := (base + 4*w + j) >> shift
 					if dst[d] == 0 {
 						idx = append(idx, uint32(d))
 					}
-					dst[d] = satAdd32(dst[d], uint32(v))
+					dst[d] = satAdd32(dst[d], v)
 				}
 			}
 		}
@@ -357,8 +367,12 @@ func (c *Capture) readKernelSlot(ep int64, dst []uint32, idx []uint32) ([]uint32
 
 // Sizes of the per-CPU values (multiples of 8: no padding between CPUs).
 const (
-	kcSlotSize = int(unsafe.Sizeof(hotsniffKcSlot{}))
-	kcPartSize = int(unsafe.Sizeof(hotsniffKcPart{}))
+	kcSlotSize    = int(unsafe.Sizeof(hotsniffKcSlot{}))
+	kcPartSize    = int(unsafe.Sizeof(hotsniffKcPart{}))
+	kcScratchSize = int(unsafe.Sizeof(hotsniffKcState{}))
+	kcSlotsOff    = int(unsafe.Offsetof(hotsniffKcState{}.Slots))
+	kcStatsOff    = int(unsafe.Offsetof(hotsniffKcState{}.Stats))
+	kcStatsSize   = int(unsafe.Sizeof(hotsniffKcStats{}))
 )
 
 func satAdd32(a, b uint32) uint32 {
@@ -422,10 +436,10 @@ type KernelStats struct {
 // KernelStats reads the kernel-counting counters.
 func (c *Capture) KernelStats() (KernelStats, error) {
 	var st KernelStats
-	per := make([]hotsniffKcStats, c.kcStat.MaxEntries()) // one per CPU
-	mm, err := c.kcStat.Memory()
-	if err == nil {
-		_, err = mm.ReadAt(unsafe.Slice((*byte)(unsafe.Pointer(&per[0])), len(per)*int(unsafe.Sizeof(per[0]))), 0)
+	per := make([]hotsniffKcStats, c.kcScratch.MaxEntries()) // one per CPU, in its kc_scratch entry
+	mm, err := c.kcScratch.Memory()
+	for i := 0; err == nil && i < len(per); i++ {
+		_, err = mm.ReadAt(unsafe.Slice((*byte)(unsafe.Pointer(&per[i])), kcStatsSize), int64(i*kcScratchSize+kcStatsOff))
 	}
 	if err != nil {
 		return st, fmt.Errorf("read kernel counting stats: %w", err)

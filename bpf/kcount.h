@@ -101,8 +101,8 @@ struct kc_stats {
 	__u64 duplicate;   // request segments seen again after they were counted, not copied
 } __attribute__((aligned(64)));
 
-// The programs' per-CPU state (kc_stat, kc_epoch, kc_counts, kc_scratch)
-// is in plain arrays indexed by CPU (kc_cpu), not per-CPU arrays: the
+// The programs' per-CPU state (kc_scratch, kc_counts) is in plain arrays
+// indexed by CPU (kc_cpu), not per-CPU arrays: the
 // verifier inlines a plain array's lookup to an address computed from
 // constants, where a per-CPU array's first loads the map's table of per-CPU
 // pointers, and every such table was a cache line a request found evicted
@@ -115,17 +115,10 @@ static __always_inline __u32 kc_cpu(void)
 	return bpf_get_smp_processor_id();
 }
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1); // × CPUs
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__type(key, __u32);
-	__type(value, struct kc_stats);
-} kc_stat SEC(".maps");
-
 // A slot is one sub-window of bucket counts on one CPU (slot = epoch %
-// KC_SLOTS): its kc_epoch entry (cpu * KC_SLOTS + slot) and KC_PARTS
-// kc_counts entries ((cpu * KC_SLOTS + slot) * KC_PARTS + part). A program that finds an older epoch in it clears the
+// KC_SLOTS): its entry in the CPU's kc_scratch (slots) and KC_PARTS
+// kc_counts entries ((cpu * KC_SLOTS + slot) * KC_PARTS + part). A
+// program that finds an older epoch in it clears the
 // parts that were written (dirty) first, so the counts of a sub-window
 // stay readable for KC_SLOTS - 1 sub-windows after it ends: a reader late
 // by less than that loses nothing. The reader reads only dirty parts.
@@ -137,14 +130,6 @@ struct kc_slot {
 struct kc_part {
 	__u16 c[KC_PART];
 };
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, KC_SLOTS); // × CPUs: a CPU's slots are one 128-byte block
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__type(key, __u32);
-	__type(value, struct kc_slot);
-} kc_epoch SEC(".maps");
 
 // Loaded with one entry when counting is off (bpf/kcount.go).
 struct {
@@ -384,26 +369,33 @@ struct kc_in {
 	__u32 rec;   // out: KC_REC_* for the record if one is copied
 };
 
-// kc_scratch holds one segment's payload and parse state; st comes first so
-// a pointer to it is a pointer to the whole (kc_buf).
-struct kc_scratch {
+// kc_scratch is a CPU's state: one segment's payload and parse state (st
+// comes first so a pointer to it is a pointer to the whole: kc_buf), the
+// counters, and the sub-window slots. What a request of a few keys touches
+// (st, in, nc, stats, its slot, the first hashes and the payload's first
+// bytes) is in the first page of the CPU's own two: on a virtual machine a
+// page the programs touch costs about what a cache line does, and a map
+// each for the counters and the slots made two more per request.
+struct kc_state {
 	struct kc_st st;
 	struct kc_in in;
 	struct kc_ncache nc;
-	__u8 buf[KC_SCRATCH + 512]; // slack: masked offsets plus a key stay inside
+	struct kc_stats stats;
+	struct kc_slot slots[KC_SLOTS];
 	__u64 kh[KC_MAX_KEYS];      // identity hashes of the segment's reads
 	__u32 kw[KC_MAX_KEYS];      // their weights
-} __attribute__((aligned(64)));
+	__u8 buf[KC_SCRATCH + 512]; // slack: masked offsets plus a key stay inside
+} __attribute__((aligned(4096)));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1); // × CPUs
 	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
-	__type(value, struct kc_scratch);
+	__type(value, struct kc_state);
 } kc_scratch SEC(".maps");
 
-#define kc_buf(st) ((struct kc_scratch *)(st))
+#define kc_buf(st) ((struct kc_state *)(st))
 
 
 const struct kc_stats *unused_kc_stats __attribute__((unused));
@@ -456,7 +448,7 @@ static __always_inline __u32 ld32(const __u8 *p)
 
 // kc_xxh hashes len (<= KC_MAX_KEY) bytes of the scratch buffer at off. A
 // global function: the verifier checks it once, not at every call site.
-__attribute__((noinline)) __u64 kc_xxh(struct kc_scratch *s, __u32 off, __u32 len)
+__attribute__((noinline)) __u64 kc_xxh(struct kc_state *s, __u32 off, __u32 len)
 {
 	if (!s)
 		return 0;
@@ -1199,7 +1191,7 @@ __attribute__((noinline)) int kc_clear(__u32 si, __u32 pi)
 // without the states of a bpf_loop in each. A global function: its
 // registers and spills stay out of the stack frame of kc_request, on whose
 // chain the parser's callbacks run.
-__attribute__((noinline)) __u64 kc_commit(struct kc_scratch *s)
+__attribute__((noinline)) __u64 kc_commit(struct kc_state *s)
 {
 	if (!s)
 		return 0;
@@ -1210,9 +1202,7 @@ __attribute__((noinline)) __u64 kc_commit(struct kc_scratch *s)
 	__u64 ep = bpf_ktime_get_coarse_ns() / kc_sub_ns;
 	__u32 si = ep % KC_SLOTS;
 	__u32 cs = kc_cpu() * KC_SLOTS + si;
-	struct kc_slot *slot = bpf_map_lookup_elem(&kc_epoch, &cs);
-	if (!slot)
-		return 0;
+	struct kc_slot *slot = &s->slots[si & (KC_SLOTS - 1)];
 	if (slot->epoch != ep) {
 		slot->dirty = 0;
 		slot->epoch = ep;
@@ -1263,10 +1253,10 @@ static __always_inline void kc_keep(struct kc_flow *fl, struct kc_st *st, struct
 static __always_inline int kc_request(void *ctx, const int xdp)
 {
 	__u32 cpu = kc_cpu();
-	struct kc_stats *cnt = bpf_map_lookup_elem(&kc_stat, &cpu);
-	struct kc_scratch *s = bpf_map_lookup_elem(&kc_scratch, &cpu);
-	if (!cnt || !s)
+	struct kc_state *s = bpf_map_lookup_elem(&kc_scratch, &cpu);
+	if (!s)
 		return 0;
+	struct kc_stats *cnt = &s->stats;
 	struct kc_in *in = &s->in;
 	cnt->segments++;
 	in->rec = 0;
@@ -1417,7 +1407,7 @@ static __always_inline int kc_handle(void *ctx, int xdp, struct rec_hdr *h, __u3
 	if (ctl && !(h->flags & (F_FIN | F_RST)))
 		return 0; // a pure ACK
 	__u32 cpu = kc_cpu();
-	struct kc_scratch *s = bpf_map_lookup_elem(&kc_scratch, &cpu);
+	struct kc_state *s = bpf_map_lookup_elem(&kc_scratch, &cpu);
 	if (!s)
 		return 0;
 	struct kc_in *in = &s->in;

@@ -170,12 +170,12 @@ type Capture struct {
 	sampled   *ebpf.Map // per CPU: segments of sampled-out flows
 	skips     *ebpf.Map // reply ranges user space skips (ReplyHeads)
 	// Kernel counting (kcount.go), shared by every attachment.
-	kcMaps                                              map[string]*ebpf.Map
-	kcCounts, kcLocated, kcHot, kcCmds, kcProto, kcStat *ebpf.Map
-	kcEpoch                                             *ebpf.Map
-	kcRawSlots, kcRawParts                              []byte // every CPU's slots; one part (readKernelSlot)
-	kcEpochMem, kcCountsMem                             *ebpf.Memory
-	decap                                               *ebpf.Map // tunnels followed (decap.go)
+	kcMaps                                      map[string]*ebpf.Map
+	kcCounts, kcLocated, kcHot, kcCmds, kcProto *ebpf.Map
+	kcScratch                                   *ebpf.Map
+	kcRawSlots, kcRawParts                      []byte // every CPU's slots; one part (readKernelSlot)
+	kcScratchMem, kcCountsMem                   *ebpf.Memory
+	decap                                       *ebpf.Map // tunnels followed (decap.go)
 
 	mu     sync.Mutex
 	ifaces []*Attachment
@@ -336,8 +336,8 @@ func (c *Capture) createMaps(online []bool) error {
 		return fmt.Errorf("create decap map: %w", err)
 	}
 	c.kcMaps = make(map[string]*ebpf.Map)
-	for _, name := range []string{hotsniffMapKcCounts, hotsniffMapKcEpoch, hotsniffMapKcLocated, hotsniffMapKcHot, hotsniffMapKcCmds,
-		hotsniffMapKcProto, hotsniffMapKcStat, hotsniffMapKcFlows, hotsniffMapKcScratch} {
+	for _, name := range []string{hotsniffMapKcCounts, hotsniffMapKcLocated, hotsniffMapKcHot, hotsniffMapKcCmds,
+		hotsniffMapKcProto, hotsniffMapKcFlows, hotsniffMapKcScratch} {
 		m, err := ebpf.NewMap(c.spec.Maps[name])
 		if err != nil {
 			return fmt.Errorf("create map %s: %w", name, err)
@@ -345,21 +345,21 @@ func (c *Capture) createMaps(online []bool) error {
 		c.kcMaps[name] = m
 	}
 	c.kcCounts, c.kcLocated, c.kcHot = c.kcMaps[hotsniffMapKcCounts], c.kcMaps[hotsniffMapKcLocated], c.kcMaps[hotsniffMapKcHot]
-	c.kcEpoch = c.kcMaps[hotsniffMapKcEpoch]
+	c.kcScratch = c.kcMaps[hotsniffMapKcScratch]
 	if c.cfg.KernelCount != nil {
 		cpus, err := ebpf.PossibleCPU()
 		if err != nil {
 			return fmt.Errorf("count possible CPUs: %w", err)
 		}
 		c.kcRawSlots, c.kcRawParts = make([]byte, cpus*KernelSlots*kcSlotSize), make([]byte, kcPartSize)
-		if c.kcEpochMem, err = c.kcEpoch.Memory(); err != nil {
+		if c.kcScratchMem, err = c.kcScratch.Memory(); err != nil {
 			return fmt.Errorf("map kernel slots: %w", err)
 		}
 		if c.kcCountsMem, err = c.kcCounts.Memory(); err != nil {
 			return fmt.Errorf("map kernel counts: %w", err)
 		}
 	}
-	c.kcCmds, c.kcProto, c.kcStat = c.kcMaps[hotsniffMapKcCmds], c.kcMaps[hotsniffMapKcProto], c.kcMaps[hotsniffMapKcStat]
+	c.kcCmds, c.kcProto = c.kcMaps[hotsniffMapKcCmds], c.kcMaps[hotsniffMapKcProto]
 	return c.initKernelMaps()
 }
 
