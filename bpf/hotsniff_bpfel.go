@@ -65,6 +65,8 @@ type hotsniffKcFlow struct {
 	InMulti  uint8
 	Gap      uint8
 	Syn      uint8
+	Proto    uint8
+	Pad      [3]uint8
 }
 
 type hotsniffKcLocated struct {
@@ -147,18 +149,20 @@ type hotsniffKcState struct {
 		Pad [7]uint8
 		_   [4]byte
 	}
-	_     [24]byte
 	Stats hotsniffKcStats
 	Slots [8]hotsniffKcSlot
-	Kh    [128]uint64
-	Kw    [128]uint32
-	Buf   [4608]uint8
-	_     [1472]byte
+	Reads [128]struct {
+		_   structs.HostLayout
+		H   uint64
+		W   uint32
+		Pad uint32
+	}
+	Buf [4608]uint8
+	_   [1000]byte
 }
 
 type hotsniffKcStats struct {
 	_           structs.HostLayout
-	Fallback    [11]uint64
 	Segments    uint64
 	Counted     uint64
 	Skipped     uint64
@@ -170,7 +174,7 @@ type hotsniffKcStats struct {
 	CopySession uint64
 	CopyReport  uint64
 	Duplicate   uint64
-	_           [16]byte
+	Fallback    [11]uint64
 }
 
 type hotsniffPortBitmap struct {

@@ -86,8 +86,8 @@ enum kc_reason {
 #define KC_REC_COUNTED 1 // this record's reads were counted in the kernel
 #define KC_REC_GAP 2     // bytes of the flow before it were counted and not copied
 
+// kc_stats: what every counted request writes comes first, on one line.
 struct kc_stats {
-	__u64 fallback[KR_MAX];
 	__u64 segments;    // request segments looked at
 	__u64 counted;     // parsed whole and counted
 	__u64 skipped;     // of those, not copied
@@ -99,7 +99,8 @@ struct kc_stats {
 	__u64 copy_session;
 	__u64 copy_report;
 	__u64 duplicate;   // request segments seen again after they were counted, not copied
-} __attribute__((aligned(64)));
+	__u64 fallback[KR_MAX];
+};
 
 // The programs' per-CPU state (kc_scratch, kc_counts) is in plain arrays
 // indexed by CPU (kc_cpu), not per-CPU arrays: the
@@ -216,6 +217,12 @@ struct {
 	__type(value, __u8);
 } kc_proto SEC(".maps");
 
+static __always_inline __u8 kc_port_proto(__u32 port)
+{
+	__u8 *pp = bpf_map_lookup_elem(&kc_proto, &port);
+	return pp ? *pp : 0;
+}
+
 // kc_flow is a connection's parsing state: where its next command starts,
 // if known, and its Redis DB.
 struct kc_flow {
@@ -226,6 +233,8 @@ struct kc_flow {
 	__u8 in_multi;
 	__u8 gap;        // segments were counted and not copied since the last copy
 	__u8 syn;        // the programs saw the connection's SYN
+	__u8 proto;      // the server port's protocol (kc_proto), from the start
+	__u8 pad[3];
 };
 
 struct {
@@ -369,6 +378,13 @@ struct kc_in {
 	__u32 rec;   // out: KC_REC_* for the record if one is copied
 };
 
+// kc_read is one read of a segment, counted once the whole segment parsed.
+struct kc_read {
+	__u64 h; // identity hash
+	__u32 w; // weight
+	__u32 pad;
+};
+
 // kc_scratch is a CPU's state: one segment's payload and parse state (st
 // comes first so a pointer to it is a pointer to the whole: kc_buf), the
 // counters, and the sub-window slots. What a request of a few keys touches
@@ -382,8 +398,7 @@ struct kc_state {
 	struct kc_ncache nc;
 	struct kc_stats stats;
 	struct kc_slot slots[KC_SLOTS];
-	__u64 kh[KC_MAX_KEYS];      // identity hashes of the segment's reads
-	__u32 kw[KC_MAX_KEYS];      // their weights
+	struct kc_read reads[KC_MAX_KEYS]; // the segment's reads
 	__u8 buf[KC_SCRATCH + 512]; // slack: masked offsets plus a key stay inside
 } __attribute__((aligned(4096)));
 
@@ -573,8 +588,9 @@ static __always_inline int kc_key(struct kc_st *st, __u32 off, __u32 len, int wr
 		st->reason = KR_KEYS;
 		return 1;
 	}
-	kc_buf(st)->kh[n & (KC_MAX_KEYS - 1)] = h;
-	kc_buf(st)->kw[n & (KC_MAX_KEYS - 1)] = w;
+	struct kc_read *r = &kc_buf(st)->reads[n & (KC_MAX_KEYS - 1)];
+	r->h = h;
+	r->w = w;
 	st->nkeys = n + 1;
 	return 0;
 }
@@ -1211,8 +1227,8 @@ __attribute__((noinline)) __u64 kc_commit(struct kc_state *s)
 	for (__u32 i = 0; i < KC_MAX_KEYS; i++) {
 		if (i >= n)
 			break;
-		__u32 b = (s->kh[i] >> KC_SHIFT) & (KC_BUCKETS - 1);
-		__u32 w = s->kw[i];
+		__u32 b = (s->reads[i].h >> KC_SHIFT) & (KC_BUCKETS - 1);
+		__u32 w = s->reads[i].w;
 		__u32 pi = b >> KC_PART_BITS;
 		if (!(slot->dirty & (1ULL << pi))) {
 			// First count in this part since the slot was last cleared.
@@ -1260,19 +1276,18 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 	struct kc_in *in = &s->in;
 	cnt->segments++;
 	in->rec = 0;
-	__u32 port = in->k.dport;
-	__u8 *pp = bpf_map_lookup_elem(&kc_proto, &port);
-	__u8 proto = pp ? *pp : 0;
+	// The port's protocol, kept in the connection's state from its start:
+	// kc_proto's line for the port was a cache miss per request.
+	struct kc_flow *fl = bpf_map_lookup_elem(&kc_flows, &in->k);
+	__u8 proto = fl ? fl->proto : kc_port_proto(in->k.dport);
 	if (proto != 1 && proto != 2) {
 		cnt->fallback[KR_PROTO]++;
 		// Copied whole, as without kernel counting; a connection whose
 		// SYN was not seen still needs its anchor.
-		struct kc_flow *tf = bpf_map_lookup_elem(&kc_flows, &in->k);
-		in->unseen = !tf || !tf->syn;
+		in->unseen = !fl || !fl->syn;
 		return 0;
 	}
-	struct kc_flow *fl = bpf_map_lookup_elem(&kc_flows, &in->k);
-	struct kc_flow nf = {};
+	struct kc_flow nf = {.proto = proto};
 	int at_boundary = fl && fl->synced && fl->next_seq == in->seq;
 	int joined = !fl;
 	if (!fl) {
@@ -1381,7 +1396,7 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 // on a boundary.
 static __always_inline void kc_syn(struct skip_key *k, __u32 seq)
 {
-	struct kc_flow nf = {.next_seq = seq + 1, .synced = 1, .syn = 1};
+	struct kc_flow nf = {.next_seq = seq + 1, .synced = 1, .syn = 1, .proto = kc_port_proto(k->dport)};
 	bpf_map_update_elem(&kc_flows, k, &nf, BPF_ANY);
 }
 
