@@ -66,7 +66,8 @@ type hotsniffKcFlow struct {
 	Gap      uint8
 	Syn      uint8
 	Proto    uint8
-	Pad      [3]uint8
+	Copied   uint8
+	Pad      [2]uint8
 }
 
 type hotsniffKcLocated struct {

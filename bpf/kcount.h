@@ -234,7 +234,8 @@ struct kc_flow {
 	__u8 gap;        // segments were counted and not copied since the last copy
 	__u8 syn;        // the programs saw the connection's SYN
 	__u8 proto;      // the server port's protocol (kc_proto), from the start
-	__u8 pad[3];
+	__u8 copied;     // not synced: next_seq ends the segment last copied uncounted
+	__u8 pad[2];
 };
 
 struct {
@@ -1255,11 +1256,22 @@ static __always_inline void kc_keep(struct kc_flow *fl, struct kc_st *st, struct
 {
 	fl->next_seq = in->seq + in->len;
 	fl->synced = 1;
+	fl->copied = 0;
 	if (proto == 1) {
 		fl->db = st->db;
 		fl->db_before = st->db_before;
 		fl->in_multi = st->in_multi;
 	}
+}
+
+// kc_copied records, after a segment copied uncounted, that where the next
+// command starts is not known, and where this segment ended (its second
+// view is then not copied again: kc_request).
+static __always_inline void kc_copied(struct kc_flow *fl, struct kc_in *in)
+{
+	fl->synced = 0;
+	fl->copied = in->len <= KC_SCRATCH; // else the length is not the segment's
+	fl->next_seq = in->seq + in->len;
 }
 
 // kc_request is the kernel-counting decision for a request segment with
@@ -1299,11 +1311,12 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 			return 0;
 	}
 	in->unseen = !fl->syn;
-	if (fl->synced && in->seq + in->len == fl->next_seq && in->len - 1 < KC_SCRATCH) {
-		// Exactly the segment counted last on this connection, seen
-		// again: the cgroup programs see a local client's request at its
-		// egress and at the server's ingress, and a retransmission
-		// repeats it. Counted once; user space has what it needs of it.
+	if ((fl->synced || fl->copied) && in->seq + in->len == fl->next_seq && in->len - 1 < KC_SCRATCH) {
+		// Exactly the segment counted or copied last on this connection,
+		// seen again: the cgroup programs see a local client's request at
+		// its egress and at the server's ingress, and a retransmission
+		// repeats it. Counted once; user space has what it needs of it
+		// (the first view's copy, if it was copied).
 		cnt->duplicate++;
 		return 1;
 	}
@@ -1351,7 +1364,7 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 		// programs count from the next segment on.
 		cnt->fallback[joined ? KR_MIDSTREAM : KR_SPLIT]++;
 		if (reason >= 0) {
-			fl->synced = 0;
+			kc_copied(fl, in);
 		} else {
 			kc_keep(fl, st, in, proto);
 		}
@@ -1364,7 +1377,7 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 		// no longer known. It starts on a boundary itself: after skipped
 		// segments, user space restarts the stream here.
 		in->rec = fl->gap ? KC_REC_GAP : 0;
-		fl->synced = 0;
+		kc_copied(fl, in);
 		fl->gap = 0;
 		return 0;
 	}

@@ -512,6 +512,39 @@ func TestKernelCountSaturates(t *testing.T) {
 	e.check(w)
 }
 
+// TestKernelCountDuplicateFallback: a segment the programs could not count
+// (here an inline command), seen a second time (the cgroup programs' view
+// at the server after the client's, or a retransmission), is copied and
+// counted as a fallback once: the second view is a duplicate, and user
+// space has the first copy. Before, both views were copied and both counted
+// in kernel_fallback_total.
+func TestKernelCountDuplicateFallback(t *testing.T) {
+	e := openKC(t)
+	prog := e.objs.HotsniffTcIngress
+	c := e.newConn(srv4, prog, true)
+	inline := []byte("GET inline\r\n")
+	if recs := e.send(prog, c, inline); len(recs) != 1 {
+		t.Fatalf("first view: %d records, want the segment copied", len(recs))
+	}
+	e.run(prog, pkt{src: c.cli, dst: c.srv, flags: 0x18, seq: c.seq - uint32(len(inline)), ack: 1, payload: inline})
+	if recs := e.drain(); len(recs) != 0 {
+		t.Errorf("the second view was copied: %+v", recs)
+	}
+	st := e.stats()
+	if st.Fallback[FallbackInline] != 1 || sumFallback(st) != 1 || st.Duplicate != 1 {
+		t.Errorf("stats %+v, want one inline fallback and one duplicate", st)
+	}
+	// The connection goes on: the next segment of a whole command is not
+	// known to start on a boundary, so it is copied, and counted from
+	// the one after.
+	if recs := e.send(prog, c, resp("GET", "k")); len(recs) != 1 {
+		t.Errorf("the segment after the fallback: %d records, want it copied", len(recs))
+	}
+	if recs := e.send(prog, c, resp("GET", "k")); len(recs) != 0 {
+		t.Errorf("the segment after that: %d records, want it counted and kept", len(recs))
+	}
+}
+
 // TestKernelCountVerifier: with kernel counting on, every program passes
 // the verifier of this kernel with room to spare: the parsers are bpf_loop
 // callbacks without loops of their own, so each program explores a bounded
