@@ -145,8 +145,8 @@ struct {
 // is set when a bucket of group g (KC_GROUP buckets) is: most reads fall
 // in a bucket that is not located, and the programs then read only the
 // one line of any, which stays in the cache, not a line of the 16 KiB of
-// bits picked at random for each key (a cache miss per read at -P 1: a
-// tenth of the ingress program's time).
+// bits picked at random for each key (a cache miss per read at -P 1: about
+// a seventh of the programs' samples in a profile of redis-benchmark -P 1).
 #define KC_GROUP (KC_BUCKETS / 512)
 struct kc_located {
 	__u64 any[8];
@@ -386,13 +386,13 @@ struct kc_read {
 	__u32 pad;
 };
 
-// kc_scratch is a CPU's state: one segment's payload and parse state (st
-// comes first so a pointer to it is a pointer to the whole: kc_buf), the
-// counters, and the sub-window slots. What a request of a few keys touches
-// (st, in, nc, stats, its slot, the first hashes and the payload's first
-// bytes) is in the first page of the CPU's own two: on a virtual machine a
-// page the programs touch costs about what a cache line does, and a map
-// each for the counters and the slots made two more per request.
+// kc_state (a kc_scratch entry) is a CPU's state: one segment's payload and
+// parse state (st comes first so a pointer to it is a pointer to the whole:
+// kc_buf), the counters, and the sub-window slots. What a request of a few
+// keys touches (st, in, nc, the counters it writes, its slot, its first
+// reads and the payload's first bytes) is in the first of the CPU's own two
+// pages, in as few cache lines as the fields allow; a map each for the
+// counters and the slots cost a line more each per request, and a page.
 struct kc_state {
 	struct kc_st st;
 	struct kc_in in;
