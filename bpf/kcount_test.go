@@ -479,9 +479,10 @@ func TestKernelCountDuplicate(t *testing.T) {
 // round to a small count (which would read as a cold bucket); the reads
 // are all in the counters all the same.
 func TestKernelCountSaturates(t *testing.T) {
-	// One CPU, so that every read lands in the same per-CPU count.
+	// One CPU, so that every read lands in the same per-CPU count. The
+	// thread stays locked: it ends with the test instead of going back to
+	// the runtime pinned.
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	var one unix.CPUSet
 	one.Set(0)
 	if err := unix.SchedSetaffinity(0, &one); err != nil {
