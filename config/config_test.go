@@ -151,3 +151,35 @@ func TestKernelCountRefusesHotBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelCountRefusesCaptureReplies: with kernel counting the programs
+// copy no replies, so --capture-replies would be silently off: refused in
+// one line; not on AF_PACKET, where nothing is counted in the kernel.
+func TestKernelCountRefusesCaptureReplies(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		refused bool
+	}{
+		{[]string{"--kernel-count", "--capture-replies"}, true},
+		{[]string{"--kernel-count", "--capture", "tc", "--capture-replies"}, true},
+		{[]string{"--kernel-count", "--capture", "afpacket", "--capture-replies"}, false},
+		{[]string{"--capture-replies"}, false},
+		{[]string{"--kernel-count", "--reply-copy", "0"}, false},
+	} {
+		c := Default()
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		Register(fs, &c, Section(SecCapture)...)
+		Register(fs, &c, Section(SecDetect)...)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(fs, &c, nil, nil)
+		const want = "--kernel-count copies no replies, so --capture-replies would do nothing: remove one of them"
+		switch {
+		case !tc.refused && err != nil:
+			t.Errorf("%v: %v; want no error", tc.args, err)
+		case tc.refused && (err == nil || err.Error() != want):
+			t.Errorf("%v: %v; want %q", tc.args, err, want)
+		}
+	}
+}

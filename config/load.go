@@ -506,15 +506,26 @@ func (c *Config) validate(fs *pflag.FlagSet, fromFile map[string]bool) error {
 		// request kept in the kernel would pair with the wrong request), so
 		// a reply-bytes threshold would never make a key hot: refused here,
 		// where --config-check sees it too, rather than silently off.
+		if k.KernelCounting() && k.Replies {
+			// Same reason: the programs copy no replies with kernel
+			// counting, so --capture-replies would be silently off.
+			return errorf("--kernel-count copies no replies, so --capture-replies would do nothing: remove one of them")
+		}
 		if has(SecDetect) && k.KernelCounting() {
 			if set := hotBytesSet(c.Detect.Config); set != "" {
 				return errorf("--kernel-count does not attribute reply bytes to keys, so %s would never make a key hot: remove --hot-bytes (and hot-bytes from the rules) or set --kernel-count=false", set)
 			}
-			// A kernel bucket counts at most bpf.KernelMaxBucketCount
-			// reads per CPU and sub-window: a key at any threshold must
-			// stay below that, so that a saturated bucket is always one
-			// far above the threshold (bpf/kcount.h).
+			if c.Detect.Detector == detect.DetectorTair {
+				return errorf("--kernel-count needs the default detector, not %q: remove --detector or set --kernel-count=false", c.Detect.Detector)
+			}
 			if d, err := detect.New(c.Detect.Config, nil); err == nil {
+				if b := d.Config().Buckets; b > bpf.KernelBuckets {
+					return errorf("--kernel-count counts at most %d buckets: set --buckets %d or less, or --kernel-count=false", bpf.KernelBuckets, bpf.KernelBuckets)
+				}
+				// A kernel bucket counts at most bpf.KernelMaxBucketCount
+				// reads per CPU and sub-window: a key at any threshold
+				// must stay below that, so that a saturated bucket is
+				// always one far above the threshold (bpf/kcount.h).
 				sub := time.Duration(d.SubWindow())
 				top := c.Detect.HotQPS
 				for _, r := range c.Detect.Rules {

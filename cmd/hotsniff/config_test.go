@@ -142,3 +142,25 @@ func TestRunKernelCountThreshold(t *testing.T) {
 		}
 	}
 }
+
+// TestRunKernelCountRefusals: the other settings kernel counting cannot
+// serve are refused in one line by run and by --config-check alike
+// (before, only once capture opened, so --config-check passed them).
+func TestRunKernelCountRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--detector", "tair"}, `hotsniff: --kernel-count needs the default detector, not "tair": remove --detector or set --kernel-count=false` + "\n"},
+		{[]string{"--buckets", "262144"}, "hotsniff: --kernel-count counts at most 131072 buckets: set --buckets 131072 or less, or --kernel-count=false\n"},
+		{[]string{"--capture-replies"}, "hotsniff: --kernel-count copies no replies, so --capture-replies would do nothing: remove one of them\n"},
+	} {
+		for _, extra := range [][]string{{"--config-check"}, {"--capture", "tc", "--iface", "hsnone0", "--listen", ""}} {
+			args := append(append([]string{"run", "--kernel-count"}, tc.args...), extra...)
+			_, errOut, code := runCLI(t, args...)
+			if code != 2 || errOut != tc.want {
+				t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", args, code, errOut, tc.want)
+			}
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/hotsniff/hotsniff/bpf"
@@ -22,23 +21,19 @@ type kernelCount struct {
 // kernelCountConfig is the programs' counting configuration for
 // --kernel-count on an eBPF capture (nil otherwise). The detector is not
 // built yet: a probe of the same configuration gives its sub-window and
-// buckets. The settings were validated already: with kernel counting no
-// reply-bytes threshold is set (config refuses it).
+// buckets. The settings were validated already (config.Load): with kernel
+// counting the detector is the default one, its buckets at most
+// bpf.KernelBuckets, no threshold saturates a bucket and none counts
+// reply bytes.
 func (d *daemon) kernelCountConfig() (*bpf.KernelCountConfig, error) {
 	if !d.cfg.Capture.KernelCounting() {
 		return nil, nil
-	}
-	if d.cfg.Detect.Detector == detect.DetectorTair {
-		return nil, fmt.Errorf("--kernel-count needs the default detector, not %q", d.cfg.Detect.Detector)
 	}
 	probe, err := detect.New(d.cfg.Detect.Config, nil)
 	if err != nil {
 		return nil, err
 	}
 	b := probe.Config().Buckets
-	if b > bpf.KernelBuckets {
-		return nil, fmt.Errorf("--kernel-count counts at most %d buckets: set --buckets %d or less, or --kernel-count=false", bpf.KernelBuckets, bpf.KernelBuckets)
-	}
 	sub := time.Duration(probe.SubWindow())
 	protos := make(map[uint16]uint8)
 	for _, port := range d.ports.List() {
