@@ -159,19 +159,10 @@ func (s *sniffer) stop(t testing.TB) {
 	}
 }
 
-// cpuSeconds is the process's user+system CPU time so far, from
-// /proc/PID/stat (USER_HZ is 100 on Linux).
+// cpuSeconds is the process's CPU time so far (procCPU).
 func (s *sniffer) cpuSeconds(t testing.TB) float64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	// After "pid (comm) ": state is field 3, utime 14 and stime 15.
-	ut, _ := strconv.ParseFloat(f[14-3], 64)
-	st, _ := strconv.ParseFloat(f[15-3], 64)
-	return (ut + st) / 100
+	return procCPU(t, s.cmd.Process.Pid)
 }
 
 // scrape reads /metrics into "name{labels}" -> value.
