@@ -220,13 +220,16 @@ func TestPodChurn(t *testing.T) {
 			var after procFigures
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 				after = figures(t, d, node)
-				if after.fds == before.fds && after.tcx == before.tcx && after.goroutines == before.goroutines || time.Now().After(deadline) {
+				if after.fds == before.fds && after.tcx == before.tcx && after.goroutines <= before.goroutines || time.Now().After(deadline) {
 					break
 				}
 			}
 			t.Logf("%s: %d pods in %v (%d GETs in the background)\n  before: %v\n  after:  %v",
 				mode, cycles, churnTime.Round(time.Millisecond), bgGets.Load(), before, after)
-			if after.fds != before.fds || after.progFDs != before.progFDs || after.linkFDs != before.linkFDs || after.tcx != before.tcx || after.goroutines != before.goroutines {
+			// Goroutines: fewer after is not a leak (one running when the
+			// figures were first taken, an HTTP connection's or a timer's,
+			// had ended: 15 before, 14 after in one CI run).
+			if after.fds != before.fds || after.progFDs != before.progFDs || after.linkFDs != before.linkFDs || after.tcx != before.tcx || after.goroutines > before.goroutines {
 				t.Errorf("left behind after %d pods:\n  before: %v\n  after:  %v", cycles, before, after)
 			}
 			if grow := after.rssKiB - before.rssKiB; grow > 16<<10 {
