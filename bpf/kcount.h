@@ -1187,11 +1187,11 @@ static long kc_zero(__u64 i, struct kc_zero_ctx *z)
 	return 0;
 }
 
-// kc_clear clears part pi of slot si. A global function, verified once
-// apart from the loop it is called in.
-__attribute__((noinline)) int kc_clear(__u32 si, __u32 pi)
+// kc_clear clears part pi of slot cs (cpu * KC_SLOTS + slot). A global
+// function, verified once apart from the loop it is called in.
+__attribute__((noinline)) int kc_clear(__u32 cs, __u32 pi)
 {
-	__u32 key = (kc_cpu() * KC_SLOTS + (si & (KC_SLOTS - 1))) * KC_PARTS + (pi & (KC_PARTS - 1));
+	__u32 key = cs * KC_PARTS + (pi & (KC_PARTS - 1));
 	struct kc_zero_ctx z = {.part = bpf_map_lookup_elem(&kc_counts, &key)};
 	if (z.part)
 		bpf_loop(KC_PART / 128, kc_zero, &z, 0);
@@ -1233,7 +1233,7 @@ __attribute__((noinline)) __u64 kc_commit(struct kc_state *s)
 		__u32 pi = b >> KC_PART_BITS;
 		if (!(slot->dirty & (1ULL << pi))) {
 			// First count in this part since the slot was last cleared.
-			kc_clear(si, pi);
+			kc_clear(cs, pi);
 			slot->dirty |= 1ULL << pi;
 		}
 		__u32 key = cs * KC_PARTS + pi;

@@ -732,15 +732,6 @@ func readCounters(m *ebpf.Map) ([]hotsniffCounters, error) {
 	return out, nil
 }
 
-// hookCounters returns hook's entries of every CPU from readCounters' out.
-func hookCounters(all []hotsniffCounters, hook Hook) []hotsniffCounters {
-	var out []hotsniffCounters
-	for i := int(hook); i < len(all); i += int(numHooks) {
-		out = append(out, all[i])
-	}
-	return out
-}
-
 // Attachments lists the attached interfaces.
 func (c *Capture) Attachments() []*Attachment {
 	c.mu.Lock()

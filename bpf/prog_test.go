@@ -477,3 +477,12 @@ func TestOfflineCPUGetsOnePageRing(t *testing.T) {
 			st.Records, st.RingbufFull, smp.SampledOut, n)
 	}
 }
+
+// hookCounters returns hook's entries of every CPU from readCounters' out.
+func hookCounters(all []hotsniffCounters, hook Hook) []hotsniffCounters {
+	var out []hotsniffCounters
+	for i := int(hook); i < len(all); i += int(numHooks) {
+		out = append(out, all[i])
+	}
+	return out
+}

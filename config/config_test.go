@@ -135,14 +135,7 @@ func TestKernelCountRefusesHotBytes(t *testing.T) {
 		{[]string{"--kernel-count", "--capture", "xdp", "--hot-qps", "50"}, ""},
 		{[]string{"--hot-bytes", "5", "--config", file}, ""},
 	} {
-		c := Default()
-		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-		Register(fs, &c, Section(SecCapture)...)
-		Register(fs, &c, Section(SecDetect)...)
-		if err := fs.Parse(tc.args); err != nil {
-			t.Fatal(err)
-		}
-		_, err := Load(fs, &c, nil, nil)
+		err := loadCaptureDetect(t, tc.args)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%v: %v; want no error", tc.args, err)
@@ -166,14 +159,7 @@ func TestKernelCountRefusesCaptureReplies(t *testing.T) {
 		{[]string{"--capture-replies"}, false},
 		{[]string{"--kernel-count", "--reply-copy", "0"}, false},
 	} {
-		c := Default()
-		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-		Register(fs, &c, Section(SecCapture)...)
-		Register(fs, &c, Section(SecDetect)...)
-		if err := fs.Parse(tc.args); err != nil {
-			t.Fatal(err)
-		}
-		_, err := Load(fs, &c, nil, nil)
+		err := loadCaptureDetect(t, tc.args)
 		const want = "--kernel-count copies no replies, so --capture-replies would do nothing: remove one of them"
 		switch {
 		case !tc.refused && err != nil:
@@ -182,4 +168,19 @@ func TestKernelCountRefusesCaptureReplies(t *testing.T) {
 			t.Errorf("%v: %v; want %q", tc.args, err, want)
 		}
 	}
+}
+
+// loadCaptureDetect loads the defaults with args given as the capture and
+// detection flags of `run`, and returns Load's verdict.
+func loadCaptureDetect(t *testing.T, args []string) error {
+	t.Helper()
+	c := Default()
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	Register(fs, &c, Section(SecCapture)...)
+	Register(fs, &c, Section(SecDetect)...)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(fs, &c, nil, nil)
+	return err
 }

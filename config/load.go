@@ -448,13 +448,16 @@ func (c *Config) validate(fs *pflag.FlagSet, fromFile map[string]bool) error {
 			return errorf("--progress %q: want auto, always or never", c.Stream.Progress)
 		}
 	}
+	var det *detect.Detector // the settings' detector, once built (kernel counting's checks below)
 	if has(SecDetect) && fs.Lookup("hot-qps") != nil {
 		if fs.Lookup("output") != nil && c.Detect.Output != publish.FormatJSONL && c.Detect.Output != publish.FormatText {
 			return errorf("--output %q: want jsonl or text", c.Detect.Output)
 		}
-		if _, err := detect.New(c.Detect.Config, nil); err != nil {
+		d, err := detect.New(c.Detect.Config, nil)
+		if err != nil {
 			return &Error{err.Error()}
 		}
+		det = d
 	}
 	if has(SecPublish) {
 		if u := c.Publish.RedisURL; u != "" {
@@ -504,11 +507,9 @@ func (c *Config) validate(fs *pflag.FlagSet, fromFile map[string]bool) error {
 		}
 		// With kernel counting the programs copy no replies (a reply of a
 		// request kept in the kernel would pair with the wrong request), so
-		// a reply-bytes threshold would never make a key hot: refused here,
-		// where --config-check sees it too, rather than silently off.
+		// --capture-replies and a reply-bytes threshold would be silently
+		// off: refused here, where --config-check sees them too.
 		if k.KernelCounting() && k.Replies {
-			// Same reason: the programs copy no replies with kernel
-			// counting, so --capture-replies would be silently off.
 			return errorf("--kernel-count copies no replies, so --capture-replies would do nothing: remove one of them")
 		}
 		if has(SecDetect) && k.KernelCounting() {
@@ -518,7 +519,10 @@ func (c *Config) validate(fs *pflag.FlagSet, fromFile map[string]bool) error {
 			if c.Detect.Detector == detect.DetectorTair {
 				return errorf("--kernel-count needs the default detector, not %q: remove --detector or set --kernel-count=false", c.Detect.Detector)
 			}
-			if d, err := detect.New(c.Detect.Config, nil); err == nil {
+			if det == nil {
+				det, _ = detect.New(c.Detect.Config, nil) // invalid: reported by the detection checks
+			}
+			if d := det; d != nil {
 				if b := d.Config().Buckets; b > bpf.KernelBuckets {
 					return errorf("--kernel-count counts at most %d buckets: set --buckets %d or less, or --kernel-count=false", bpf.KernelBuckets, bpf.KernelBuckets)
 				}

@@ -33,16 +33,11 @@ type emptyProgram struct {
 // attachEmpty attaches the empty program at mode's hook: TCX ingress for
 // "tc", XDP (returning XDP_PASS) for "xdp".
 func attachEmpty(p *netnstest.Pair, mode string) (*emptyProgram, error) {
-	spec := &ebpf.ProgramSpec{
-		Type:         ebpf.SchedCLS,
-		License:      "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()}, // TCX_NEXT
-	}
+	hook := "tc ingress"
 	if mode == "xdp" {
-		spec.Type = ebpf.XDP
-		spec.Instructions = asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()} // XDP_PASS
+		hook = "xdp"
 	}
-	prog, err := ebpf.NewProgram(spec)
+	prog, err := ebpf.NewProgram(emptySpec(hook))
 	if err != nil {
 		return nil, fmt.Errorf("load empty program: %w", err)
 	}
