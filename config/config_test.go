@@ -184,3 +184,33 @@ func loadCaptureDetect(t *testing.T, args []string) error {
 	_, err := Load(fs, &c, nil, nil)
 	return err
 }
+
+// TestReplyCopyZeroRefusesHotBytes: on eBPF capture --reply-copy 0 passes
+// on no reply payload, so no reply bytes reach keys and a reply-bytes
+// threshold would never fire; refused in one line, but not with
+// --capture-replies (whole replies are copied) or on AF_PACKET.
+func TestReplyCopyZeroRefusesHotBytes(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	os.WriteFile(file, []byte("rules: [{pattern: 'blob:*', hot-bytes: 10000000}]\n"), 0o600)
+	const what = "--reply-copy 0 copies no reply payload, so "
+	for _, tc := range []struct {
+		args []string
+		want string // "" when the settings are valid
+	}{
+		{[]string{"--reply-copy", "0", "--hot-bytes", "1000000"}, "--hot-bytes 1000000 would never make a key hot: remove --reply-copy 0"},
+		{[]string{"--reply-copy", "0", "--capture", "cgroup", "--config", file}, "rule 0 (blob:*) with hot-bytes 10000000 would never make a key hot"},
+		{[]string{"--reply-copy", "0", "--capture", "xdp", "--hot-bytes", "5"}, what},
+		{[]string{"--reply-copy", "0", "--capture-replies", "--hot-bytes", "5"}, ""},
+		{[]string{"--reply-copy", "0", "--capture", "afpacket", "--hot-bytes", "5"}, ""},
+		{[]string{"--reply-copy", "0"}, ""},
+		{[]string{"--reply-copy", "16", "--hot-bytes", "5"}, ""},
+	} {
+		err := loadCaptureDetect(t, tc.args)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v; want no error", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), what) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n")):
+			t.Errorf("%v: %v; want one line containing %q", tc.args, err, tc.want)
+		}
+	}
+}

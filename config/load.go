@@ -512,6 +512,14 @@ func (c *Config) validate(fs *pflag.FlagSet, fromFile map[string]bool) error {
 		if k.KernelCounting() && k.Replies {
 			return errorf("--kernel-count copies no replies, so --capture-replies would do nothing: remove one of them")
 		}
+		// --reply-copy 0 passes on no reply payload either: on eBPF capture
+		// no reply bytes reach keys, and a reply-bytes threshold would be
+		// silently off (AF_PACKET copies whole packets and ignores it).
+		if has(SecDetect) && !k.KernelCounting() && !k.Replies && k.ReplyCopy == 0 && bpf.Mode(k.Mode) != bpf.ModeAFPacket {
+			if set := hotBytesSet(c.Detect.Config); set != "" {
+				return errorf("--reply-copy 0 copies no reply payload, so %s would never make a key hot: remove --reply-copy 0 (the default copies reply heads) or the reply-bytes threshold", set)
+			}
+		}
 		if has(SecDetect) && k.KernelCounting() {
 			if set := hotBytesSet(c.Detect.Config); set != "" {
 				return errorf("--kernel-count does not attribute reply bytes to keys, so %s would never make a key hot: remove --hot-bytes (and hot-bytes from the rules) or set --kernel-count=false", set)
