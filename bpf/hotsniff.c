@@ -740,6 +740,7 @@ struct sampling {
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE); // read every tick without a system call
 	__type(key, __u32);
 	__type(value, struct sampling);
 } sampling SEC(".maps");

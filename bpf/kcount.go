@@ -251,6 +251,17 @@ func (c *Capture) KernelEpoch() int64 {
 	return ts.Nano() / c.cfg.KernelCount.SubWindow.Nanoseconds()
 }
 
+// KernelEpochBounds brackets KernelEpoch from the fine clock, without a
+// system call: lo ≤ KernelEpoch ≤ hi. The coarse clock is the fine one as
+// of the last tick, never ahead of it and at most KernelClockLag behind
+// (ticks delayed past that only make lo wrong, and lo only says when to
+// look again). When hi is an epoch whose counts were all read, no
+// sub-window can have ended since.
+func (c *Capture) KernelEpochBounds() (lo, hi int64) {
+	mono, sub := monotonicNow(), c.cfg.KernelCount.SubWindow.Nanoseconds()
+	return (mono - KernelClockLag.Nanoseconds()) / sub, mono / sub
+}
+
 // KernelClockLag is how far the programs' sub-window clock (the coarse
 // clock, KernelEpoch) may run behind CLOCK_MONOTONIC: its resolution, a
 // scheduler tick. A sub-window ended by the fine clock has ended for the
@@ -288,14 +299,25 @@ func (c *Capture) ReadKernelCountsAt(ep int64, dst []uint32, idx []uint32) (_ []
 	if c.cfg.KernelCount == nil {
 		return idx, false, errors.New("read kernel counts: kernel counting is off")
 	}
-	before := c.KernelEpoch()
-	if ep >= before || before-ep >= KernelSlots-1 {
+	return c.ReadEndedKernelCountsAt(ep, c.KernelEpoch(), dst, idx)
+}
+
+// ReadEndedKernelCountsAt is ReadKernelCountsAt for a caller that has just
+// read KernelEpoch (now): it takes no other reading of the coarse clock,
+// which costs a system call. Whether the programs reused ep's slot before
+// or while it is read is judged by KernelEpochBounds' upper bound, which
+// can only take a slot for reused a little early.
+func (c *Capture) ReadEndedKernelCountsAt(ep, now int64, dst []uint32, idx []uint32) (_ []uint32, complete bool, err error) {
+	if c.cfg.KernelCount == nil {
+		return idx, false, errors.New("read kernel counts: kernel counting is off")
+	}
+	if _, hi := c.KernelEpochBounds(); ep >= now || hi-ep >= KernelSlots-1 {
 		return idx, false, nil
 	}
 	if idx, err = c.readKernelSlot(ep, dst, idx); err != nil {
 		return idx, false, err
 	}
-	if after := c.KernelEpoch(); after-ep >= KernelSlots-1 {
+	if _, hi := c.KernelEpochBounds(); hi-ep >= KernelSlots-1 {
 		return idx, false, nil
 	}
 	return idx, true, nil
@@ -396,8 +418,35 @@ func (c *Capture) SetLocated(bits []uint64) error {
 			l.Any[g/64] |= 1 << (g % 64)
 		}
 	}
-	if err := c.kcLocated.Put(uint32(0), &l); err != nil {
-		return fmt.Errorf("set located buckets: %w", err)
+	// Through the map's memory, only the words that changed (almost
+	// always none: a Put copied all 16 KiB each sub-window, with a system
+	// call). Buckets first, then the summary: a program that finds a
+	// summary bit finds its bucket bits already set, and one that finds
+	// a bucket cleared before its summary bit only reads a line more.
+	if err := c.writeLocated(l.Bits[:], c.kcLocatedLast.Bits[:], kcLocatedBitsOff); err != nil {
+		return err
+	}
+	if err := c.writeLocated(l.Any[:], c.kcLocatedLast.Any[:], 0); err != nil {
+		return err
+	}
+	return nil
+}
+
+// kcLocatedBitsOff is where kc_located's bucket bits start, after the
+// summary.
+const kcLocatedBitsOff = int64(unsafe.Offsetof(hotsniffKcLocated{}.Bits))
+
+// writeLocated writes the words of now that differ from was (what the map
+// holds) at off, and updates was.
+func (c *Capture) writeLocated(now, was []uint64, off int64) error {
+	for i, w := range now {
+		if w == was[i] {
+			continue
+		}
+		if _, err := c.kcLocatedMem.WriteAt(unsafe.Slice((*byte)(unsafe.Pointer(&now[i])), 8), off+int64(i)*8); err != nil {
+			return fmt.Errorf("set located buckets: %w", err)
+		}
+		was[i] = w
 	}
 	return nil
 }

@@ -156,6 +156,7 @@ struct kc_located {
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE); // user space writes only the words that change
 	__type(key, __u32);
 	__type(value, struct kc_located);
 } kc_located SEC(".maps");

@@ -168,13 +168,15 @@ type Capture struct {
 	wake      *ebpf.Map // shared wakeup state, so attachments do not each wake the reader
 	sampling  *ebpf.Map // shared flow sampling state (sampling.go)
 	sampled   *ebpf.Map // per CPU: segments of sampled-out flows
+	samp      samplingReads
 	skips     *ebpf.Map // reply ranges user space skips (ReplyHeads)
 	// Kernel counting (kcount.go), shared by every attachment.
 	kcMaps                                      map[string]*ebpf.Map
 	kcCounts, kcLocated, kcHot, kcCmds, kcProto *ebpf.Map
 	kcScratch                                   *ebpf.Map
 	kcRawSlots, kcRawParts                      []byte // every CPU's slots; one part (readKernelSlot)
-	kcScratchMem, kcCountsMem                   *ebpf.Memory
+	kcScratchMem, kcCountsMem, kcLocatedMem     *ebpf.Memory
+	kcLocatedLast                               hotsniffKcLocated // what kcLocatedMem holds
 	decap                                       *ebpf.Map // tunnels followed (decap.go)
 
 	mu     sync.Mutex
@@ -326,6 +328,9 @@ func (c *Capture) createMaps(online []bool) error {
 	if err := initSampling(c.sampling); err != nil {
 		return err
 	}
+	if c.samp.mem, err = c.sampling.Memory(); err != nil {
+		return fmt.Errorf("map sampling state: %w", err)
+	}
 	if c.sampled, err = ebpf.NewMap(c.spec.Maps[hotsniffMapSampledOut]); err != nil {
 		return fmt.Errorf("create sampled-out map: %w", err)
 	}
@@ -357,6 +362,9 @@ func (c *Capture) createMaps(online []bool) error {
 		}
 		if c.kcCountsMem, err = c.kcCounts.Memory(); err != nil {
 			return fmt.Errorf("map kernel counts: %w", err)
+		}
+		if c.kcLocatedMem, err = c.kcLocated.Memory(); err != nil {
+			return fmt.Errorf("map located buckets: %w", err)
 		}
 	}
 	c.kcCmds, c.kcProto = c.kcMaps[hotsniffMapKcCmds], c.kcMaps[hotsniffMapKcProto]

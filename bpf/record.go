@@ -3,7 +3,9 @@ package bpf
 import (
 	"encoding/binary"
 	"errors"
+	"math"
 	"net/netip"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -99,11 +101,31 @@ func ParseRecord(raw []byte, monoOffset int64, seg *Record) (Hook, error) {
 	return seg.Hook, nil
 }
 
-func monotonicNow() int64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail for this clock
-	return ts.Nano()
-}
+// monotonicNow is CLOCK_MONOTONIC (bpf_ktime_get_ns's clock) in ns. Go's
+// own monotonic clock is the same clock, read through the vDSO; the
+// system call unix.ClockGettime makes (the x/sys package has no vDSO path)
+// is taken once, for the offset between them: the daemon reads the clock
+// several times a sub-window, and on a guest where a system call costs
+// tens of microseconds those calls were a visible part of an idle
+// daemon's CPU.
+func monotonicNow() int64 { return monoBase + int64(time.Since(monoT0)) }
+
+var monoBase, monoT0 = func() (int64, time.Time) {
+	// The pair read closest together of a few, so that the offset is off
+	// by at most the time between two reads (about a microsecond).
+	var base int64
+	var t0 time.Time
+	gap := time.Duration(math.MaxInt64)
+	for range 5 {
+		a := time.Now()
+		var ts unix.Timespec
+		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail for this clock
+		if d := time.Since(a); d < gap {
+			gap, base, t0 = d, ts.Nano(), a.Add(d/2)
+		}
+	}
+	return base, t0
+}()
 
 var offKernel = unsafe.Offsetof(hotsniffRecHdr{}.Pad2)
 

@@ -2,7 +2,9 @@ package bpf
 
 import (
 	"fmt"
+	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/hotsniff/hotsniff/bpf/samplelevel"
 
@@ -35,22 +37,56 @@ func initSampling(m *ebpf.Map) error {
 	return nil
 }
 
-// Sampling reads the sampling state.
+// samplingReads is what Sampling keeps between calls: the daemon reads the
+// state every tick, and on a guest where a system call costs tens of
+// microseconds a lookup of the per-CPU counters each time was a large
+// part of an idle daemon's CPU.
+type samplingReads struct {
+	mem *ebpf.Memory // the sampling map, mapped (BPF_F_MMAPABLE)
+
+	mu     sync.Mutex
+	quiet  int    // consecutive reads at level 0 with no raise and no level set between
+	raises uint64 // Raises at the last read
+	set    bool   // SetSampleLevel wrote since the last read
+	per    []hotsniffSampleCounts
+	out    Sampling // the counters' sums at the last lookup
+}
+
+// Sampling reads the sampling state. The shared state is read through the
+// map's memory; the per-CPU sampled-out counters only when sampling may
+// have run since they were last read. The programs count them only while
+// the level is above 0, and the level leaves 0 only by a raise (Raises
+// moves) or by SetSampleLevel. Once two reads in a row found level 0 with
+// neither since the read before (one more read than needed, so that a
+// program that saw the level just before it fell back to 0 has finished
+// counting), the counters cannot move until one of them happens.
 func (c *Capture) Sampling() (Sampling, error) {
 	var s hotsniffSampling
-	if err := c.sampling.Lookup(uint32(0), &s); err != nil {
+	if _, err := c.samp.mem.ReadAt(unsafe.Slice((*byte)(unsafe.Pointer(&s)), unsafe.Sizeof(s)), 0); err != nil {
 		return Sampling{}, fmt.Errorf("read sampling map: %w", err)
 	}
-	var per []hotsniffSampleCounts
-	if err := c.sampled.Lookup(uint32(0), &per); err != nil {
-		return Sampling{}, fmt.Errorf("read sampled-out counters: %w", err)
+	r := &c.samp
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s.Level == 0 && s.Raises == r.raises && !r.set {
+		r.quiet++
+	} else {
+		r.quiet = 0
 	}
-	out := Sampling{Level: uint8(min(s.Level, samplelevel.Max)), Raises: s.Raises}
-	for _, n := range per {
-		out.SampledOut += n.OutSegs
-		out.OutBytes += n.OutBytes
-		out.KeptBytes += n.KeptBytes
+	r.raises, r.set = s.Raises, false
+	if r.quiet < 2 {
+		if err := c.sampled.Lookup(uint32(0), &r.per); err != nil {
+			return Sampling{}, fmt.Errorf("read sampled-out counters: %w", err)
+		}
+		r.out = Sampling{}
+		for _, n := range r.per {
+			r.out.SampledOut += n.OutSegs
+			r.out.OutBytes += n.OutBytes
+			r.out.KeptBytes += n.KeptBytes
+		}
 	}
+	out := r.out
+	out.Level, out.Raises = uint8(min(s.Level, samplelevel.Max)), s.Raises
 	return out, nil
 }
 
@@ -84,6 +120,9 @@ func (c *Capture) SetSampleLevel(level uint8, resumeFor time.Duration) error {
 		s.ResumeUntil = now + uint64(resumeFor.Nanoseconds())
 	}
 	s.Level, s.Keep = uint32(level), keep
+	c.samp.mu.Lock()
+	c.samp.set = true
+	c.samp.mu.Unlock()
 	if err := c.sampling.Update(uint32(0), &s, ebpf.UpdateExist); err != nil {
 		return fmt.Errorf("write sampling map: %w", err)
 	}

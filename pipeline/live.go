@@ -87,7 +87,11 @@ func (p *Pipeline) Run(src capture.Source, o LiveOptions) error {
 			wake = o.Wake(now)
 			woke = true
 		}
-		if now.Before(next) {
+		// A tick due before the next wake runs now, early by less than the
+		// time between wakes: with the kernel's sub-windows as long as a
+		// tick, the two shared one wakeup instead of taking two, each a
+		// handoff to the pipeline's own thread and back.
+		if now.Before(next) && !(woke && next.Before(wake)) {
 			if woke && dl != nil {
 				dl.SetDeadline(deadline())
 			}

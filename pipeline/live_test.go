@@ -100,3 +100,64 @@ func TestRunWakes(t *testing.T) {
 		t.Errorf("%d ticks, want 1 (at the end)", ticks)
 	}
 }
+
+// countingSource is idleSource counting the times Next returned at its
+// deadline: the pipeline's wakeups.
+type countingSource struct {
+	idleSource
+	mu      sync.Mutex
+	wakeups int
+}
+
+func (s *countingSource) Next(seg *capture.Segment) error {
+	err := s.idleSource.Next(seg)
+	if err == os.ErrDeadlineExceeded {
+		s.mu.Lock()
+		s.wakeups++
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// TestRunTickSharesWake: a tick due before the next wake runs at the wake,
+// so wakes and ticks of one period cost one wakeup, not two (the kernel's
+// sub-window is often as long as the tick, and each wakeup of the
+// pipeline's locked thread is a handoff and back), while ticks keep their
+// rate and every wake still runs.
+func TestRunTickSharesWake(t *testing.T) {
+	p, err := New(Config{Stream: stream.DefaultConfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &countingSource{idleSource: idleSource{stop: make(chan struct{})}}
+	const period = 40 * time.Millisecond
+	// Wakes on a grid offset from the start by half a period, as the
+	// sub-window ends fall anywhere between two ticks.
+	start := time.Now()
+	wakes, ticks := 0, 0
+	wake := func(now time.Time) time.Time {
+		wakes++
+		n := now.Sub(start)/period + 1
+		return start.Add(n*period + period/2)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- p.Run(src, LiveOptions{TickEvery: period, Wake: wake, BeforeTick: func() { ticks++ }})
+	}()
+	time.Sleep(50 * period)
+	src.end()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	src.mu.Lock()
+	n := src.wakeups
+	src.mu.Unlock()
+	t.Logf("%d wakeups, %d wakes, %d ticks in %d periods", n, wakes, ticks, 50)
+	// Apart, wakes and ticks would take about 100 wakeups in 50 periods.
+	if n > 60 {
+		t.Errorf("%d wakeups in 50 periods of both a tick and a wake: they do not share them", n)
+	}
+	if ticks < 40 || wakes < 45 {
+		t.Errorf("%d ticks, %d wakes in 50 periods: want about 50 of each", ticks, wakes)
+	}
+}

@@ -70,7 +70,8 @@ const dueMargin = time.Millisecond
 // found it not yet ended, and the reader woke again at once until the
 // coarse clock ticked, a few milliseconds of spinning every sub-window.
 func (k *KernelReader) Due() time.Time {
-	ep := max(k.next, k.c.KernelEpoch())
+	lo, _ := k.c.KernelEpochBounds()
+	ep := max(k.next, lo)
 	return time.Unix(0, k.c.KernelEpochStart(ep+1)).Add(bpf.KernelClockLag + dueMargin)
 }
 
@@ -80,6 +81,9 @@ func (k *KernelReader) Stats() KernelReaderStats { return k.st }
 // Step reads every sub-window that ended since the last call into the
 // detector and updates the programs' located buckets and hot set.
 func (k *KernelReader) Step() error {
+	if _, hi := k.c.KernelEpochBounds(); k.next >= hi {
+		return nil // nothing ended since the last read: no clock system call
+	}
 	now := k.c.KernelEpoch()
 	if k.next >= now {
 		return nil
@@ -104,7 +108,7 @@ func (k *KernelReader) Step() error {
 		}
 		var complete bool
 		var err error
-		k.idx, complete, err = k.c.ReadKernelCountsAt(k.next, k.counts, k.idx[:0])
+		k.idx, complete, err = k.c.ReadEndedKernelCountsAt(k.next, now, k.counts, k.idx[:0])
 		if err != nil {
 			return fmt.Errorf("read kernel counts: %w", err)
 		}

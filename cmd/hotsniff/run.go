@@ -236,9 +236,15 @@ func (d *daemon) run(ctx context.Context) error {
 	done := make(chan error, 1)
 	d.beat.Store(time.Now().UnixNano()) // /healthz is ok before the first tick
 	go func() {
-		// On its own thread, so the CPU budget measures the pipeline
-		// alone (sampling.go), not HTTP or the publisher.
-		runtime.LockOSThread()
+		// With a CPU budget, on its own thread, so that the budget
+		// measures the pipeline alone (sampling.go), not HTTP or the
+		// publisher. Without one, on any thread: every wakeup of a
+		// locked goroutine hands the scheduler's P to its thread and back
+		// (two futex calls and two context switches), which was a third
+		// of the daemon's own CPU under redis-benchmark -P 1.
+		if d.cfg.Capture.MaxCPU > 0 {
+			runtime.LockOSThread()
+		}
 		done <- pl.Run(d.cap, pipeline.LiveOptions{TickEvery: tickEvery, BeforeTick: func() { d.stepKernel(); d.checkEvidence() },
 			OnTick: func(clock, now time.Time) { d.clock = clock.UnixNano(); d.tick(now, pub) }, Wake: d.wakeKernel})
 	}()

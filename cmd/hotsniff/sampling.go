@@ -97,9 +97,15 @@ func (s *sampler) step(d *daemon, det *detect.Detector, now time.Time) {
 		s.begun = now
 	}
 	s.lastStep = now
-	// The pipeline's own thread (this goroutine is locked to it): HTTP
-	// handlers and the publisher run elsewhere and do not count.
-	proc, err := budget.ThreadCPU()
+	// With a budget, the pipeline's own thread (this goroutine is locked
+	// to it): HTTP handlers and the publisher run elsewhere and do not
+	// count. Without one the share is only reported, and is the whole
+	// daemon's (the pipeline is not locked to a thread: run.go).
+	cpu := budget.ProcessCPU
+	if s.budget > 0 {
+		cpu = budget.ThreadCPU
+	}
+	proc, err := cpu()
 	if err != nil {
 		d.log.Warn("measure CPU", "err", err)
 		return
