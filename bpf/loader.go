@@ -177,7 +177,7 @@ type Capture struct {
 	kcRawSlots, kcRawParts                      []byte // every CPU's slots; one part (readKernelSlot)
 	kcScratchMem, kcCountsMem, kcLocatedMem     *ebpf.Memory
 	kcLocatedLast                               hotsniffKcLocated // what kcLocatedMem holds
-	decap                                       *ebpf.Map // tunnels followed (decap.go)
+	decap                                       *ebpf.Map         // tunnels followed (decap.go)
 
 	mu     sync.Mutex
 	ifaces []*Attachment
