@@ -768,3 +768,110 @@ func BenchmarkReadKernelSlot(b *testing.B) {
 		b.Fatal("no counts")
 	}
 }
+
+// TestSetLocatedWrites: SetLocated writes through the map's memory only
+// the words that change, buckets before summary; what the programs see
+// after each call is exactly the bitmap given and its summary, cleared
+// buckets and summary bits included.
+func TestSetLocatedWrites(t *testing.T) {
+	e := openKC(t)
+	want := func(bits []uint64) {
+		t.Helper()
+		var got hotsniffKcLocated
+		if err := e.c.kcLocated.Lookup(uint32(0), &got); err != nil {
+			t.Fatal(err)
+		}
+		var w hotsniffKcLocated
+		copy(w.Bits[:], bits)
+		for i, x := range w.Bits {
+			if x != 0 {
+				g := i * 64 / kernelGroup
+				w.Any[g/64] |= 1 << (g % 64)
+			}
+		}
+		if got != w {
+			for i := range got.Bits {
+				if got.Bits[i] != w.Bits[i] {
+					t.Errorf("word %d: %#x, want %#x", i, got.Bits[i], w.Bits[i])
+				}
+			}
+			t.Fatalf("summary %#x, want %#x", got.Any, w.Any)
+		}
+	}
+	var bits [KernelBuckets / 64]uint64
+	for _, step := range []map[int]uint64{
+		{0: 1, 5: 0x80, 2047: 1 << 63},
+		{0: 0, 5: 0x81, 1000: 4}, // 0 cleared (its summary bit too), 5 changed, 1000 set
+		{5: 0, 1000: 0, 2047: 0}, // all clear
+		{3: 1},
+	} {
+		for i, v := range step {
+			bits[i] = v
+		}
+		if err := e.c.SetLocated(bits[:]); err != nil {
+			t.Fatal(err)
+		}
+		want(bits[:])
+	}
+	// The programs copy a read in a located bucket, and stop once it is
+	// cleared.
+	hot := detect.Identity(srv4, decode.ProtoRedis, 0, []byte("hot"))
+	b := detect.Bucket(hot, KernelBuckets)
+	clear(bits[:])
+	bits[b/64] |= 1 << (b % 64)
+	if err := e.c.SetLocated(bits[:]); err != nil {
+		t.Fatal(err)
+	}
+	prog := e.objs.HotsniffTcIngress
+	c := e.newConn(srv4, prog, true)
+	if recs := e.send(prog, c, resp("GET", "hot")); len(recs) != 1 {
+		t.Errorf("located read: %d records, want 1", len(recs))
+	}
+	clear(bits[:])
+	if err := e.c.SetLocated(bits[:]); err != nil {
+		t.Fatal(err)
+	}
+	if recs := e.send(prog, c, resp("GET", "hot")); len(recs) != 0 {
+		t.Errorf("read in a bucket no longer located: %d records, want 0", len(recs))
+	}
+}
+
+// TestKernelEpochBounds: the upper bound taken from Go's clock is never
+// below the programs' coarse-clock epoch (Step relies on it to skip the
+// system call), the lower one almost never above it (a tick delayed past
+// its period, as when the host deschedules a virtual CPU, makes it so for
+// a moment: it only times the next wake), and the vDSO-based
+// CLOCK_MONOTONIC agrees with the system call's.
+func TestKernelEpochBounds(t *testing.T) {
+	e := openKCSub(t, 10*time.Millisecond) // boundaries every 10 ms: many crossed
+	const reads = 2000
+	above := 0
+	for i := range reads {
+		lo, _ := e.c.KernelEpochBounds()
+		ep := e.c.KernelEpoch()
+		_, hi := e.c.KernelEpochBounds()
+		if ep > hi {
+			t.Fatalf("read %d: coarse epoch %d above the upper bound %d", i, ep, hi)
+		}
+		if lo > ep {
+			above++
+		}
+		if i%100 == 0 {
+			time.Sleep(3 * time.Millisecond)
+		}
+	}
+	if above > reads/100 {
+		t.Errorf("lower bound above the coarse epoch in %d of %d reads", above, reads)
+	}
+	for range 100 {
+		var ts unix.Timespec
+		a := monotonicNow()
+		if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+			t.Fatal(err)
+		}
+		b := monotonicNow()
+		if ts.Nano() < a-50_000 || ts.Nano() > b+50_000 {
+			t.Fatalf("CLOCK_MONOTONIC %d outside %d..%d (±50 µs)", ts.Nano(), a, b)
+		}
+	}
+}

@@ -197,3 +197,78 @@ func TestRepliesOffCountedWhenSampledOut(t *testing.T) {
 		t.Errorf("reply bytes %d, want %d (every connection's reply, sampled out or not)", st.ReplyBytes, conns*len(value))
 	}
 }
+
+// TestSamplingQuietReads: Sampling reads the per-CPU sampled-out counters
+// (a system call) only while sampling may have run since the last read:
+// after two quiet reads at level 0 it reuses the sums, and a raise by the
+// programs or a level set by user space makes it read them again. A count
+// planted in the map while nothing samples (which the programs never do)
+// shows which reads looked.
+func TestSamplingQuietReads(t *testing.T) {
+	c, _, _ := openTestConfig(t, Config{Ports: []uint16{6379}, RingSize: 1 << 16})
+	plant := func(n uint64) {
+		t.Helper()
+		cpus, err := ebpf.PossibleCPU()
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := make([]hotsniffSampleCounts, cpus)
+		per[0].OutSegs = n
+		if err := c.sampled.Update(uint32(0), per, ebpf.UpdateExist); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() Sampling {
+		t.Helper()
+		s, err := c.Sampling()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for range 3 {
+		read()
+	}
+	plant(5)
+	if s := read(); s.SampledOut != 0 {
+		t.Fatalf("quiet: sampled out %d, want the sums kept (0)", s.SampledOut)
+	}
+	// The programs raise the level (a ring filling) and count.
+	var st hotsniffSampling
+	if err := c.sampling.Lookup(uint32(0), &st); err != nil {
+		t.Fatal(err)
+	}
+	st.Raises++
+	if err := c.sampling.Update(uint32(0), &st, ebpf.UpdateExist); err != nil {
+		t.Fatal(err)
+	}
+	if s := read(); s.SampledOut != 5 || s.Raises != st.Raises {
+		t.Fatalf("after a raise: sampled out %d, raises %d; want 5, %d", s.SampledOut, s.Raises, st.Raises)
+	}
+	read()
+	read()
+	plant(7)
+	if s := read(); s.SampledOut != 5 {
+		t.Fatalf("quiet again: sampled out %d, want 5 kept", s.SampledOut)
+	}
+	// User space sets a level and takes it back before the next read.
+	if err := c.SetSampleLevel(27, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetSampleLevel(0, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if s := read(); s.SampledOut != 7 {
+		t.Fatalf("after a level set: sampled out %d, want 7", s.SampledOut)
+	}
+	// Level above 0: every read looks.
+	if err := c.SetSampleLevel(27, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for i := range uint64(4) {
+		plant(10 + i)
+		if s := read(); s.SampledOut != 10+i || s.Level != 27 {
+			t.Fatalf("sampling: read %d: sampled out %d, level %d; want %d, 27", i, s.SampledOut, s.Level, 10+i)
+		}
+	}
+}
