@@ -101,6 +101,9 @@ export class CacheEntry {
   hotUntil: number;
   val: Value | null = null;
   refreshing = 0; // start of the one fetch in flight (0: none)
+  /** The reply of that fetch when it is a GET's (Core.share): what a GET
+   * arriving while it is in flight, with no value to serve, answers with. */
+  shared: Shared | null = null;
   gen = 0; // moves on every invalidation
   uncacheable = false; // a hash larger than maxHashFields, or a value larger than maxValueBytes
   bytes = 0; // the value's estimated size, counted in Core.bytes
@@ -115,7 +118,19 @@ export class CacheEntry {
 
 export interface Ticket { e: CacheEntry; gen: number; token: number; src?: string }
 
-export interface Acquired { act: Act; v?: Value; t?: Ticket }
+/** A GET refresh in flight: its reply, and what it was sent at. */
+interface Shared { token: number; gen: number; src?: string; tag?: unknown; reply: Promise<unknown> }
+
+export interface Acquired {
+  act: Act;
+  v?: Value;
+  t?: Ticket;
+  /** Act.Hit from acquireShared: answer with the reply of the refresh in flight. */
+  shared?: Promise<unknown>;
+  /** From decide: a pass only because another caller's fetch of this entry
+   * is in flight and there is no value to serve (uncounted). */
+  busy?: CacheEntry;
+}
 const PASS: Acquired = { act: Act.Pass };
 
 export interface ClientInfo {
@@ -152,7 +167,9 @@ export class Core implements SubscriberHandler {
   private house: NodeJS.Timeout | undefined;
   private lastResolve = 0;
   private lastYield = 0;
-  readonly m = { hits: 0, staleHits: 0, misses: 0, admissions: 0, refreshes: 0, fetchErrors: 0, absorbedReports: 0, uncacheable: 0 };
+  // waitHits: of hits, GETs answered with the reply of another caller's
+  // refresh in flight (acquireShared).
+  readonly m = { hits: 0, staleHits: 0, waitHits: 0, misses: 0, admissions: 0, refreshes: 0, fetchErrors: 0, absorbedReports: 0, uncacheable: 0 };
   readonly invalidations: Record<Inval, number> = { write: 0, event: 0, tracking: 0, cold: 0, snapshot: 0, flush: 0 };
   readonly evictions: Record<Evict, number> = { capacity: 0, not_hot: 0, idle: 0, mode_end: 0, too_large: 0 };
 
@@ -331,6 +348,47 @@ export class Core implements SubscriberHandler {
    * library would send it to: a value read from another master (the key's
    * slot has moved since) is not served; one caller refreshes it there. */
   acquire(key: string, kind: number, t: number, src?: string): Acquired {
+    const a = this.decide(key, kind, t, src);
+    if (a.busy === undefined) return a;
+    this.m.misses++;
+    return PASS;
+  }
+
+  /**
+   * acquire for a GET of one key alone. Where acquire would send it to
+   * Redis because another caller's GET refresh of the key is in flight and
+   * there is no value to serve (an invalidation dropped it), it answers
+   * with that refresh's reply (Acquired.shared), so that after a write to
+   * a hot key its readers cost the server one read, not one each. Only a
+   * refresh sent since the key's last invalidation, from the same master,
+   * in the same reply form, and at most staleGrace before this read: the
+   * staleness bound is a refresh's. The read sends nothing later than it
+   * was issued (the libraries send commands in call order); a reply that
+   * is an error is this read's error too. MGETs and pipelines never share.
+   */
+  acquireShared(key: string, t: number, src?: string, tag?: unknown): Acquired {
+    const a = this.decide(key, KIND_STRING, t, src);
+    const en = a.busy;
+    if (en === undefined) return a;
+    const sh = en.shared;
+    if (sh !== null && sh.token === en.refreshing && sh.gen === en.gen && sh.src === src && sh.tag === tag &&
+      t - sh.token <= this.staleGrace) {
+      this.m.hits++;
+      this.m.waitHits++;
+      en.hits++;
+      return { act: Act.Hit, shared: sh.reply };
+    }
+    this.m.misses++;
+    return PASS;
+  }
+
+  /** Offers a GET refresh's reply to the GETs that arrive while it is in
+   * flight (acquireShared); tag: the reply form it was asked in. */
+  share(tk: Ticket, reply: Promise<unknown>, tag?: unknown): void {
+    tk.e.shared = { token: tk.token, gen: tk.gen, src: tk.src, tag, reply };
+  }
+
+  private decide(key: string, kind: number, t: number, src?: string): Acquired {
     const en = this.entries.get(key);
     if (en === undefined) return this.admit(key, kind, t, src);
     if (en.kind !== kind || en.uncacheable) {
@@ -362,8 +420,7 @@ export class Core implements SubscriberHandler {
       en.hits++;
       return { act: Act.Hit, v };
     }
-    this.m.misses++;
-    return PASS;
+    return { act: Act.Pass, busy: en };
   }
 
   private admit(key: string, kind: number, t: number, src?: string): Acquired {
@@ -449,11 +506,18 @@ export class Core implements SubscriberHandler {
       // Within the byte budget: evict others (never the value just stored).
       for (let i = 0; this.bytes > this.maxBytes && this.entries.size > 1 && i < 64; i++) this.evictOne(now(), en.key);
     }
-    if (en.refreshing === tk.token) en.refreshing = 0;
+    this.end(tk);
   }
 
   release(tk: Ticket | undefined): void {
-    if (tk && tk.e.refreshing === tk.token) tk.e.refreshing = 0;
+    if (tk) this.end(tk);
+  }
+
+  /** tk's fetch is over: the token goes back, its reply is not shared any more. */
+  private end(tk: Ticket): void {
+    const en = tk.e;
+    if (en.refreshing === tk.token) en.refreshing = 0;
+    if (en.shared !== null && en.shared.token === tk.token) en.shared = null;
   }
 
   invalidate(key: string, reason: Inval): void {

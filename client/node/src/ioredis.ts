@@ -159,7 +159,12 @@ export function installIoredis(redis: any, core: Core, ownerOf?: (key: Arg, cmd?
   const get = (cmd: Cmd): unknown => {
     const key = keyString(cmd.args[0]);
     const t = now();
-    const a = core.acquire(key, KIND_STRING, t, src(cmd.args[0], cmd));
+    const a = core.acquireShared(key, t, src(cmd.args[0], cmd));
+    if (a.shared) {
+      // The refresh in flight answers this read too (acquireShared).
+      a.shared.then((r: unknown) => cmd.resolve(r), (err: unknown) => cmd.reject(err));
+      return cmd.promise;
+    }
     if (a.act === Act.Hit) {
       const raw = a.v!.raw;
       if (core.shouldYield(t)) setImmediate(() => cmd.resolve(raw));
@@ -168,7 +173,9 @@ export function installIoredis(redis: any, core: Core, ownerOf?: (key: Arg, cmd?
     }
     if (a.act === Act.Pass) return send(cmd);
     const tk = a.t!;
-    fetch(cmd, [tk], 'get', [cmd.args[0]]).then(
+    const p = fetch(cmd, [tk], 'get', [cmd.args[0]]);
+    core.share(tk, p);
+    p.then(
       (r: unknown) => {
         // Missing keys are cached too: a hot missing key is the stampede.
         core.store(tk, { expires: 0, raw: r });

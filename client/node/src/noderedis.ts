@@ -179,12 +179,16 @@ export function installNodeRedis(client: any, core: Core, db0: number, ownerOf?:
 
   const get = async (args: Arg[], options: any): Promise<unknown> => {
     const t = now();
-    const a = core.acquire(keyString(args[1]), KIND_STRING, t, src(args[1]));
+    const a = core.acquireShared(keyString(args[1]), t, src(args[1]), tagOf(options));
+    // The refresh in flight answers this read too (acquireShared).
+    if (a.shared) return a.shared;
     if (a.act === Act.Hit && a.v!.tag === tagOf(options)) return hit(t, a.v!.raw);
     if (a.act !== Act.Fetch) return send(args, options);
     const tk = a.t!;
     try {
-      const r = await fetch([tk], args, options);
+      const p = fetch([tk], args, options);
+      core.share(tk, p, tagOf(options));
+      const r = await p;
       // Missing keys are cached too: a hot missing key is the stampede.
       core.store(tk, { expires: 0, raw: r, tag: tagOf(options) });
       return r;

@@ -157,7 +157,7 @@ class AsyncAdapter(AdapterBase):
     # -- served reads --------------------------------------------------------------------
     async def get(self, args: Tuple, options: Dict) -> Any:
         c = self.cache
-        act, v, t = c.acquire(self.key(args[1]), KIND_STRING, time.monotonic())
+        act, v, t = await c.acquire_wait_async(self.key(args[1]), KIND_STRING, time.monotonic())
         if act == ACT_HIT:
             return v.data
         if act == ACT_PASS:
@@ -211,7 +211,7 @@ class AsyncAdapter(AdapterBase):
 
     async def hash_for(self, key_arg: Any, options: Dict) -> Optional[Value]:
         c = self.cache
-        act, v, t = c.acquire(self.key(key_arg), KIND_HASH, time.monotonic())
+        act, v, t = await c.acquire_wait_async(self.key(key_arg), KIND_HASH, time.monotonic())
         if act == ACT_HIT:
             return v
         if act == ACT_PASS:

@@ -10,12 +10,15 @@ read; a value is served for ``local_ttl`` from when the read that fetched it
 was sent, then exactly one caller refreshes it while the others keep the
 current value (never past ``local_ttl + stale_grace``); invalidate, cold,
 a key's absence from a reloaded snapshot and any write through the client
-drop it. While the channel is down nothing lapses (the values are still
+drop it. After a drop there is no value to keep: a lone read (a GET, a
+hash read: ``acquire_wait``) waits for the one refresh in flight, at most
+``stale_grace``, instead of going to Redis itself. While the channel is down nothing lapses (the values are still
 refreshed every ``local_ttl``, so the staleness bound holds).
 """
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 import logging
@@ -62,7 +65,7 @@ class Value:
 
 class Entry:
     __slots__ = ("key", "kind", "hot_until", "val", "refreshing", "gen",
-                 "sized", "hits", "report_at", "size")
+                 "sized", "hits", "report_at", "size", "wake", "wake_for")
 
     def __init__(self, key: bytes, kind: int, hot_until: float, now: float) -> None:
         self.key = key
@@ -70,6 +73,12 @@ class Entry:
         self.hot_until = hot_until  # 0.0: until cold
         self.val: Optional[Value] = None
         self.refreshing = 0.0  # start of the one fetch in flight
+        # Set when the fetch whose token is wake_for ends: made by the first
+        # read that waits for it (acquire_wait), a threading.Event or an
+        # asyncio.Event (its waiter's kind), so a refresh nobody waits for
+        # allocates nothing.
+        self.wake: Any = None
+        self.wake_for = 0.0
         self.gen = 0  # moves on every invalidation
         self.sized = False  # a hash's HLEN was checked before its first fetch
         self.hits = 0  # served locally since the last absorbed report
@@ -138,7 +147,9 @@ class Cache(Handler):
         self.held = False  # the channel is down: nothing lapses
         self.last_hot = 0.0
         self.closed = False
-        self.m = dict(hits=0, stale_hits=0, misses=0, admissions=0, refreshes=0,
+        # wait_hits: of hits, reads that waited for another caller's fetch
+        # of the key (acquire_wait).
+        self.m = dict(hits=0, stale_hits=0, wait_hits=0, misses=0, admissions=0, refreshes=0,
                       fetch_errors=0, absorbed_reports=0, absorbed_hits=0, uncacheable=0,
                       too_large_values=0, served_without_channel=0, namespace_passes=0)
         self.invalidations = {r: 0 for r in INVAL_REASONS}
@@ -267,33 +278,97 @@ class Cache(Handler):
 
     # -- reads -------------------------------------------------------------------------
     def acquire(self, key: bytes, kind: int, now: float) -> Tuple[int, Optional[Value], Optional[Ticket]]:
+        """How a read of key is served: (ACT_HIT, value, None), (ACT_FETCH,
+        None, ticket): go to Redis and store the reply, or (ACT_PASS, None,
+        None): go to Redis, store nothing."""
+        act, v, t, _ = self._decide(key, kind, now, None, 0.0)
+        return act, v, t
+
+    def acquire_wait(self, key: bytes, kind: int, now: float) -> Tuple[int, Optional[Value], Optional[Ticket]]:
+        """acquire for a read of one key alone (a GET, a hash read), on a
+        thread. Where acquire would send it to Redis because another
+        caller's fetch of the key is in flight and there is no value to
+        serve (an invalidation dropped it), it waits for that fetch, at most
+        until stale_grace after it began and stale_grace in all, and then
+        serves what it stored: after a write to a hot key its readers wait
+        about one round trip instead of all going to Redis at once. The
+        fetch was sent after this read's key was dropped and before this
+        read began, as any refresh is: the staleness bound is the same.
+        Reads of several keys (MGET, pipelines) never wait: they may hold
+        that very fetch."""
+        deadline = now + self.stale_grace
+        waited = False
+        while True:
+            act, v, t, busy = self._decide(key, kind, now, threading.Event, deadline)
+            if busy is None:
+                if waited and act == ACT_HIT:
+                    with self.lock:
+                        self.m["wait_hits"] += 1
+                return act, v, t
+            busy[0].wait(busy[1])
+            waited = True
+            now = time.monotonic()
+
+    async def acquire_wait_async(self, key: bytes, kind: int,
+                                 now: float) -> Tuple[int, Optional[Value], Optional[Ticket]]:
+        """acquire_wait on an event loop (the asyncio adapter, whose fetches
+        end on the same loop)."""
+        deadline = now + self.stale_grace
+        waited = False
+        while True:
+            act, v, t, busy = self._decide(key, kind, now, asyncio.Event, deadline)
+            if busy is None:
+                if waited and act == ACT_HIT:
+                    with self.lock:
+                        self.m["wait_hits"] += 1
+                return act, v, t
+            try:
+                await asyncio.wait_for(busy[0].wait(), busy[1])
+            except asyncio.TimeoutError:
+                pass
+            waited = True
+            now = time.monotonic()
+
+    def _decide(self, key: bytes, kind: int, now: float, make_wake: Optional[Callable[[], Any]],
+                deadline: float) -> Tuple[int, Optional[Value], Optional[Ticket], Optional[Tuple[Any, float]]]:
+        """acquire; with make_wake, a read that would go to Redis only
+        because another caller's fetch is in flight with no value to serve
+        gets (wake, seconds) to wait for that fetch instead, until deadline
+        at most (counting nothing: it decides again after the wait)."""
         with self.lock:
             en = self.entries.get(key)
             if en is None:
-                return self._admit_locked(key, kind, now)
+                act, v, t = self._admit_locked(key, kind, now)
+                return act, v, t, None
             if en.kind != kind:
                 self.m["misses"] += 1
-                return ACT_PASS, None, None
+                return ACT_PASS, None, None, None
             if en.hot_until and now >= en.hot_until and not self.held:
                 self._drop_locked(key, "not_hot")
                 self.m["misses"] += 1
-                return ACT_PASS, None, None
+                return ACT_PASS, None, None, None
             v = self._val_locked(en)
             if v is not None and now < v.expires:
                 self._hit_locked(en, "hits")
-                return ACT_HIT, v, None
+                return ACT_HIT, v, None, None
             # Expired or invalidated: exactly one caller refreshes; a refresh
             # hanging past stale_grace gives its token to the next caller.
             if en.refreshing == 0.0 or now - en.refreshing > self.stale_grace:
                 en.refreshing = now
                 self.m["misses"] += 1
                 self.m["refreshes"] += 1
-                return ACT_FETCH, None, Ticket(en, en.gen, now)
+                return ACT_FETCH, None, Ticket(en, en.gen, now), None
             if v is not None and now < v.expires + self.stale_grace:
                 self._hit_locked(en, "stale_hits")
-                return ACT_HIT, v, None
+                return ACT_HIT, v, None, None
+            if make_wake is not None:
+                wait = min(deadline, en.refreshing + self.stale_grace) - now
+                if wait > 0:
+                    if en.wake is None or en.wake_for != en.refreshing:
+                        en.wake, en.wake_for = make_wake(), en.refreshing
+                    return ACT_PASS, None, None, (en.wake, wait)
             self.m["misses"] += 1
-            return ACT_PASS, None, None
+            return ACT_PASS, None, None, None
 
     def _hit_locked(self, en: Entry, counter: str) -> None:
         self.m[counter] += 1
@@ -360,8 +435,9 @@ class Cache(Handler):
                 while self.bytes > self.max_bytes and len(self.entries) > 1:
                     if not self._evict_one_locked(now, "bytes", keep=en.key):
                         break
-            if en.refreshing == t.token:
-                en.refreshing = 0.0
+            w = self._end_locked(t)
+        if w is not None:
+            w.set()
 
     def store_value(self, t: Ticket, data: Any) -> None:
         """A string reply (GET, an MGET element, a pipelined GET)."""
@@ -381,15 +457,30 @@ class Cache(Handler):
             self.too_big[t.e.key] = time.monotonic() + TOO_BIG_FOR
             if self.entries.get(t.e.key) is t.e:
                 self._drop_locked(t.e.key, None)
-            if t.e.refreshing == t.token:
-                t.e.refreshing = 0.0
+            w = self._end_locked(t)
+        if w is not None:
+            w.set()
 
     def release(self, t: Optional[Ticket]) -> None:
         if t is None:
             return
         with self.lock:
-            if t.e.refreshing == t.token:
-                t.e.refreshing = 0.0
+            w = self._end_locked(t)
+        if w is not None:
+            w.set()
+
+    def _end_locked(self, t: Ticket) -> Any:
+        """t's fetch is over (stored or given up): its token goes back, and
+        the reads waiting for it are to be woken (set the returned wake,
+        outside the lock: an asyncio.Event wakes its loop's waiters)."""
+        en = t.e
+        if en.refreshing == t.token:
+            en.refreshing = 0.0
+        w = en.wake
+        if w is None or en.wake_for != t.token:
+            return None
+        en.wake = None
+        return w
 
     def fetch_failed(self, t: Optional[Ticket]) -> None:
         if t is None:

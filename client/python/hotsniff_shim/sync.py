@@ -263,7 +263,7 @@ class SyncAdapter(AdapterBase):
     # -- served reads --------------------------------------------------------------------
     def get(self, args: Tuple, options: Dict) -> Any:
         c = self.cache
-        act, v, t = c.acquire(self.key(args[1]), KIND_STRING, time.monotonic())
+        act, v, t = c.acquire_wait(self.key(args[1]), KIND_STRING, time.monotonic())
         if act == ACT_HIT:
             return v.data
         if act == ACT_PASS:
@@ -333,7 +333,7 @@ class SyncAdapter(AdapterBase):
 
     def hash_for(self, key_arg: Any, options: Dict) -> Optional[Value]:
         c = self.cache
-        act, v, t = c.acquire(self.key(key_arg), KIND_HASH, time.monotonic())
+        act, v, t = c.acquire_wait(self.key(key_arg), KIND_HASH, time.monotonic())
         if act == ACT_HIT:
             return v
         if act == ACT_PASS:

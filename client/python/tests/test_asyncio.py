@@ -247,3 +247,44 @@ def test_asyncio_pipeline_served(port):
             shim.close()
             await (ar.aclose() if hasattr(ar, "aclose") else ar.close())
     run(main())
+
+
+def test_asyncio_invalidated_readers_wait(port):
+    """As the sync client's: after an invalidate message, concurrent readers
+    wait for the one refresh in flight rather than each going to Redis."""
+    from test_shim_redis import hold_server
+    k = unique("aw")
+    plain = redis.Redis(port=port)
+    plain.set(k, "v1")
+    ch = unique("awch")
+    pub = Publisher(plain, ch)
+    pub.write_snapshot()
+
+    async def main():
+        ar = aioredis.Redis(port=port)
+        shim = hotsniff_shim.install(ar, channel=ch, local_ttl=60, stale_grace=5,
+                                     channel_client=redis.Redis(port=port))
+        loop = asyncio.get_running_loop()
+        try:
+            assert await loop.run_in_executor(None, shim.wait_synced, 5)
+            pub.send(k)
+            await _warm(shim, k)
+            await ar.get(k)
+            assert await ar.get(k) == b"v1"
+            plain.set(k, "v2")
+            pub.send(k, typ="invalidate", snapshot=False)
+            deadline = time.monotonic() + 5
+            while shim.stats()["invalidations"]["event"] == 0:
+                assert time.monotonic() < deadline, "invalidate not applied"
+                await asyncio.sleep(0.005)
+            before = calls(plain, "get")
+            holder = await loop.run_in_executor(None, hold_server, port)
+            vals = await asyncio.gather(*[ar.get(k) for _ in range(16)])
+            await loop.run_in_executor(None, holder.join)
+            assert vals == [b"v2"] * 16
+            assert calls(plain, "get") - before == 1
+            assert shim.stats()["wait_hits"] >= 8
+        finally:
+            shim.close()
+            await (ar.aclose() if hasattr(ar, "aclose") else ar.close())
+    run(main())

@@ -276,3 +276,64 @@ def test_pipeline_with_select_sent_whole(served):
     p.execute_command("SELECT", 0)
     assert p.execute() == [True, None, True]
     assert gets(plain) == before + 1
+
+
+# Holds the server for ARGV[1] microseconds: every command sent meanwhile
+# waits, as behind a slow refresh under load.
+BUSY = ("local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] "
+        "while true do local n = redis.call('TIME') "
+        "if n[1] * 1000000 + n[2] - s > tonumber(ARGV[1]) then return 1 end end")
+
+
+def hold_server(port, us=300_000):
+    """Starts holding the server (BUSY) and returns the thread to join."""
+    th = threading.Thread(target=lambda: redis.Redis(port=port).eval(BUSY, 0, us))
+    th.start()
+    time.sleep(0.05)  # the script is running
+    return th
+
+
+def test_invalidated_readers_wait(port):
+    """After an invalidate message (a write this client did not make), the
+    concurrent readers wait for the one refresh instead of each going to
+    Redis while it is in flight, and all get the new value."""
+    plain = redis.Redis(port=port)
+    plain.set("kw", "v1")
+    r = redis.Redis(port=port, max_connections=64)
+    shim = hotsniff_shim.install(r, channel="tw", local_ttl=60, stale_grace=5)
+    try:
+        assert shim.wait_synced(5)
+        hot(plain, "tw", "kw")
+        while not shim.is_hot("kw"):
+            time.sleep(0.01)
+        r.get("kw")
+        assert r.get("kw") == b"v1"
+        for rnd in range(2):
+            v = b"v%d" % (rnd + 2)
+            plain.set("kw", v)
+            inv = shim.stats()["invalidations"]["event"]
+            plain.publish("tw", json.dumps({"v": 1, "seq": 2 + rnd, "type": "invalidate", "proto": "redis",
+                                            "server": "", "ns": "0", "key": "kw", "ts": "", "node": "t"}))
+            deadline = time.time() + 5
+            while shim.stats()["invalidations"]["event"] == inv:
+                assert time.time() < deadline, "invalidate not applied"
+                time.sleep(0.005)
+            before = gets(plain)
+            holder = hold_server(port)
+            bar = threading.Barrier(16)
+            out = []
+
+            def run():
+                bar.wait()
+                out.append(r.get("kw"))
+            ts = [threading.Thread(target=run) for _ in range(16)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            holder.join()
+            assert out == [v] * 16
+            assert gets(plain) - before == 1, "16 reads after the invalidation sent %d GETs" % (gets(plain) - before)
+        assert shim.stats()["wait_hits"] >= 16
+    finally:
+        shim.close()

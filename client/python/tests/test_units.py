@@ -304,3 +304,82 @@ def test_cache_housekeep_touches_only_due():
     c.on_channel(True)
     c.housekeep(7200.0)
     assert len(c.hot) == 0
+
+
+def _invalidated_cache(stale_grace=5.0):
+    """A cache holding hot key k (admitted, fetched once), then invalidated
+    (an invalidate message after a write the client did not make)."""
+    import time as _t
+    from hotsniff_shim.cache import ACT_FETCH, KIND_STRING, Cache
+    c = Cache("0", lambda e: True, local_ttl=60.0, stale_grace=stale_grace)
+    c.set_hot(b"k", 0.0, True, True)
+    now = _t.monotonic()
+    c.acquire(b"k", KIND_STRING, now)  # recorded
+    act, _, t = c.acquire(b"k", KIND_STRING, now)
+    assert act == ACT_FETCH
+    c.store_value(t, b"v1")
+    c.invalidate(b"k", "event")
+    return c
+
+
+def test_invalidated_read_waits_for_refresh_in_flight():
+    """After an invalidation, a read arriving while another caller's refresh
+    is in flight waits for it and serves what it stored, instead of going
+    to Redis itself; a plain acquire (MGET, pipelines) does not wait."""
+    import threading
+    import time as _t
+    from hotsniff_shim.cache import ACT_FETCH, ACT_HIT, ACT_PASS, KIND_STRING
+    c = _invalidated_cache()
+    act, _, t = c.acquire(b"k", KIND_STRING, _t.monotonic())
+    assert act == ACT_FETCH  # the refresh, in flight until stored below
+    assert c.acquire(b"k", KIND_STRING, _t.monotonic())[0] == ACT_PASS
+    got = []
+    ts = [threading.Thread(target=lambda: got.append(c.acquire_wait(b"k", KIND_STRING, _t.monotonic())))
+          for _ in range(4)]
+    for th in ts:
+        th.start()
+    _t.sleep(0.2)
+    assert got == [], "the readers went on before the refresh ended"
+    c.store_value(t, b"v2")
+    for th in ts:
+        th.join(2)
+    assert [(a, v.data if v else None, tk) for a, v, tk in got] == [(ACT_HIT, b"v2", None)] * 4
+    st = c.stats()
+    assert st["wait_hits"] == 4 and st["refreshes"] == 2, st
+
+
+def test_invalidated_read_wait_bounded():
+    """The wait ends stale_grace after the refresh began: a hung refresh
+    hands its token to the waiting read, which fetches itself."""
+    import time as _t
+    from hotsniff_shim.cache import ACT_FETCH, KIND_STRING
+    c = _invalidated_cache(stale_grace=0.15)
+    t0 = _t.monotonic()
+    act, _, t = c.acquire(b"k", KIND_STRING, t0)
+    assert act == ACT_FETCH
+    act, _, t2 = c.acquire_wait(b"k", KIND_STRING, _t.monotonic())
+    waited = _t.monotonic() - t0
+    assert act == ACT_FETCH and 0.14 <= waited < 1.0, waited
+    # The hung refresh ends late: its reply is not the token holder's.
+    c.store_value(t, b"late")
+    c.store_value(t2, b"v2")
+    assert c.acquire(b"k", KIND_STRING, _t.monotonic())[1].data == b"v2"
+
+
+def test_invalidated_read_wait_asyncio():
+    import asyncio
+    import time as _t
+    from hotsniff_shim.cache import ACT_FETCH, ACT_HIT, KIND_STRING
+    c = _invalidated_cache()
+
+    async def main():
+        act, _, t = c.acquire(b"k", KIND_STRING, _t.monotonic())
+        assert act == ACT_FETCH
+        ws = [asyncio.ensure_future(c.acquire_wait_async(b"k", KIND_STRING, _t.monotonic())) for _ in range(4)]
+        await asyncio.sleep(0.1)
+        assert not any(w.done() for w in ws)
+        c.store_value(t, b"v2")
+        got = await asyncio.wait_for(asyncio.gather(*ws), 2)
+        assert [(a, v.data) for a, v, _ in got] == [(ACT_HIT, b"v2")] * 4
+    asyncio.run(main())
+    assert c.stats()["wait_hits"] == 4

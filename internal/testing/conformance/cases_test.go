@@ -147,6 +147,35 @@ var cases = []tcase{
 			e.sync()
 			e.expectGets("k", "v2", 1, 0)
 		}},
+	{name: "invalidate-readers-wait", what: "after an invalidate message, concurrent reads of the key cost Redis one read while the refresh is in flight, not one each; all get the new value",
+		setup: func(e *env) { e.cfg.LocalTTLms, e.cfg.StaleGraceMs = 5000, 3000 },
+		run: func(e *env) {
+			e.set("k", "v1")
+			e.publish(e.ev(event.TypeHot, "k"))
+			e.sync()
+			e.warm("k", "v1")
+			e.set("k", "v2")
+			// A late or repeated invalidate (a daemon that was stalled) hits
+			// a key whose value the shim holds: its readers must not all go
+			// to Redis while the one refresh is slow.
+			e.publish(e.ev(event.TypeInvalidate, "k"))
+			e.sync()
+			before := e.cmdstats()
+			held := e.holdCache(300 * time.Millisecond)
+			vals, _ := e.a.do(map[string]any{"op": "burst", "key": "k", "n": 16})["values"].([]any)
+			<-held
+			if n := e.cmdstats()["get"][0] - before["get"][0]; n != 1 {
+				e.t.Errorf("16 concurrent reads after an invalidate, the server held 300 ms: %d GETs reached Redis, want the 1 refresh", n)
+			}
+			if len(vals) != 16 {
+				e.t.Errorf("burst answered %d values, want 16", len(vals))
+			}
+			for i, v := range vals {
+				if v != "v2" {
+					e.t.Errorf("read %d = %v, want v2", i, v)
+				}
+			}
+		}},
 	{name: "cold-event", what: "a cold message stops caching the key",
 		run: func(e *env) {
 			e.set("k", "v1")

@@ -521,6 +521,34 @@ func (e *env) cmdstatsOf(c *redis.Client) map[string][2]int {
 	return out
 }
 
+// holdCache keeps the cache server busy for d (a Lua loop; every command
+// sent meanwhile waits, as behind a slow refresh on a loaded machine) and
+// returns once it is; the channel is closed when the server is free again.
+func (e *env) holdCache(d time.Duration) <-chan struct{} {
+	e.t.Helper()
+	const busy = `local t = redis.call('TIME') local s = t[1] * 1000000 + t[2]
+while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - s > tonumber(ARGV[1]) then return 1 end end`
+	c := redis.NewClient(&redis.Options{Addr: e.s.cache.Addr, ReadTimeout: d + 5*time.Second})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer c.Close()
+		if err := c.Eval(context.Background(), busy, nil, d.Microseconds()).Err(); err != nil {
+			e.t.Errorf("hold the cache server: %v", err)
+		}
+	}()
+	// Running once a PING on another connection gets no answer in 10 ms.
+	p := redis.NewClient(&redis.Options{Addr: e.s.cache.Addr, ReadTimeout: 10 * time.Millisecond, MaxRetries: -1})
+	defer p.Close()
+	for start := time.Now(); p.Ping(context.Background()).Err() == nil; {
+		if time.Since(start) > d/2 {
+			e.t.Fatalf("the cache server was not held within %v", d/2)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return done
+}
+
 // remote runs f and returns how many times each command reached the
 // cache server meanwhile.
 func (e *env) remote(f func()) map[string]int {

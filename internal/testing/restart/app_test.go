@@ -52,8 +52,9 @@ func startApp(t *testing.T, lang string, argv, env []string) *appProc {
 	t.Helper()
 	// Raised priority: the measurement is about restarts, not about a
 	// neighbour's load stalling the application past LocalTTL+StaleGrace
-	// (after such a stall each worker reads from the server itself, by
-	// design, which shows as a few GETs more in a 100 ms sample).
+	// (after such a stall the workers wait for one refresh, at most
+	// StaleGrace, then read from the server themselves, by design, which
+	// shows as a few GETs more in a 100 ms sample).
 	argv = append([]string{"nice", "-n", "-10"}, argv...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)

@@ -104,11 +104,14 @@ func langs(t *testing.T) []lang {
 
 // limit is the most GETs a 100 ms sample may take: twice the steady rate,
 // but at least two reads per worker. At a steady 2 GETs per 100 ms (one
-// refresh per LocalTTL) a single stall of the application longer than
-// LocalTTL+StaleGrace, or a write's invalidation, sends each worker to the
-// server once, by the shims' design; the control period shows that noise
-// with no restart at all. A key dropped by a restart costs the key's whole
-// demand, 100 GETs per 100 ms here.
+// refresh per LocalTTL), a write's invalidation (also a late one, published
+// when the frozen daemon resumes) or a stall of the application longer
+// than LocalTTL+StaleGrace costs one refresh: the workers' reads wait for
+// it (docs/client-shim.md, "After an invalidation"), but at most
+// StaleGrace, after which a worker goes to the server itself, by the
+// shims' design; the control period shows that noise with no restart at
+// all. A key dropped by a restart costs the key's whole demand, 100 GETs
+// per 100 ms here.
 func limit(steady float64) float64 { return max(2*steady, 2*readers) }
 
 // dropped describes an app's dropped values, when it reports them.

@@ -214,3 +214,67 @@ test('node-redis execAsPipeline: hot reads served, order and types kept, writes 
   await shim.close();
   await c.quit();
 });
+
+// Holds the server for `us` microseconds: every command sent meanwhile
+// waits, as behind a slow refresh under load.
+const BUSY = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] " +
+  "while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - s > tonumber(ARGV[1]) then return 1 end end";
+
+async function holdServer(us = 300_000): Promise<Promise<unknown>> {
+  const h = new IORedis({ port });
+  const done = h.eval(BUSY, 0, us).finally(() => h.disconnect());
+  await new Promise((r) => setTimeout(r, 50)); // the script is running
+  return done;
+}
+
+async function invalidate(shim: any, channel: string, key: string, seq: number) {
+  const before = shim.stats().invalidations.event;
+  await admin.publish(channel, JSON.stringify({ v: 1, seq, type: 'invalidate', proto: 'redis', server: '', ns: '0', key, ts: '', node: 't' }));
+  for (let i = 0; shim.stats().invalidations.event === before; i++) {
+    if (i > 500) throw new Error('invalidate not applied');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+// After an invalidate message (a write this client did not make), GETs
+// arriving while the one refresh is in flight get its reply instead of each
+// going to Redis, and all see the new value.
+for (const lib of ['ioredis', 'node-redis']) {
+  test(`${lib}: invalidated readers share the refresh in flight`, async () => {
+    const key = `kw-${lib}`, channel = `tw-${lib}`;
+    await admin.set(key, 'v1');
+    const c: any = lib === 'ioredis' ? new IORedis({ port }) : createClient({ socket: { port } });
+    if (lib !== 'ioredis') await c.connect();
+    const shim = await install(c, { channel, localTtlMs: 60_000, staleGraceMs: 5000 });
+    try {
+      await shim.synced;
+      await makeHot(shim, channel, key);
+      await c.get(key);
+      assert.equal(await c.get(key), 'v1');
+      for (let round = 0; round < 2; round++) {
+        const v = `v${round + 2}`;
+        await admin.set(key, v);
+        await invalidate(shim, channel, key, 2 + round);
+        const n = await gets();
+        const held = await holdServer();
+        const vals = await Promise.all(Array.from({ length: 16 }, () => c.get(key)));
+        await held;
+        assert.deepEqual(vals, Array(16).fill(v));
+        assert.equal(await gets() - n, 1, `16 reads after the invalidation sent ${await gets() - n} GETs`);
+      }
+      assert.equal(shim.stats().waitHits, 30);
+      // A write through the client itself: readers after it never get a
+      // refresh sent before it.
+      await invalidate(shim, channel, key, 4);
+      const held = await holdServer();
+      const first = c.get(key); // the refresh, sent before the write
+      const w = c.set(key, 'v9');
+      const after = await Promise.all(Array.from({ length: 4 }, () => c.get(key)));
+      await Promise.all([first, w, held]);
+      assert.deepEqual(after, Array(4).fill('v9'));
+    } finally {
+      await shim.close();
+      if (lib === 'ioredis') c.disconnect(); else await c.quit();
+    }
+  });
+}
