@@ -3,6 +3,7 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -408,6 +409,10 @@ func satAdd32(a, b uint32) uint32 {
 // the kernel's buckets): reads whose bucket is located are copied to user
 // space.
 func (c *Capture) SetLocated(bits []uint64) error {
+	last := c.kcLocatedLast.Bits[:]
+	if len(bits) <= len(last) && slices.Equal(bits, last[:len(bits)]) && !slices.ContainsFunc(last[len(bits):], func(w uint64) bool { return w != 0 }) {
+		return nil // unchanged, as in most sub-windows
+	}
 	var l hotsniffKcLocated
 	copy(l.Bits[:], bits)
 	// The summary the programs look at first: a bit per group of

@@ -110,7 +110,12 @@ func (s *sampler) step(d *daemon, det *detect.Detector, now time.Time) {
 		d.log.Warn("measure CPU", "err", err)
 		return
 	}
-	cost := budget.Cost{Process: proc, Programs: s.c.ProgramRunTime()}
+	cost := budget.Cost{Process: proc}
+	if s.budget > 0 {
+		// The programs' run time (a system call per program) counts only
+		// against a budget: without one the share is the daemon's own.
+		cost.Programs = s.c.ProgramRunTime()
+	}
 	st, err := s.c.Sampling()
 	if err != nil {
 		d.log.Warn("read sampling state", "err", err)
