@@ -135,13 +135,7 @@ func TestKernelCountRefusesHotBytes(t *testing.T) {
 		{[]string{"--kernel-count", "--capture", "xdp", "--hot-qps", "50"}, ""},
 		{[]string{"--hot-bytes", "5", "--config", file}, ""},
 	} {
-		err := loadCaptureDetect(t, tc.args)
-		switch {
-		case tc.want == "" && err != nil:
-			t.Errorf("%v: %v; want no error", tc.args, err)
-		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), what) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n")):
-			t.Errorf("%v: %v; want one line containing %q", tc.args, err, tc.want)
-		}
+		wantRefusal(t, tc.args, what, tc.want)
 	}
 }
 
@@ -205,12 +199,19 @@ func TestReplyCopyZeroRefusesHotBytes(t *testing.T) {
 		{[]string{"--reply-copy", "0"}, ""},
 		{[]string{"--reply-copy", "16", "--hot-bytes", "5"}, ""},
 	} {
-		err := loadCaptureDetect(t, tc.args)
-		switch {
-		case tc.want == "" && err != nil:
-			t.Errorf("%v: %v; want no error", tc.args, err)
-		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), what) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n")):
-			t.Errorf("%v: %v; want one line containing %q", tc.args, err, tc.want)
-		}
+		wantRefusal(t, tc.args, what, tc.want)
+	}
+}
+
+// wantRefusal checks the settings args: valid when want is "", else
+// refused in one line containing both what and want.
+func wantRefusal(t *testing.T, args []string, what, want string) {
+	t.Helper()
+	err := loadCaptureDetect(t, args)
+	switch {
+	case want == "" && err != nil:
+		t.Errorf("%v: %v; want no error", args, err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), what) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n")):
+		t.Errorf("%v: %v; want one line containing %q", args, err, want)
 	}
 }
