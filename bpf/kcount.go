@@ -415,14 +415,7 @@ func (c *Capture) SetLocated(bits []uint64) error {
 	}
 	var l hotsniffKcLocated
 	copy(l.Bits[:], bits)
-	// The summary the programs look at first: a bit per group of
-	// kernelGroup buckets that holds a located one.
-	for i, w := range l.Bits {
-		if w != 0 {
-			g := i * 64 / kernelGroup
-			l.Any[g/64] |= 1 << (g % 64)
-		}
-	}
+	l.Any = locatedSummary(&l.Bits)
 	// Through the map's memory, only the words that changed (almost
 	// always none: a Put copied all 16 KiB each sub-window, with a system
 	// call). Buckets first, then the summary: a program that finds a
@@ -435,6 +428,18 @@ func (c *Capture) SetLocated(bits []uint64) error {
 		return err
 	}
 	return nil
+}
+
+// locatedSummary is the summary the programs look at first: a bit per
+// group of kernelGroup buckets that holds a located one.
+func locatedSummary(bits *[KernelBuckets / 64]uint64) (sum [8]uint64) {
+	for i, w := range bits {
+		if w != 0 {
+			g := i * 64 / kernelGroup
+			sum[g/64] |= 1 << (g % 64)
+		}
+	}
+	return sum
 }
 
 // kcLocatedBitsOff is where kc_located's bucket bits start, after the

@@ -783,12 +783,7 @@ func TestSetLocatedWrites(t *testing.T) {
 		}
 		var w hotsniffKcLocated
 		copy(w.Bits[:], bits)
-		for i, x := range w.Bits {
-			if x != 0 {
-				g := i * 64 / kernelGroup
-				w.Any[g/64] |= 1 << (g % 64)
-			}
-		}
+		w.Any = locatedSummary(&w.Bits)
 		if got != w {
 			for i := range got.Bits {
 				if got.Bits[i] != w.Bits[i] {
@@ -799,6 +794,13 @@ func TestSetLocatedWrites(t *testing.T) {
 		}
 	}
 	var bits [KernelBuckets / 64]uint64
+	// The summary by hand: word w holds buckets 64w..64w+63, in group
+	// 64w/kernelGroup (256 buckets a group).
+	bits[5], bits[2047] = 1, 1
+	if got, want := locatedSummary(&bits), [8]uint64{0: 1 << (5 * 64 / kernelGroup), 7: 1 << 63}; got != want {
+		t.Fatalf("summary of words 5 and 2047: %#x, want %#x", got, want)
+	}
+	bits = [KernelBuckets / 64]uint64{}
 	for _, step := range []map[int]uint64{
 		{0: 1, 5: 0x80, 2047: 1 << 63},
 		{0: 0, 5: 0x81, 1000: 4}, // 0 cleared (its summary bit too), 5 changed, 1000 set

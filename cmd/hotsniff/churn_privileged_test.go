@@ -85,11 +85,7 @@ func figures(t *testing.T, d *nodeDaemon, node *netnstest.Node) procFigures {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f.rssKiB, _ = strconv.Atoi(strings.Fields(v)[0])
-		}
-	}
+	f.rssKiB = int(statusKB(status, "VmRSS"))
 	err = node.Do(func() error {
 		ifs, err := net.Interfaces()
 		if err != nil {

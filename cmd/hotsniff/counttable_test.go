@@ -458,10 +458,18 @@ func vmHWM(pid int) int64 {
 	if err != nil {
 		return 0
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
+	return statusKB(b, "VmHWM") << 10
+}
+
+// statusKB is a field of a /proc/PID/status file's contents, in kB (as
+// "VmRSS:	  1234 kB"), 0 when absent.
+func statusKB(status []byte, field string) int64 {
+	for _, l := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
+			if f := strings.Fields(v); len(f) > 0 {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				return kb
+			}
 		}
 	}
 	return 0

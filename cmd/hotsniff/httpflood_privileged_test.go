@@ -30,12 +30,7 @@ func procStat(t *testing.T, pid int) (rss int64, cpu time.Duration) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			rss = kb << 10
-		}
-	}
+	rss = statusKB(b, "VmRSS") << 10
 	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		t.Fatal(err)

@@ -301,9 +301,7 @@ class Cache(Handler):
         while True:
             act, v, t, busy = self._decide(key, kind, now, threading.Event, deadline)
             if busy is None:
-                if waited and act == ACT_HIT:
-                    with self.lock:
-                        self.m["wait_hits"] += 1
+                self._count_wait(waited, act)
                 return act, v, t
             busy[0].wait(busy[1])
             waited = True
@@ -318,9 +316,7 @@ class Cache(Handler):
         while True:
             act, v, t, busy = self._decide(key, kind, now, asyncio.Event, deadline)
             if busy is None:
-                if waited and act == ACT_HIT:
-                    with self.lock:
-                        self.m["wait_hits"] += 1
+                self._count_wait(waited, act)
                 return act, v, t
             try:
                 await asyncio.wait_for(busy[0].wait(), busy[1])
@@ -328,6 +324,12 @@ class Cache(Handler):
                 pass
             waited = True
             now = time.monotonic()
+
+    def _count_wait(self, waited: bool, act: int) -> None:
+        """Counts a read served after waiting for another caller's fetch."""
+        if waited and act == ACT_HIT:
+            with self.lock:
+                self.m["wait_hits"] += 1
 
     def _decide(self, key: bytes, kind: int, now: float, make_wake: Optional[Callable[[], Any]],
                 deadline: float) -> Tuple[int, Optional[Value], Optional[Ticket], Optional[Tuple[Any, float]]]:

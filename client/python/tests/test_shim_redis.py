@@ -15,6 +15,22 @@ import redis
 import hotsniff_shim
 
 
+def burst(read, n=16):
+    """Runs read on n threads released together; returns their results."""
+    bar = threading.Barrier(n)
+    out = []
+
+    def run():
+        bar.wait()
+        out.append(read())
+    ts = [threading.Thread(target=run) for _ in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return out
+
+
 @pytest.fixture(scope="module")
 def port():
     if shutil.which("redis-server") is None:
@@ -86,17 +102,7 @@ def test_threads_single_refresh(port):
         r.get("kt")
         time.sleep(0.25)
         before = gets(plain)
-        bar = threading.Barrier(16)
-        out = []
-
-        def run():
-            bar.wait()
-            out.append(r.get("kt"))
-        ts = [threading.Thread(target=run) for _ in range(16)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        out = burst(lambda: r.get("kt"))
         assert out == [b"v"] * 16
         assert gets(plain) == before + 1
         st = shim.stats()
@@ -320,17 +326,7 @@ def test_invalidated_readers_wait(port):
                 time.sleep(0.005)
             before = gets(plain)
             holder = hold_server(port)
-            bar = threading.Barrier(16)
-            out = []
-
-            def run():
-                bar.wait()
-                out.append(r.get("kw"))
-            ts = [threading.Thread(target=run) for _ in range(16)]
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join()
+            out = burst(lambda: r.get("kw"))
             holder.join()
             assert out == [v] * 16
             assert gets(plain) - before == 1, "16 reads after the invalidation sent %d GETs" % (gets(plain) - before)

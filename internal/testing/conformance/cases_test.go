@@ -116,11 +116,7 @@ var cases = []tcase{
 			if d["get"] != 1 {
 				e.t.Errorf("32 concurrent reads of an expired value: %d GETs reached Redis, want 1", d["get"])
 			}
-			for i, v := range vals {
-				if v != "v1" {
-					e.t.Errorf("read %d = %v", i, v)
-				}
-			}
+			e.expectBurst(vals, 32, "v1")
 		}},
 	{name: "hot-entry-lapses", what: "a key whose hot entry is not refreshed within ttl_ms stops being served",
 		run: func(e *env) {
@@ -167,14 +163,7 @@ var cases = []tcase{
 			if n := e.cmdstats()["get"][0] - before["get"][0]; n != 1 {
 				e.t.Errorf("16 concurrent reads after an invalidate, the server held 300 ms: %d GETs reached Redis, want the 1 refresh", n)
 			}
-			if len(vals) != 16 {
-				e.t.Errorf("burst answered %d values, want 16", len(vals))
-			}
-			for i, v := range vals {
-				if v != "v2" {
-					e.t.Errorf("read %d = %v, want v2", i, v)
-				}
-			}
+			e.expectBurst(vals, 16, "v2")
 		}},
 	{name: "cold-event", what: "a cold message stops caching the key",
 		run: func(e *env) {

@@ -521,6 +521,19 @@ func (e *env) cmdstatsOf(c *redis.Client) map[string][2]int {
 	return out
 }
 
+// expectBurst checks a burst's values: n of them, each want.
+func (e *env) expectBurst(vals []any, n int, want string) {
+	e.t.Helper()
+	if len(vals) != n {
+		e.t.Errorf("burst answered %d values, want %d", len(vals), n)
+	}
+	for i, v := range vals {
+		if v != want {
+			e.t.Errorf("read %d = %v, want %s", i, v, want)
+		}
+	}
+}
+
 // holdCache keeps the cache server busy for d (a Lua loop; every command
 // sent meanwhile waits, as behind a slow refresh on a loaded machine) and
 // returns once it is; the channel is closed when the server is free again.
