@@ -101,9 +101,14 @@ export class CacheEntry {
   hotUntil: number;
   val: Value | null = null;
   refreshing = 0; // start of the one fetch in flight (0: none)
-  /** The reply of that fetch when it is a GET's (Core.share): what a GET
-   * arriving while it is in flight, with no value to serve, answers with. */
+  /** That fetch's outcome, when it is offered (Core.share): what a read
+   * arriving while it is in flight, with no value to serve, answers with.
+   * A GET's: its reply; a hash's: the hash its HGETALL read (a Value). */
   shared: Shared | null = null;
+  /** A hash: an HGETALL of the key has been answered with a hash before, so
+   * its refreshes are shared (an HGETALL this client may not send, an ACL
+   * refusing it, never answers another hash read). */
+  whole = false;
   gen = 0; // moves on every invalidation
   uncacheable = false; // a hash larger than maxHashFields, or a value larger than maxValueBytes
   bytes = 0; // the value's estimated size, counted in Core.bytes
@@ -118,14 +123,16 @@ export class CacheEntry {
 
 export interface Ticket { e: CacheEntry; gen: number; token: number; src?: string }
 
-/** A GET refresh in flight: its reply, and what it was sent at. */
+/** A refresh in flight: its outcome, and what it was sent at. */
 interface Shared { token: number; gen: number; src?: string; tag?: unknown; reply: Promise<unknown> }
 
 export interface Acquired {
   act: Act;
   v?: Value;
   t?: Ticket;
-  /** Act.Hit from acquireShared: answer with the reply of the refresh in flight. */
+  /** Act.Hit from acquireShared: answer with the outcome of the refresh in
+   * flight (a GET: the reply; a hash read: from the Value, as a hit, or by
+   * its own command if that is null: not a hash). */
   shared?: Promise<unknown>;
   /** From decide: a pass only because another caller's fetch of this entry
    * is in flight and there is no value to serve (uncounted). */
@@ -167,7 +174,7 @@ export class Core implements SubscriberHandler {
   private house: NodeJS.Timeout | undefined;
   private lastResolve = 0;
   private lastYield = 0;
-  // waitHits: of hits, GETs answered with the reply of another caller's
+  // waitHits: of hits, GETs and hash reads answered from another caller's
   // refresh in flight (acquireShared).
   readonly m = { hits: 0, staleHits: 0, waitHits: 0, misses: 0, admissions: 0, refreshes: 0, fetchErrors: 0, absorbedReports: 0, uncacheable: 0 };
   readonly invalidations: Record<Inval, number> = { write: 0, event: 0, tracking: 0, cold: 0, snapshot: 0, flush: 0 };
@@ -355,19 +362,24 @@ export class Core implements SubscriberHandler {
   }
 
   /**
-   * acquire for a GET of one key alone. Where acquire would send it to
-   * Redis because another caller's GET refresh of the key is in flight and
-   * there is no value to serve (an invalidation dropped it), it answers
-   * with that refresh's reply (Acquired.shared), so that after a write to
-   * a hot key its readers cost the server one read, not one each. Only a
-   * refresh sent since the key's last invalidation, from the same master,
-   * in the same reply form, and at most staleGrace before this read: the
-   * staleness bound is a refresh's. The read sends nothing later than it
-   * was issued (the libraries send commands in call order); a reply that
-   * is an error is this read's error too. MGETs and pipelines never share.
+   * acquire for a read of one key alone (a GET; an HGET, HMGET or
+   * HGETALL). Where acquire would send it to Redis because another caller's
+   * refresh of the key is in flight and there is no value to serve (an
+   * invalidation dropped it), it answers from that refresh
+   * (Acquired.shared), so that after a write to a hot key its readers cost
+   * the server one read, not one each. Only a refresh sent since the key's
+   * last invalidation, to the same master, in the same reply form (tag),
+   * and at most staleGrace before this read: the staleness bound is a
+   * refresh's. The read sends nothing later than it was issued (the
+   * libraries send commands in call order); a reply that is an error is
+   * this read's error too. A hash read is answered from the hash the
+   * refresh's HGETALL read, as a hit on the cached hash is, whether or not
+   * it is then stored (only a reply that is no hash at all, which HGETALL
+   * never gives, leaves it to send its own command then, as the refresher
+   * does). MGETs and pipelines never share.
    */
-  acquireShared(key: string, t: number, src?: string, tag?: unknown): Acquired {
-    const a = this.decide(key, KIND_STRING, t, src);
+  acquireShared(key: string, kind: number, t: number, src?: string, tag?: unknown): Acquired {
+    const a = this.decide(key, kind, t, src);
     const en = a.busy;
     if (en === undefined) return a;
     const sh = en.shared;
@@ -382,9 +394,13 @@ export class Core implements SubscriberHandler {
     return PASS;
   }
 
-  /** Offers a GET refresh's reply to the GETs that arrive while it is in
-   * flight (acquireShared); tag: the reply form it was asked in. */
+  /** Offers a refresh's outcome to the reads of its key that arrive while it
+   * is in flight (acquireShared); tag: the reply form it was asked in. Call
+   * it once the read is sent. A GET's reply is offered as it is; a hash's
+   * (reply: the Value it read, null if not a hash) only once an HGETALL of
+   * the key has been answered with a hash (CacheEntry.whole). */
   share(tk: Ticket, reply: Promise<unknown>, tag?: unknown): void {
+    if (tk.e.kind === KIND_HASH && !tk.e.whole) return;
     tk.e.shared = { token: tk.token, gen: tk.gen, src: tk.src, tag, reply };
   }
 
@@ -493,6 +509,7 @@ export class Core implements SubscriberHandler {
    * the read at the server. */
   store(tk: Ticket, v: Value | null): void {
     const en = tk.e;
+    if (v !== null && v.hidx) en.whole = true;
     if (v !== null && en.gen === tk.gen && this.entries.get(en.key) === en) {
       v.expires = tk.token + this.localTtl;
       v.src = tk.src;

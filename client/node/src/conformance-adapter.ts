@@ -169,6 +169,22 @@ async function main(): Promise<number> {
           res = { values: (await Promise.all(Array.from({ length: n }, () => ops.get(k)))).map(str) };
           break;
         }
+        case 'hburst': {
+          // Read i: HGET, HMGET or HGETALL in turn; its value of field.
+          const n = Number(req.n), f = req.field;
+          const one = async (i: number) => {
+            try {
+              if (i % 3 === 0) return str(await ops.hget(k, f));
+              if (i % 3 === 1) return str((await ops.hmget(k, [f]))[0]);
+              const h = await ops.hgetall(k);
+              return str(h instanceof Map ? h.get(f) : h[f]) ?? null;
+            } catch (err) {
+              return String((err as Error).message);
+            }
+          };
+          res = { values: await Promise.all(Array.from({ length: n }, (_, i) => one(i))) };
+          break;
+        }
         case 'hot': res = { hot: shim.isHot(k) }; break;
         case 'stats': {
           const st = shim.stats();

@@ -159,7 +159,7 @@ export function installIoredis(redis: any, core: Core, ownerOf?: (key: Arg, cmd?
   const get = (cmd: Cmd): unknown => {
     const key = keyString(cmd.args[0]);
     const t = now();
-    const a = core.acquireShared(key, t, src(cmd.args[0], cmd));
+    const a = core.acquireShared(key, KIND_STRING, t, src(cmd.args[0], cmd));
     if (a.shared) {
       // The refresh in flight answers this read too (acquireShared).
       a.shared.then((r: unknown) => cmd.resolve(r), (err: unknown) => cmd.reject(err));
@@ -228,10 +228,26 @@ export function installIoredis(redis: any, core: Core, ownerOf?: (key: Arg, cmd?
     return cmd.promise;
   };
 
+  // hashValue makes an HGETALL reply a hash Value (not stored yet); null if
+  // it is no hash. ioredis applies its hgetall transformer even to our raw
+  // command (an object of field -> Buffer); the RESP2 form, a flat array,
+  // is kept, so each caller's command converts and transforms it as it
+  // would a reply.
+  const hashValue = (r: unknown): Value | null => {
+    if (r && typeof r === 'object' && !Array.isArray(r) && !Buffer.isBuffer(r)) {
+      const flat: unknown[] = [];
+      const entries = r instanceof Map ? [...r] : Object.entries(r as Record<string, unknown>);
+      for (const [f, v] of entries) flat.push(Buffer.isBuffer(f) ? f : Buffer.from(String(f)), v);
+      r = flat;
+    }
+    const hidx = hashIndex(r);
+    return hidx === null ? null : { expires: 0, raw: r, hidx };
+  };
+
   // fetchHash reads the whole hash with HGETALL for the refreshing caller;
   // null: not cacheable here, send the caller's own command.
   const fetchHash = async (cmd: Cmd, tk: Ticket): Promise<Value | null> => {
-    let r: unknown;
+    let v: Value | null;
     try {
       if (!tk.e.sized) {
         // Sized before the first fetch: a hash too big to cache is never
@@ -243,40 +259,45 @@ export function installIoredis(redis: any, core: Core, ownerOf?: (key: Arg, cmd?
           return null;
         }
       }
-      r = await fetch(cmd, [tk], 'hgetall', [cmd.args[0]]);
+      const p = fetch(cmd, [tk], 'hgetall', [cmd.args[0]]).then(hashValue);
+      // Sent: the hash reads of the key arriving meanwhile answer from it.
+      core.share(tk, p);
+      v = await p;
     } catch {
       // WRONGTYPE and the like: the caller's own command gets the answer.
       core.m.fetchErrors++;
       core.release(tk);
       return null;
     }
-    // ioredis applies its hgetall transformer even to our raw command (an
-    // object of field -> Buffer); cache the RESP2 form, a flat array, so
-    // each caller's command converts and transforms it as it would a reply.
-    if (r && typeof r === 'object' && !Array.isArray(r) && !Buffer.isBuffer(r)) {
-      const flat: unknown[] = [];
-      const entries = r instanceof Map ? [...r] : Object.entries(r as Record<string, unknown>);
-      for (const [f, v] of entries) flat.push(Buffer.isBuffer(f) ? f : Buffer.from(String(f)), v);
-      r = flat;
-    }
-    const hidx = hashIndex(r);
-    if (hidx === null) {
+    if (v === null) {
       tk.e.uncacheable = true;
       core.release(tk);
       return null;
     }
-    if (hidx.size > core.maxHashFields) {
+    if (v.hidx!.size > core.maxHashFields) {
       core.tooBig(tk);
       return null;
     }
-    const v: Value = { expires: 0, raw: r, hidx };
     core.store(tk, v);
     return v;
   };
 
   const hash = (cmd: Cmd, answer: (v: Value) => unknown): unknown => {
+    // No hash to answer from: the caller's own command goes, its reply (an
+    // error too) settling cmd.promise, which the caller holds; returning
+    // it from a then() would leave a copy of its rejection unhandled.
+    const settle = (v: Value | null) => {
+      if (v === null) send(cmd);
+      else cmd.resolve(answer(v));
+    };
     const t = now();
-    const a = core.acquire(keyString(cmd.args[0]), KIND_HASH, t, src(cmd.args[0], cmd));
+    const a = core.acquireShared(keyString(cmd.args[0]), KIND_HASH, t, src(cmd.args[0], cmd));
+    if (a.shared) {
+      // The refresh in flight answers this read too (acquireShared), from
+      // the hash it read, as a hit would.
+      a.shared.then((v: unknown) => settle(v as Value | null), (err: unknown) => cmd.reject(err));
+      return cmd.promise;
+    }
     if (a.act === Act.Hit) {
       const v = a.v!;
       if (core.shouldYield(t)) setImmediate(() => cmd.resolve(answer(v)));
@@ -284,10 +305,7 @@ export function installIoredis(redis: any, core: Core, ownerOf?: (key: Arg, cmd?
       return cmd.promise;
     }
     if (a.act === Act.Pass) return send(cmd);
-    fetchHash(cmd, a.t!).then(
-      (v) => (v === null ? send(cmd) : cmd.resolve(answer(v))),
-      (err) => cmd.reject(err),
-    );
+    fetchHash(cmd, a.t!).then(settle, (err) => cmd.reject(err));
     return cmd.promise;
   };
 

@@ -179,7 +179,7 @@ export function installNodeRedis(client: any, core: Core, db0: number, ownerOf?:
 
   const get = async (args: Arg[], options: any): Promise<unknown> => {
     const t = now();
-    const a = core.acquireShared(keyString(args[1]), t, src(args[1]), tagOf(options));
+    const a = core.acquireShared(keyString(args[1]), KIND_STRING, t, src(args[1]), tagOf(options));
     // The refresh in flight answers this read too (acquireShared).
     if (a.shared) return a.shared;
     if (a.act === Act.Hit && a.v!.tag === tagOf(options)) return hit(t, a.v!.raw);
@@ -236,11 +236,18 @@ export function installNodeRedis(client: any, core: Core, db0: number, ownerOf?:
 
   const hash = async (args: Arg[], options: any, answer: (v: Value) => unknown): Promise<unknown> => {
     const t = now();
-    const a = core.acquire(keyString(args[1]), KIND_HASH, t, src(args[1]));
-    if (a.act === Act.Hit && a.v!.tag === tagOf(options)) return hit(t, answer(a.v!));
+    const tag = tagOf(options);
+    const a = core.acquireShared(keyString(args[1]), KIND_HASH, t, src(args[1]), tag);
+    if (a.shared) {
+      // The refresh in flight answers this read too (acquireShared), from
+      // the hash it read, as a hit would.
+      const v = (await a.shared) as Value | null;
+      return v === null ? send(args, options) : answer(v);
+    }
+    if (a.act === Act.Hit && a.v!.tag === tag) return hit(t, answer(a.v!));
     if (a.act !== Act.Fetch) return send(args, options);
     const tk = a.t!;
-    let r: unknown;
+    let v: Value | null;
     try {
       if (!tk.e.sized) {
         // Sized before the first fetch: a hash too big to cache is never
@@ -252,24 +259,28 @@ export function installNodeRedis(client: any, core: Core, db0: number, ownerOf?:
           return send(args, options);
         }
       }
-      r = await fetch([tk], ['HGETALL', args[1]], options);
+      const p = fetch([tk], ['HGETALL', args[1]], options).then((r): Value | null => {
+        const hidx = hashIndex(r);
+        return hidx === null ? null : { expires: 0, raw: r, hidx, tag };
+      });
+      // Sent: the hash reads of the key arriving meanwhile answer from it.
+      core.share(tk, p, tag);
+      v = await p;
     } catch {
       // WRONGTYPE and the like: the caller's own command gets the answer.
       core.m.fetchErrors++;
       core.release(tk);
       return send(args, options);
     }
-    const hidx = hashIndex(r);
-    if (hidx === null) {
+    if (v === null) {
       tk.e.uncacheable = true;
       core.release(tk);
       return send(args, options);
     }
-    if (hidx.size > core.maxHashFields) {
+    if (v.hidx!.size > core.maxHashFields) {
       core.tooBig(tk);
       return send(args, options);
     }
-    const v: Value = { expires: 0, raw: r, hidx, tag: tagOf(options) };
     core.store(tk, v);
     return answer(v);
   };

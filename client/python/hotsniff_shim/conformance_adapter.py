@@ -39,6 +39,20 @@ def _s(v):
     return v
 
 
+def hash_read(r, k, field, i):
+    """Read i of an hburst: HGET, HMGET or HGETALL of k in turn; its value
+    of field (None if missing), or the error's text."""
+    try:
+        if i % 3 == 0:
+            return _s(r.hget(k, field))
+        if i % 3 == 1:
+            return _s(r.hmget(k, [field])[0])
+        h = r.hgetall(k)
+        return _s(h.get(field.encode() if isinstance(field, str) else field))
+    except redis.RedisError as e:
+        return str(e)
+
+
 class Syncify:
     """A redis.asyncio client (or pipeline) called like a sync one: every
     awaitable result is run on the adapter's event loop thread."""
@@ -231,6 +245,20 @@ def main() -> int:
                 def one(i):
                     bar.wait()
                     vals[i] = _s(r.get(key(req)))
+                ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+                for t in ts:
+                    t.start()
+                for t in ts:
+                    t.join()
+                out = {"values": vals}
+            elif op == "hburst":
+                n = int(req["n"])
+                vals = [None] * n
+                bar = threading.Barrier(n)
+
+                def one(i):
+                    bar.wait()
+                    vals[i] = hash_read(r, key(req), req["field"], i)
                 ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
                 for t in ts:
                     t.start()

@@ -71,6 +71,7 @@ def test_adapter_mode(mode, server, request):
         assert a.do(op="pipeline_write_read", key=k, value="w") == {"value": "w"}
         assert a.do(op="get", key=k) == {"value": "w"}
         assert a.do(op="burst", key=k, n=8) == {"values": ["w"] * 8}
+        assert a.do(op="hburst", key=h, field="f", n=6) == {"values": ["1"] * 6}
         assert a.do(op="load", key=k, ms=200, threads=2, want="w")["bad"] == 0
         st = a.do(op="stats")
         assert st["mode"] == ("sync" if mode == "single" else mode)

@@ -253,6 +253,16 @@ func runGoAdapter(cfgJSON string, in io.Reader, out io.Writer) error {
 			start.Done()
 			wg.Wait()
 			res["values"] = vals
+		case "hburst":
+			vals := make([]any, req.N)
+			var wg, start sync.WaitGroup
+			start.Add(1)
+			for i := range req.N {
+				wg.Go(func() { start.Wait(); vals[i] = goHashRead(ctx, rdb, k, req.Field, i) })
+			}
+			start.Done()
+			wg.Wait()
+			res["values"] = vals
 		case "hot":
 			res["hot"] = hotFor(shim, k)
 		case "stats":
@@ -305,6 +315,36 @@ func runGoAdapter(cfgJSON string, in io.Reader, out io.Writer) error {
 		}
 	}
 	return shim.Close()
+}
+
+// goHashRead is read i of an hburst: HGET, HMGET or HGETALL of k in turn;
+// its value of field (nil if missing), or the error's text.
+func goHashRead(ctx context.Context, rdb redis.Cmdable, k, field string, i int) any {
+	switch i % 3 {
+	case 0:
+		v, err := rdb.HGet(ctx, k, field).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil
+		} else if err != nil {
+			return err.Error()
+		}
+		return v
+	case 1:
+		vs, err := rdb.HMGet(ctx, k, field).Result()
+		if err != nil {
+			return err.Error()
+		}
+		return vs[0]
+	default:
+		h, err := rdb.HGetAll(ctx, k).Result()
+		if err != nil {
+			return err.Error()
+		}
+		if v, ok := h[field]; ok {
+			return v
+		}
+		return nil
+	}
 }
 
 // hotFor reports whether a live entry makes key hot and cacheable in DB 0

@@ -165,6 +165,39 @@ var cases = []tcase{
 			}
 			e.expectBurst(vals, 16, "v2")
 		}},
+	{name: "invalidate-hash-readers-wait", what: "after an invalidate message, concurrent HGET/HMGET/HGETALL of a hash cost Redis one HGETALL while the refresh is in flight, not one read each; all get the new value",
+		setup: func(e *env) { e.cfg.LocalTTLms, e.cfg.StaleGraceMs = 5000, 3000 },
+		run: func(e *env) {
+			ctx := context.Background()
+			e.s.cacheC.HSet(ctx, "h", "f1", "v1", "f2", "x")
+			e.publish(e.ev(event.TypeHot, "h"))
+			e.sync()
+			// Admitted (the first read records the key, the second fetches
+			// it), then served locally.
+			e.a.do(map[string]any{"op": "hgetall", "key": "h"})
+			e.a.do(map[string]any{"op": "hgetall", "key": "h"})
+			var r map[string]any
+			if d := e.remote(func() { r = e.a.do(map[string]any{"op": "hget", "key": "h", "field": "f1"}) }); r["value"] != "v1" || len(d) != 0 {
+				e.t.Fatalf("HGET h f1 of the cached hash = %v; Redis saw %v, want v1 and nothing", r["value"], d)
+			}
+			e.s.cacheC.HSet(ctx, "h", "f1", "v2")
+			e.publish(e.ev(event.TypeInvalidate, "h"))
+			e.sync()
+			before := e.cmdstats()
+			held := e.holdCache(300 * time.Millisecond)
+			vals, _ := e.a.do(map[string]any{"op": "hburst", "key": "h", "field": "f1", "n": 16})["values"].([]any)
+			<-held
+			after := e.cmdstats()
+			d := map[string]int{}
+			for _, c := range []string{"hgetall", "hget", "hmget", "hlen"} {
+				d[c] = after[c][0] - before[c][0]
+			}
+			e.t.Logf("16 hash reads after the invalidate: Redis saw %v", d)
+			if d["hgetall"] != 1 || d["hget"]+d["hmget"]+d["hlen"] != 0 {
+				e.t.Errorf("16 concurrent hash reads after an invalidate, the server held 300 ms: Redis saw %v, want the 1 HGETALL refresh", d)
+			}
+			e.expectBurst(vals, 16, "v2")
+		}},
 	{name: "cold-event", what: "a cold message stops caching the key",
 		run: func(e *env) {
 			e.set("k", "v1")

@@ -278,3 +278,112 @@ for (const lib of ['ioredis', 'node-redis']) {
     }
   });
 }
+
+// The hash reads' form per library: read i is an HGET, HMGET or HGETALL as
+// i mod 3 is 0, 1 or 2; its value of field f.
+const hashReads = (lib: string, c: any, key: string, n: number) => Promise.all(Array.from({ length: n }, async (_, i) => {
+  if (i % 3 === 0) return c[lib === 'ioredis' ? 'hget' : 'hGet'](key, 'f');
+  if (i % 3 === 1) return (await c[lib === 'ioredis' ? 'hmget' : 'hmGet'](key, ['f']))[0];
+  const h = await c[lib === 'ioredis' ? 'hgetall' : 'hGetAll'](key);
+  assert.deepEqual({ ...h }, { f: h.f, g: 'x' });
+  return h.f;
+}));
+
+// As for GETs: after an invalidate message, hash reads arriving while the
+// one HGETALL refresh is in flight are answered from the hash it reads,
+// each in its own command's form; a write through the client keeps the
+// reads after it from a refresh sent before it.
+for (const lib of ['ioredis', 'node-redis']) {
+  test(`${lib}: invalidated hash readers share the HGETALL in flight`, async () => {
+    const key = `hw-${lib}`, channel = `thw-${lib}`;
+    await admin.hset(key, 'f', 'v1', 'g', 'x');
+    const c: any = lib === 'ioredis' ? new IORedis({ port }) : createClient({ socket: { port } });
+    if (lib !== 'ioredis') await c.connect();
+    const shim = await install(c, { channel, localTtlMs: 60_000, staleGraceMs: 5000 });
+    try {
+      await shim.synced;
+      await makeHot(shim, channel, key);
+      await hashReads(lib, c, key, 2);
+      let n = await calls('hgetall');
+      assert.deepEqual(await hashReads(lib, c, key, 3), ['v1', 'v1', 'v1']);
+      assert.equal(await calls('hgetall'), n);
+      for (let round = 0; round < 2; round++) {
+        const v = `v${round + 2}`;
+        await admin.hset(key, 'f', v);
+        await invalidate(shim, channel, key, 2 + round);
+        const [h, g, m] = [await calls('hgetall'), await calls('hget'), await calls('hmget')];
+        const held = await holdServer();
+        const vals = await hashReads(lib, c, key, 16);
+        await held;
+        assert.deepEqual(vals, Array(16).fill(v));
+        assert.deepEqual([await calls('hgetall') - h, await calls('hget') - g, await calls('hmget') - m], [1, 0, 0]);
+      }
+      assert.equal(shim.stats().waitHits, 30);
+      await invalidate(shim, channel, key, 4);
+      const held = await holdServer();
+      const first = c[lib === 'ioredis' ? 'hget' : 'hGet'](key, 'f'); // the refresh, sent before the write
+      const w = c[lib === 'ioredis' ? 'hset' : 'hSet'](key, 'f', 'v9');
+      const after = await hashReads(lib, c, key, 6);
+      await Promise.all([first, w, held]);
+      assert.deepEqual(after, Array(6).fill('v9'));
+    } finally {
+      await shim.close();
+      if (lib === 'ioredis') c.disconnect(); else await c.quit();
+    }
+  });
+
+  // A user who may not send HGETALL: the shim's refresh is refused, and
+  // the readers arriving meanwhile must not get its refusal: each sends its
+  // own command.
+  test(`${lib}: a refused HGETALL refresh is not shared`, async () => {
+    const key = `hr-${lib}`, channel = `thr-${lib}`, user = `nohgetall-${lib}`;
+    await admin.hset(key, 'f', 'v1', 'g', 'x');
+    await admin.call('ACL', 'SETUSER', user, 'on', '>pw', '~*', '&*', '+@all', '-hgetall');
+    const o = { username: user, password: 'pw' };
+    const c: any = lib === 'ioredis' ? new IORedis({ port, ...o }) : createClient({ socket: { port }, ...o });
+    if (lib !== 'ioredis') await c.connect();
+    const shim = await install(c, { channel, localTtlMs: 60_000, staleGraceMs: 5000 });
+    try {
+      await shim.synced;
+      await makeHot(shim, channel, key);
+      for (let round = 0; round < 2; round++) {
+        const held = await holdServer();
+        const vals = await Promise.all(Array.from({ length: 8 }, () => c[lib === 'ioredis' ? 'hget' : 'hGet'](key, 'f')));
+        await held;
+        assert.deepEqual(vals, Array(8).fill('v1'));
+      }
+      assert.equal(shim.stats().waitHits, 0);
+    } finally {
+      await shim.close();
+      if (lib === 'ioredis') c.disconnect(); else await c.quit();
+      await admin.call('ACL', 'DELUSER', user);
+    }
+  });
+}
+
+// A hot key of another type: every hash read gets the server's WRONGTYPE
+// (the refresher's own command too), and no copy of it is left unhandled
+// (which would end a Node process).
+test('ioredis: hash reads of a hot string get WRONGTYPE, no rejection unhandled', async () => {
+  const key = 'hs-io', channel = 'ths-io';
+  await admin.set(key, 'str');
+  const unhandled: unknown[] = [];
+  const on = (e: unknown) => unhandled.push(e);
+  process.on('unhandledRejection', on);
+  const c = new IORedis({ port });
+  const shim = await install(c, { channel });
+  try {
+    await shim.synced;
+    await makeHot(shim, channel, key);
+    for (let i = 0; i < 4; i++) {
+      await assert.rejects(c.hget(key, 'f'), /WRONGTYPE/);
+      await assert.rejects(c.hgetall(key), /WRONGTYPE/);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+    assert.deepEqual(unhandled, []);
+  } finally {
+    process.off('unhandledRejection', on);
+    await shim.close();
+    c.disconnect();
+  }
+});

@@ -175,3 +175,51 @@ test('hot set: refreshed, until-cold and re-added entries lapse by their current
     assert.equal(h.m.size, 9 - s);
   }
 });
+
+test('a hash read after an invalidation shares the hash refresh in flight: same master, generation and reply form, within staleGrace', async () => {
+  const { Core, KIND_HASH, KIND_STRING } = require('../cache');
+  const PASS = 0, HIT = 1, FETCH = 2; // Act
+  const core = new Core({ db: 0 }, { anyServer: true, staleGraceMs: 100 });
+  core.hot.set('h', 0); // hot until cold
+  const read = (t: number, src = 'a', tag: unknown = 'T', kind = KIND_HASH) => core.acquireShared('h', kind, t, src, tag);
+  const hashOf = (v: string) => ({ expires: 0, raw: ['f', v], hidx: new Map([['f', v]]), tag: 'T' });
+  assert.equal(read(1000).act, PASS); // recorded
+  const first = read(1000);
+  assert.equal(first.act, FETCH); // admitted: the first fetch
+  core.share(first.t, Promise.resolve(hashOf('v1')), 'T');
+  // No HGETALL of the key answered with a hash yet: not offered (it may be
+  // refused where the reader's own command is not).
+  assert.deepEqual(read(1001), { act: PASS });
+  core.store(first.t, hashOf('v1'));
+  assert.equal(read(1002).v.hidx.get('f'), 'v1');
+
+  core.invalidate('h', 'event');
+  const r2 = read(1010);
+  assert.equal(r2.act, FETCH);
+  const p2 = Promise.resolve(hashOf('v2'));
+  core.share(r2.t, p2, 'T');
+  const s = read(1011);
+  assert.equal(s.act, HIT);
+  assert.equal(s.shared, p2);
+  assert.equal((await s.shared).hidx.get('f'), 'v2');
+  assert.equal(core.m.waitHits, 1);
+  assert.deepEqual(read(1012, 'b'), { act: PASS }, 'another master');
+  assert.deepEqual(read(1012, 'a', 'U'), { act: PASS }, 'another reply form');
+  assert.deepEqual(read(1012, 'a', 'T', KIND_STRING), { act: PASS }, 'a GET of a hash');
+  assert.equal(read(1110).shared, p2, 'staleGrace after the refresh began');
+  core.invalidate('h', 'event');
+  assert.deepEqual(read(1110), { act: PASS }, 'invalidated since the refresh was sent');
+  // Older than staleGrace: the next reader refreshes (and offers its own).
+  const r3 = read(1111);
+  assert.equal(r3.act, FETCH);
+  assert.equal(r3.shared, undefined);
+  const p3 = Promise.resolve(hashOf('v3'));
+  core.share(r3.t, p3, 'T');
+  assert.equal(read(1112).shared, p3);
+  core.store(r2.t, hashOf('v2')); // the older refresh ends: not stored (gen), p3 still offered
+  assert.equal(core.entries.get('h').val, null);
+  assert.equal(read(1113).shared, p3);
+  core.release(r3.t); // over: not offered any more
+  assert.equal(read(1114).act, FETCH);
+  assert.equal(core.m.waitHits, 4);
+});
