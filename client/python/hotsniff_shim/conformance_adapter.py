@@ -238,33 +238,11 @@ def main() -> int:
                     p.execute()
                 out = {"value": _s(v)}
             elif op == "burst":
-                n = int(req["n"])
-                vals = [None] * n
-                bar = threading.Barrier(n)
-
-                def one(i):
-                    bar.wait()
-                    vals[i] = _s(r.get(key(req)))
-                ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-                for t in ts:
-                    t.start()
-                for t in ts:
-                    t.join()
-                out = {"values": vals}
+                k = key(req)
+                out = {"values": burst(int(req["n"]), lambda i: _s(r.get(k)))}
             elif op == "hburst":
-                n = int(req["n"])
-                vals = [None] * n
-                bar = threading.Barrier(n)
-
-                def one(i):
-                    bar.wait()
-                    vals[i] = hash_read(r, key(req), req["field"], i)
-                ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-                for t in ts:
-                    t.start()
-                for t in ts:
-                    t.join()
-                out = {"values": vals}
+                k, field = key(req), req["field"]
+                out = {"values": burst(int(req["n"]), lambda i: hash_read(r, k, field, i))}
             elif op == "hot":
                 out = {"hot": shim.is_hot(key(req))}
             elif op == "stats":
@@ -294,6 +272,22 @@ def main() -> int:
         print(json.dumps(out), flush=True)
     shim.close()
     return 0
+
+
+def burst(n, read):
+    """read(i) from n threads released together; their values in order."""
+    vals = [None] * n
+    bar = threading.Barrier(n)
+
+    def one(i):
+        bar.wait()
+        vals[i] = read(i)
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return vals
 
 
 def watch(r, k, want, ms):
