@@ -324,6 +324,43 @@ func (c *Capture) ReadEndedKernelCountsAt(ep, now int64, dst []uint32, idx []uin
 	return idx, true, nil
 }
 
+// kernelSlots reads every CPU's slots (KernelSlots each, CPU by CPU) from
+// the scratch map's memory into c.kcRawSlots.
+func (c *Capture) kernelSlots() ([]hotsniffKcSlot, error) {
+	cpus := len(c.kcRawSlots) / (KernelSlots * kcSlotSize)
+	for i := range cpus {
+		b := c.kcRawSlots[i*KernelSlots*kcSlotSize : (i+1)*KernelSlots*kcSlotSize]
+		if _, err := c.kcScratchMem.ReadAt(b, int64(i*kcScratchSize+kcSlotsOff)); err != nil {
+			return nil, err
+		}
+	}
+	return unsafe.Slice((*hotsniffKcSlot)(unsafe.Pointer(&c.kcRawSlots[0])), len(c.kcRawSlots)/kcSlotSize), nil
+}
+
+// KernelEpochSeen is the latest sub-window in which any CPU's programs
+// counted a read, from their own slots (no system call): the programs take
+// it from the coarse clock, which is one for all CPUs and never goes back,
+// so KernelEpochSeen ≤ KernelEpoch. Under traffic it is the current
+// sub-window within microseconds of its start, and stands in for the
+// clock's system call; with no reads lately it is older (-1 before the
+// first).
+func (c *Capture) KernelEpochSeen() (int64, error) {
+	if c.cfg.KernelCount == nil {
+		return -1, errors.New("read kernel epoch: kernel counting is off")
+	}
+	all, err := c.kernelSlots()
+	if err != nil {
+		return -1, fmt.Errorf("read kernel epoch: %w", err)
+	}
+	seen := int64(-1)
+	for i := range all {
+		if s := &all[i]; s.Dirty != 0 {
+			seen = max(seen, int64(s.Epoch))
+		}
+	}
+	return seen, nil
+}
+
 // readKernelSlot adds the counts of ep's slot, as the programs left it,
 // into dst (ReadKernelCountsAt).
 func (c *Capture) readKernelSlot(ep int64, dst []uint32, idx []uint32) ([]uint32, error) {
@@ -340,14 +377,11 @@ func (c *Capture) readKernelSlot(ep int64, dst []uint32, idx []uint32) ([]uint32
 	// kernelParts + part; little-endian on every host that runs the
 	// programs (bpfel). Read through the maps' memory: no system call, and
 	// no copy of parts that had no reads.
-	cpus := len(c.kcRawSlots) / (KernelSlots * kcSlotSize)
-	for i := range cpus {
-		b := c.kcRawSlots[i*KernelSlots*kcSlotSize : (i+1)*KernelSlots*kcSlotSize]
-		if _, err := c.kcScratchMem.ReadAt(b, int64(i*kcScratchSize+kcSlotsOff)); err != nil {
-			return idx, fmt.Errorf("read kernel counts: %w", err)
-		}
+	all, err := c.kernelSlots()
+	if err != nil {
+		return idx, fmt.Errorf("read kernel counts: %w", err)
 	}
-	all := unsafe.Slice((*hotsniffKcSlot)(unsafe.Pointer(&c.kcRawSlots[0])), len(c.kcRawSlots)/kcSlotSize)
+	cpus := len(all) / KernelSlots
 	var dirty uint64
 	for i := range cpus {
 		if s := &all[i*KernelSlots+si]; s.Epoch == uint64(ep) {

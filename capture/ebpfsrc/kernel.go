@@ -44,6 +44,7 @@ type KernelReader struct {
 type KernelReaderStats struct {
 	SubWindows uint64 // sub-windows read whole
 	Lost       uint64 // sub-windows not read whole (the reader was late): held as unknown, not cold
+	ClockReads uint64 // Steps that read the coarse clock (a system call): the programs' own epoch lagged
 }
 
 // NewKernelReader starts reading c's counts from the current sub-window
@@ -81,10 +82,23 @@ func (k *KernelReader) Stats() KernelReaderStats { return k.st }
 // Step reads every sub-window that ended since the last call into the
 // detector and updates the programs' located buckets and hot set.
 func (k *KernelReader) Step() error {
-	if _, hi := k.c.KernelEpochBounds(); k.next >= hi {
+	lo, hi := k.c.KernelEpochBounds()
+	if k.next >= hi {
 		return nil // nothing ended since the last read: no clock system call
 	}
-	now := k.c.KernelEpoch()
+	// The programs' own latest sub-window is a lower bound of the coarse
+	// clock's; under traffic it has moved on by the time Due wakes the
+	// reader, and the system call is left for quiet times, or when it lags
+	// what the fine clock says must have ended (a sub-window without
+	// reads).
+	now, err := k.c.KernelEpochSeen()
+	if err != nil {
+		return fmt.Errorf("read kernel epoch: %w", err)
+	}
+	if now <= k.next || now < lo {
+		now = k.c.KernelEpoch()
+		k.st.ClockReads++
+	}
 	if k.next >= now {
 		return nil
 	}

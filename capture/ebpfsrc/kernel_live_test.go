@@ -1,8 +1,10 @@
 package ebpfsrc
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -126,4 +128,83 @@ func testRedisTable() []bpf.RedisCommand {
 		out[i] = bpf.RedisCommand(c)
 	}
 	return out
+}
+
+// TestKernelReaderSeenEpoch: under traffic, Step learns that a sub-window
+// ended from the programs' own slots (KernelEpochSeen) and reads the
+// coarse clock (a system call) rarely (at the first Step, and where no read
+// was counted since the clock's tick that ended the sub-window); with no traffic it
+// reads the clock again. Each Step at Due reads a sub-window either way,
+// and the programs' latest epoch is never ahead of the clock.
+func TestKernelReaderSeenEpoch(t *testing.T) {
+	p, srv := newEnv(t)
+	c, err := bpf.Open(bpf.Config{Ports: []uint16{srv.Port()}, RingSize: 1 << 20,
+		KernelCount: &bpf.KernelCountConfig{Commands: testRedisTable(), SubWindow: 20 * time.Millisecond, Buckets: 4096, Protos: map[uint16]uint8{srv.Port(): 1}}})
+	if err != nil {
+		t.Fatalf("open bpf capture as root: %v", err)
+	}
+	defer c.Close() // detaches too
+	if err := p.Do(func() error { _, err := c.Attach(p.NSIface, bpf.ModeTC); return err }); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", srv.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		// GETs back to back: reads throughout every sub-window.
+		defer close(done)
+		rd := bufio.NewReader(conn)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := conn.Write(netnstest.RESP("GET", "k"+strconv.Itoa(i%100))); err != nil {
+				t.Errorf("GET: %v", err)
+				return
+			}
+			if _, err := rd.ReadString('\n'); err != nil {
+				t.Errorf("GET reply: %v", err)
+				return
+			}
+		}
+	}()
+	st := &nopStage1{}
+	r := NewKernelReader(c, st, 4096)
+	steps := func(n int) (clock uint64) {
+		t.Helper()
+		before := r.Stats().ClockReads
+		for i := range n {
+			time.Sleep(time.Until(r.Due()))
+			subs := st.subs
+			if err := r.Step(); err != nil {
+				t.Fatal(err)
+			}
+			if st.subs == subs {
+				t.Fatalf("step %d at Due: no sub-window read", i)
+			}
+			seen, err := c.KernelEpochSeen()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if now := c.KernelEpoch(); seen > now {
+				t.Fatalf("programs' latest sub-window %d, ahead of the clock's %d", seen, now)
+			}
+		}
+		return r.Stats().ClockReads - before
+	}
+	busy := steps(20)
+	close(stop)
+	<-done
+	time.Sleep(50 * time.Millisecond)
+	quiet := steps(5)
+	t.Logf("clock system calls: %d in 20 steps under traffic, %d in 5 quiet", busy, quiet)
+	if busy > 2 || quiet < 4 {
+		t.Errorf("clock system calls: %d in 20 steps under traffic (want at most 2), %d in 5 quiet (want at least 4)", busy, quiet)
+	}
 }
