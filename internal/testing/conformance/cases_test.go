@@ -29,7 +29,12 @@ type tcase struct {
 }
 
 // applies reports whether the case runs in mode.
-func (c *tcase) applies(mode string) bool { return c.cluster == (mode == "cluster") }
+func (c *tcase) applies(mode string) bool { return c.cluster == isClusterMode(mode) }
+
+// isClusterMode reports whether a shim's mode drives a cluster client
+// ("cluster", or a client form of one such as Python's "asyncio-cluster"):
+// its cases run against the shim's real cluster.
+func isClusterMode(mode string) bool { return mode == "cluster" || strings.HasSuffix(mode, "-cluster") }
 
 // pending lists cases a shim's mode does not pass yet ("shim/mode" -> case
 // -> reason): they are skipped there, and the table in docs/client-shim.md
@@ -737,7 +742,7 @@ func TestConformance(t *testing.T) {
 					continue
 				}
 				t.Run(mode, func(t *testing.T) {
-					if mode == "cluster" {
+					if isClusterMode(mode) {
 						s.startCluster(t) // lives as long as the mode's cases
 					}
 					for _, c := range allCases() {
@@ -749,7 +754,7 @@ func TestConformance(t *testing.T) {
 								t.Skip("pending: " + why)
 							}
 							e := newEnv(t, l, mode, s)
-							if mode == "cluster" {
+							if isClusterMode(mode) {
 								e.useCluster()
 							}
 							if c.setup != nil {
