@@ -1,4 +1,5 @@
-"""The adapter for ``redis.cluster.RedisCluster`` (sync).
+"""The adapter for ``redis.cluster.RedisCluster`` (sync), and what it
+shares with the asyncio cluster adapter (asyncio_cluster.py): ClusterBase.
 
 A cluster has DB 0 only, and each key lives on the master that holds its
 slot. An event applies when its ``server`` is a node of the cluster (as
