@@ -35,7 +35,9 @@ class AsyncClusterAdapter(ClusterBase, AsyncAdapter):
         # event loop): until then a sync client to the nodes it was given
         # finds them, once, so that events from every node apply at once.
         if not self._boot:
-            twin = sync_cluster_twin(self.client)
+            # Short timeouts: this runs on install and, until it succeeds,
+            # on the housekeeping thread.
+            twin = sync_cluster_twin(self.client, socket_connect_timeout=1.0, socket_timeout=1.0)
             try:
                 self._boot = twin.get_nodes()
             finally:
@@ -84,13 +86,15 @@ class AsyncClusterAdapter(ClusterBase, AsyncAdapter):
         return ok, rv
 
 
-def sync_cluster_twin(client: Any) -> Any:
+def sync_cluster_twin(client: Any, **override: Any) -> Any:
     """A sync redis.cluster.RedisCluster to the nodes of an asyncio cluster
-    client, with its credentials, for the channel subscriber's thread."""
+    client, with its credentials (and override's options), for the channel
+    subscriber's thread."""
     from redis.cluster import ClusterNode, RedisCluster
     kw = client.get_connection_kwargs()
     base = {k: kw[k] for k in ("username", "password", "socket_timeout", "socket_connect_timeout",
                                "client_name") if kw.get(k) is not None}
+    base.update(override)
     nm = client.nodes_manager
     nodes = list(nm.nodes_cache.values()) or list(nm.startup_nodes.values())
     if not nodes:
