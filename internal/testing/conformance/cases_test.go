@@ -732,6 +732,7 @@ func TestConformance(t *testing.T) {
 			continue
 		}
 		t.Run(l.name, func(t *testing.T) {
+			lt := t
 			// The shims run side by side (own servers, own adapters): the
 			// cases mostly wait on timers.
 			t.Parallel()
@@ -743,7 +744,9 @@ func TestConformance(t *testing.T) {
 				}
 				t.Run(mode, func(t *testing.T) {
 					if isClusterMode(mode) {
-						s.startCluster(t) // lives as long as the mode's cases
+						// Started by the first cluster mode that runs, it
+						// lives as long as the shim's test: Python has two.
+						s.startCluster(outliving{TB: t, owner: lt})
 					}
 					for _, c := range allCases() {
 						if !c.applies(mode) {
@@ -772,6 +775,17 @@ func TestConformance(t *testing.T) {
 		})
 	}
 }
+
+// outliving is a subtest's TB whose cleanups (and temporary directories)
+// belong to owner, an enclosing test: what the subtest starts through it
+// outlives the subtest, while its failures are the subtest's.
+type outliving struct {
+	testing.TB
+	owner testing.TB
+}
+
+func (o outliving) Cleanup(f func()) { o.owner.Cleanup(f) }
+func (o outliving) TempDir() string  { return o.owner.TempDir() }
 
 var updateDoc = flag.Bool("update", false, "rewrite the conformance table in docs/client-shim.md")
 
