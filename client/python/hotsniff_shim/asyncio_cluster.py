@@ -8,8 +8,8 @@ absorbed report go as one write to the master the client's slot map names
 for the key, and a redirection there (the slot moved) drops the key's
 value and passes the read to the cluster client, which follows it; a
 cached value is served only while the slot map still names the node it was
-read on. The cluster client has no transactions; its pipelines are sent
-whole (their writes drop their keys). The channel is followed on a thread
+read on. Its pipelines (and, in redis-py versions that have them, its
+transactions) are sent whole: their writes drop their keys. The channel is followed on a thread
 by a sync client: ``channel_client``, or a ``redis.cluster.RedisCluster``
 built from this client's nodes and credentials.
 """
@@ -65,9 +65,14 @@ class AsyncClusterAdapter(ClusterBase, AsyncAdapter):
             await conn.disconnect()
             raise
         finally:
-            # The node's free list, as ClusterNode.execute_command does; a
-            # disconnected connection reconnects on its next use.
-            node._free.append(conn)
+            # Back to the node's free list, as ClusterNode.execute_command
+            # does (release() in later redis-py); a disconnected connection
+            # reconnects on its next use.
+            release = getattr(node, "release", None)
+            if release is not None:
+                release(conn)
+            else:
+                node._free.append(conn)
         return self.redirected(key, out)
 
     async def read(self, t: Any, args: Tuple, options: Dict, report: bool = True) -> Any:
