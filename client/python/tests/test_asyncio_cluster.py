@@ -317,8 +317,8 @@ def test_asyncio_cluster_refresh_answered_moved(cluster, server):
 def test_asyncio_cluster_pipeline_sent_whole(cluster, server):
     """Cluster pipelines are sent whole (a hot key's read in one reaches its
     master), their writes drop the keys they name; a transaction is refused
-    by redis-py 4 and 5 themselves, and sent whole where redis-py has
-    them."""
+    by older redis-py (4.3 among them) itself, and sent whole where
+    redis-py has them."""
     port0 = cluster.nodes[0].port
     k = unique("acp")
     holder, _, _ = cluster.node_of(k)
