@@ -27,8 +27,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import redis
 from redis.exceptions import ResponseError
 
-from .cache import ACT_FETCH, ACT_HIT, ACT_PASS, KIND_HASH, KIND_STRING, Cache, Ticket, Value, _size
-from .dbtrack import DBTracker, get_connection_args
+from .cache import ACT_FETCH, ACT_HIT, ACT_PASS, KIND_HASH, KIND_STRING, Ticket, Value
+from .dbtrack import get_connection_args
 from .sync import _NET_ERRORS, AdapterBase, NotHere, SyncAdapter, read_kind, session_cmd
 from .writes import written_keys
 
@@ -81,15 +81,11 @@ class AsyncAdapter(AdapterBase):
         finally:
             self.invalidate_written(keys, all_)
 
-    def invalidate_written(self, keys: List, all_: bool) -> None:
-        if all_:
-            self.cache.invalidate_all("flush")
-            return
-        for k in keys:
-            self.cache.invalidate(self.key(k), "write")
-
     # -- refresh reads ---------------------------------------------------------------
-    async def direct(self, cmds: List[Tuple], options: Dict) -> List[Any]:
+    async def direct(self, key: bytes, cmds: List[Tuple], options: Dict) -> List[Any]:
+        """cmds sent in one write on a connection on the cache's DB (key:
+        what they read, for an adapter that routes by key); the replies in
+        order, an error reply in place as its exception."""
         cl = self.client
         if getattr(cl, "single_connection_client", False):
             await cl.initialize()
@@ -128,7 +124,7 @@ class AsyncAdapter(AdapterBase):
         rep = self.cache.report_msg(t, now) if (report and self.report_absorbed) else None
         cmds = [args] if rep is None else [args, ("ECHO", rep[0])]
         try:
-            res = await self.direct(cmds, options)
+            res = await self.direct(t.e.key, cmds, options)
         except NotHere:
             raise
         except _NET_ERRORS:
@@ -182,17 +178,8 @@ class AsyncAdapter(AdapterBase):
             return out
         sent = [args[i + 1] for i in idx]
         opts = options if len(idx) == len(keys) else ({"keys": sent} if options else {})
-        margs = (args[0], *sent)
         try:
-            if fetch:
-                try:
-                    ok = True
-                    rv = await self.read(plan[fetch[0]][2], margs, opts,
-                                         report=len(margs) == 2 and len(fetch) == 1)
-                except NotHere:
-                    ok, rv = False, await self.orig_execute(*margs, **opts)
-            else:
-                ok, rv = True, await self.orig_execute(*margs, **opts)
+            ok, rv = await self.mget_read((args[0], *sent), [plan[i][2] for i in fetch], opts)
             if len(rv) != len(idx):
                 raise redis.RedisError("mget: reply length does not match the keys sent")
         except BaseException:
@@ -209,6 +196,16 @@ class AsyncAdapter(AdapterBase):
                     c.store_value(t, rv[j])
         return out
 
+    async def mget_read(self, args: Tuple, tickets: List[Ticket], options: Dict) -> Tuple[bool, Any]:
+        """As the sync adapter's: (stored-able, reply) of the MGET; the
+        absorbed report follows it only when it names and refreshes one key."""
+        if not tickets:
+            return True, await self.orig_execute(*args, **options)
+        try:
+            return True, await self.read(tickets[0], args, options, report=len(args) == 2 and len(tickets) == 1)
+        except NotHere:
+            return False, await self.orig_execute(*args, **options)
+
     async def hash_for(self, key_arg: Any, options: Dict) -> Optional[Value]:
         c = self.cache
         act, v, t = await c.acquire_wait_async(self.key(key_arg), KIND_HASH, time.monotonic())
@@ -218,7 +215,7 @@ class AsyncAdapter(AdapterBase):
             return None
         if not t.e.sized:
             try:
-                res = await self.direct([("HLEN", key_arg)], {})
+                res = await self.direct(t.e.key, [("HLEN", key_arg)], {})
                 if isinstance(res[0], Exception):
                     raise res[0]
                 n = res[0]
@@ -237,19 +234,7 @@ class AsyncAdapter(AdapterBase):
         except BaseException:
             c.release(t)
             raise
-        if not isinstance(m, dict):
-            c.fetch_failed(t)
-            return None
-        if len(m) > c.max_hash_fields:
-            c.too_big_verdict(t, "uncacheable")
-            return None
-        n = _size(m)
-        if n > c.max_value_bytes:
-            c.too_big_verdict(t, "too_large_values")
-            return None
-        val = Value(m, {self.key(f): x for f, x in m.items()}, size=n)
-        c.store(t, val)
-        return val
+        return self.store_hash(t, m)
 
     # -- pipelines and transactions ---------------------------------------------------------
     def pipeline(self, transaction: bool = True, shard_hint: Any = None):

@@ -2,7 +2,8 @@
 this client, their cached values, admission, single-caller refresh,
 invalidation, bounds (entries, bytes, a value-size limit) and the verdict
 on hashes too big to cache. The adapters (sync.py, asyncio_adapter.py,
-cluster.py) do the I/O and ask this object what to do with each read.
+cluster.py, asyncio_cluster.py) do the I/O and ask this object what to do
+with each read.
 
 It behaves as the Go shim does (docs/client-shim.md): only keys the channel
 marks hot for this client's servers and DB are cached, each on its second

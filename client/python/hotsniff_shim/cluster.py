@@ -1,4 +1,5 @@
-"""The adapter for ``redis.cluster.RedisCluster`` (sync).
+"""The adapter for ``redis.cluster.RedisCluster`` (sync), and what it
+shares with the asyncio cluster adapter (asyncio_cluster.py): ClusterBase.
 
 A cluster has DB 0 only, and each key lives on the master that holds its
 slot. An event applies when its ``server`` is a node of the cluster (as
@@ -19,6 +20,7 @@ are sent whole (their writes drop their keys).
 
 from __future__ import annotations
 
+import contextvars
 import socket
 import threading
 import time
@@ -80,18 +82,27 @@ class Resolver:
         return fs
 
 
-class ClusterAdapter(SyncAdapter):
+#: The node the current refresh read went to (its key's slot and the node's
+#: name), set where the read picks its node and picked up by read() for the
+#: value it stores. A context variable: per thread for the sync client, per
+#: task on an event loop.
+_ORIGIN: contextvars.ContextVar = contextvars.ContextVar("hotsniff_origin", default=None)
+
+
+class ClusterBase:
+    """What the sync and asyncio cluster adapters share, mixed in before
+    their standalone adapter: which events apply (the nodes of the
+    cluster), where a cached value was read, redirections, one DB, and
+    pipelines sent whole."""
+
     def __init__(self, shim: Any, client: Any, cache: Cache, report_absorbed: bool,
                  extra_servers: FrozenSet[str], any_server: bool) -> None:
-        super().__init__(shim, client, cache, report_absorbed)
+        super().__init__(shim, client, cache, report_absorbed)  # type: ignore[call-arg]
         self.extra = extra_servers
         self.any_server = any_server
         self.resolver = Resolver(cache.log)
         self.last_rebuild = 0.0
         self._servers: FrozenSet[str] = frozenset()
-        # The node the current thread's refresh read went to (its slot and
-        # name), picked up by read() for the value it stores.
-        self._tls = threading.local()
         cache.origin_ok = self.origin_ok
 
     def _encoder(self) -> Any:
@@ -108,11 +119,14 @@ class ClusterAdapter(SyncAdapter):
                 del self.client.__dict__[name]
 
     # -- which events apply ---------------------------------------------------------------
+    def known_nodes(self) -> List[Any]:
+        return list(self.client.nodes_manager.nodes_cache.values())
+
     def nodes(self) -> FrozenSet[str]:
         """The addresses of every node of the cluster the client knows."""
         out: set = set()
         try:
-            known = list(self.client.nodes_manager.nodes_cache.values())
+            known = self.known_nodes()
         except Exception:  # noqa: BLE001 - a node map being rebuilt: keep the last one
             return self._servers
         for n in known:
@@ -148,55 +162,36 @@ class ClusterAdapter(SyncAdapter):
             return False
         return bool(nodes) and nodes[0].name == origin[1]
 
-    # -- namespaces: a cluster has one DB ---------------------------------------------------
-    def here(self) -> bool:
-        return True
-
-    def pipe_here(self) -> bool:
-        return False
-
-    def execute_command(self, *args: Any, **options: Any) -> Any:
-        if "target_nodes" in options:
-            return self.write(args, options)
-        return super().execute_command(*args, **options)
-
-    # -- refresh reads on the node holding the key -----------------------------------------
-    def connection_for(self, key: bytes, command: str) -> Tuple[Any, Any, bool]:
+    def node_for(self, key: bytes) -> Any:
+        """The master holding key's slot in the client's slot map, noted as
+        the origin of what is read there; NotHere when none is known."""
         try:
             node = self.client.get_node_from_key(key)
         except RedisClusterException:
             raise NotHere()
         if node is None:
             raise NotHere()
-        self._tls.origin = (self.client.keyslot(key), node.name)
-        r = self.client.get_redis_connection(node)
-        return r, r.connection_pool.get_connection(*get_connection_args(r.connection_pool, command)), True
+        _ORIGIN.set((self.client.keyslot(key), node.name))
+        return node
 
-    def direct(self, key: bytes, cmds: List[Tuple], options: Dict) -> List[Any]:
-        res = super().direct(key, cmds, options)
+    def redirected(self, key: bytes, res: List[Any]) -> List[Any]:
+        """res, the replies of a refresh read on the node the slot map
+        names; NotHere when that node answered a redirection (the slot
+        moved, or is moving): the cluster client follows it."""
         if isinstance(res[0], _REDIRECTS):
             if isinstance(res[0], (MovedError, AskError)):
                 # The key is not (or no longer only) on the node its value
                 # was read on: that copy is not served again.
                 self.cache.invalidate(key, "moved")
-            # The slot moved (or is moving): the cluster client follows it.
             raise NotHere()
         return res
 
-    def read(self, t: Any, args: Tuple, options: Dict, report: bool = True) -> Any:
-        self._tls.origin = None
-        res = super().read(t, args, options, report)
-        t.origin = self._tls.origin
-        return res
+    # -- namespaces: a cluster has one DB ---------------------------------------------------
+    def here(self) -> bool:
+        return True
 
-    def mget_read(self, args: Tuple, tickets: List[Any], options: Dict) -> Tuple[bool, Any]:
-        # An MGET's keys share one slot (or Redis refuses it): every value
-        # it refreshes was read on the node its first key's read went to.
-        self._tls.origin = None
-        ok, rv = super().mget_read(args, tickets, options)
-        for t in tickets:
-            t.origin = self._tls.origin
-        return ok, rv
+    def pipe_here(self) -> bool:
+        return False
 
     # -- pipelines: sent whole, writes drop their keys ---------------------------------------
     def pipeline(self, transaction: Any = None, shard_hint: Any = None):
@@ -217,15 +212,63 @@ class ClusterAdapter(SyncAdapter):
                 written.append((keys, all_))
             return queue(*args, **kwargs)
 
-        def execute(raise_on_error: bool = True) -> Any:
+        def taken() -> List[Tuple[List, bool]]:
             w = list(written)
             written.clear()
-            try:
-                return run(raise_on_error)
-            finally:
-                for keys, all_ in w:
-                    a.invalidate_written(keys, all_)
+            return w
+
+        def drop(w: List[Tuple[List, bool]]) -> None:
+            for keys, all_ in w:
+                a.invalidate_written(keys, all_)
+
+        if self.is_async:
+            async def execute(*args: Any, **kwargs: Any) -> Any:
+                w = taken()
+                try:
+                    return await run(*args, **kwargs)
+                finally:
+                    drop(w)
+        else:
+            def execute(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+                w = taken()
+                try:
+                    return run(*args, **kwargs)
+                finally:
+                    drop(w)
 
         p.execute_command = execute_command
         p.execute = execute
         return p
+
+
+class ClusterAdapter(ClusterBase, SyncAdapter):
+    """``redis.cluster.RedisCluster``."""
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        if "target_nodes" in options:
+            return self.write(args, options)
+        return super().execute_command(*args, **options)
+
+    # -- refresh reads on the node holding the key -----------------------------------------
+    def connection_for(self, key: bytes, command: str) -> Tuple[Any, Any, bool]:
+        node = self.node_for(key)
+        r = self.client.get_redis_connection(node)
+        return r, r.connection_pool.get_connection(*get_connection_args(r.connection_pool, command)), True
+
+    def direct(self, key: bytes, cmds: List[Tuple], options: Dict) -> List[Any]:
+        return self.redirected(key, super().direct(key, cmds, options))
+
+    def read(self, t: Any, args: Tuple, options: Dict, report: bool = True) -> Any:
+        _ORIGIN.set(None)
+        res = super().read(t, args, options, report)
+        t.origin = _ORIGIN.get()
+        return res
+
+    def mget_read(self, args: Tuple, tickets: List[Any], options: Dict) -> Tuple[bool, Any]:
+        # An MGET's keys share one slot (or Redis refuses it): every value
+        # it refreshes was read on the node its first key's read went to.
+        _ORIGIN.set(None)
+        ok, rv = super().mget_read(args, tickets, options)
+        for t in tickets:
+            t.origin = _ORIGIN.get()
+        return ok, rv

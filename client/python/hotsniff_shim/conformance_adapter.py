@@ -10,8 +10,10 @@ described in client/conformance/README.md.
 The configuration's ``"mode"`` picks the client: ``"sync"`` (default: a
 pooled redis.Redis), ``"single"`` (redis.Redis with
 single_connection_client=True), ``"asyncio"`` (redis.asyncio.Redis, driven
-on an event loop thread) or ``"cluster"`` (redis.cluster.RedisCluster, with
-``cache`` one node of the cluster). ``"channel_secret"`` (a string) is
+on an event loop thread), ``"cluster"`` (redis.cluster.RedisCluster, with
+``cache`` one node of the cluster) or ``"asyncio-cluster"``
+(redis.asyncio.cluster.RedisCluster, driven as ``"asyncio"``, its nodes
+found as ``"cluster"``'s). ``"channel_secret"`` (a string) is
 passed as ``channel_secret``.
 """
 
@@ -74,10 +76,12 @@ class Syncify:
             return a
 
         def f(*args, **kw):
-            res = self._run(a(*args, **kw))
+            res = a(*args, **kw)
+            # A pipeline is awaitable too (redis.asyncio.cluster's awaits to
+            # an empty queue): it is wrapped, never awaited.
             if res is self._obj or type(res).__name__.endswith("Pipeline"):
                 return Syncify(res, self._loop)
-            return res
+            return self._run(res)
         return f
 
     def __enter__(self):
@@ -107,6 +111,14 @@ class Locked:
         return f
 
 
+def loop_thread():
+    """An event loop running on its own thread, for an asyncio client driven
+    by the adapter's sync ops."""
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="adapter-loop", daemon=True).start()
+    return loop
+
+
 def clients(cfg):
     """(client to install on, the object ops call, a plain client)."""
     mode = cfg.get("mode") or "sync"
@@ -120,6 +132,11 @@ def clients(cfg):
         from redis.cluster import RedisCluster
         r = RedisCluster(host=host, port=int(port), **kw)
         return r, r, RedisCluster(host=host, port=int(port), **kw)
+    if mode == "asyncio-cluster":
+        from redis.asyncio.cluster import RedisCluster as AsyncCluster
+        from redis.cluster import RedisCluster
+        r = AsyncCluster(host=host, port=int(port), **kw)
+        return r, Syncify(r, loop_thread()), RedisCluster(host=host, port=int(port), **kw)
     db = int(cfg.get("db", 0))
     plain = redis.Redis(host=host, port=int(port), db=db, **kw)
     # pool_size bounds a pooled client's connections the way go-redis's
@@ -132,8 +149,7 @@ def clients(cfg):
         return r, Locked(r), plain
     if mode == "asyncio":
         import redis.asyncio as aioredis
-        loop = asyncio.new_event_loop()
-        threading.Thread(target=loop.run_forever, name="adapter-loop", daemon=True).start()
+        loop = loop_thread()
         if size:
             pool = aioredis.BlockingConnectionPool(host=host, port=int(port), db=db, max_connections=size, **kw)
             r = aioredis.Redis(connection_pool=pool)
@@ -141,7 +157,7 @@ def clients(cfg):
             r = aioredis.Redis(host=host, port=int(port), db=db, **kw)
         return r, Syncify(r, loop), plain
     if mode != "sync":
-        raise SystemExit("conformance adapter: unknown mode %r (sync, single, asyncio, cluster)" % mode)
+        raise SystemExit("conformance adapter: unknown mode %r (sync, single, asyncio, cluster, asyncio-cluster)" % mode)
     if size:
         pool = redis.BlockingConnectionPool(host=host, port=int(port), db=db, max_connections=size, **kw)
         return redis.Redis(connection_pool=pool), None, plain

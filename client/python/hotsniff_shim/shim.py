@@ -2,9 +2,9 @@
 channel subscriber, and runs the housekeeping thread.
 
 Supported clients: ``redis.Redis`` (pooled, or ``single_connection_client=
-True``; a DB from the URL or ``db=``), ``redis.asyncio.Redis`` and
-``redis.cluster.RedisCluster``. Anything else is refused at install with
-one message naming these.
+True``; a DB from the URL or ``db=``), ``redis.asyncio.Redis``,
+``redis.cluster.RedisCluster`` and ``redis.asyncio.cluster.RedisCluster``.
+Anything else is refused at install with one message naming these.
 """
 
 from __future__ import annotations
@@ -25,7 +25,12 @@ from .subscriber import DEFAULT_CHANNEL, Subscriber
 log = logging.getLogger("hotsniff_shim")
 
 SUPPORTED = ("a redis.Redis (pooled or single_connection_client=True), "
-             "a redis.asyncio.Redis or a redis.cluster.RedisCluster")
+             "a redis.asyncio.Redis, a redis.cluster.RedisCluster "
+             "or a redis.asyncio.cluster.RedisCluster")
+
+#: The modes whose client is a cluster (one DB, keys on the master of their
+#: slot, events from any node).
+CLUSTER_MODES = frozenset(("cluster", "asyncio-cluster"))
 
 
 class UnsupportedClient(TypeError):
@@ -33,7 +38,8 @@ class UnsupportedClient(TypeError):
 
 
 def client_mode(client: Any) -> str:
-    """"sync", "asyncio" or "cluster"; UnsupportedClient otherwise."""
+    """"sync", "asyncio", "cluster" or "asyncio-cluster"; UnsupportedClient
+    otherwise."""
     from redis.cluster import RedisCluster
     if isinstance(client, RedisCluster):
         return "cluster"
@@ -42,8 +48,7 @@ def client_mode(client: Any) -> str:
     except ImportError:  # redis-py without asyncio cluster support
         AsyncCluster = None
     if AsyncCluster is not None and isinstance(client, AsyncCluster):
-        raise UnsupportedClient("hotsniff_shim.install: redis.asyncio.cluster.RedisCluster is not supported; "
-                                "the shim serves " + SUPPORTED)
+        return "asyncio-cluster"
     try:
         from redis.asyncio import Redis as AsyncRedis
     except ImportError:
@@ -96,7 +101,8 @@ class Shim:
         self.any_server = any_server
         self.extra_servers = frozenset(norm_addr(a) for a in servers)
         self._servers: frozenset = frozenset()
-        if self.mode == "cluster":
+        self.clustered = self.mode in CLUSTER_MODES
+        if self.clustered:
             self.ns = "0"
         else:
             self.ns = str(client.connection_pool.connection_kwargs.get("db", 0) or 0)
@@ -107,16 +113,26 @@ class Shim:
         if self.mode == "cluster":
             self.adapter: Any = ClusterAdapter(self, client, self.cache, report_absorbed,
                                                self.extra_servers, any_server)
+        elif self.mode == "asyncio-cluster":
+            from .asyncio_cluster import AsyncClusterAdapter
+            self.adapter = AsyncClusterAdapter(self, client, self.cache, report_absorbed,
+                                               self.extra_servers, any_server)
         elif self.mode == "asyncio":
             from .asyncio_adapter import AsyncAdapter
             self.adapter = AsyncAdapter(self, client, self.cache, report_absorbed)
         else:
             from .sync import SyncAdapter
             self.adapter = SyncAdapter(self, client, self.cache, report_absorbed)
-        if self.mode != "cluster":
+        if not self.clustered:
             self._resolve()
         if channel_client is None:
-            channel_client = _sync_twin(client) if self.mode == "asyncio" else client
+            if self.mode == "asyncio":
+                channel_client = _sync_twin(client)
+            elif self.mode == "asyncio-cluster":
+                from .asyncio_cluster import sync_cluster_twin
+                channel_client = sync_cluster_twin(client)
+            else:
+                channel_client = client
         elif not isinstance(channel_client, redis.Redis) and client_mode(channel_client) != "cluster":
             raise UnsupportedClient("hotsniff_shim.install: channel_client must be a sync redis.Redis "
                                     "(the channel is followed on a thread)")
@@ -170,7 +186,7 @@ class Shim:
         self._servers = frozenset(s)
 
     def matches(self, e: Event) -> bool:
-        if self.mode == "cluster":
+        if self.clustered:
             return self.adapter.matches(e)
         if e.proto != "redis" or e.ns != self.ns or e.prefix:
             return False
@@ -191,7 +207,7 @@ class Shim:
                         self.cache.on_channel(alive)
                 self.cache.housekeep(now)
                 self.adapter.housekeep(now)
-                if self.mode != "cluster" and now - last_resolve > 30.0:
+                if not self.clustered and now - last_resolve > 30.0:
                     last_resolve = now
                     self._resolve()
             except Exception as err:  # noqa: BLE001 - housekeeping must go on
@@ -222,11 +238,13 @@ def install(client: Any, **opts: Any) -> Shim:
     """Follow the hot-key channel and serve hot keys of ``client`` locally.
 
     ``client`` is a redis.Redis (pooled or single-connection), a
-    redis.asyncio.Redis or a redis.cluster.RedisCluster; anything else
-    raises :class:`UnsupportedClient`. ``channel_client`` is a sync
-    redis.Redis for the Redis the daemon publishes to (default: the cache
-    client itself; for an asyncio client, a sync client to the same
-    server). See :class:`Shim` for the options."""
+    redis.asyncio.Redis, a redis.cluster.RedisCluster or a
+    redis.asyncio.cluster.RedisCluster; anything else raises
+    :class:`UnsupportedClient`. ``channel_client`` is a sync redis.Redis (or
+    redis.cluster.RedisCluster) for the Redis the daemon publishes to
+    (default: the cache client itself; for an asyncio client, a sync client
+    to the same server; for an asyncio cluster client, a sync
+    RedisCluster to its nodes). See :class:`Shim` for the options."""
     s = Shim(client, **opts)
     s._install()
     return s

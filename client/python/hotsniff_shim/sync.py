@@ -97,6 +97,31 @@ class AdapterBase:
     def key(self, k: Any) -> bytes:
         return k if isinstance(k, bytes) else self.encoder.encode(k)
 
+    def invalidate_written(self, keys: List, all_: bool) -> None:
+        if all_:
+            self.cache.invalidate_all("flush")
+            return
+        for k in keys:
+            self.cache.invalidate(self.key(k), "write")
+
+    def store_hash(self, t: Ticket, m: Any) -> Optional[Value]:
+        """A hash read whole (HGETALL) stored, unless too big to cache; the
+        value to serve, or None."""
+        c = self.cache
+        if not isinstance(m, dict):
+            c.fetch_failed(t)
+            return None
+        if len(m) > c.max_hash_fields:
+            c.too_big_verdict(t, "uncacheable")
+            return None
+        n = _size(m)
+        if n > c.max_value_bytes:
+            c.too_big_verdict(t, "too_large_values")
+            return None
+        v = Value(m, {self.key(f): x for f, x in m.items()}, size=n)
+        c.store(t, v)
+        return v
+
     def housekeep(self, now: float) -> None:
         pass
 
@@ -169,13 +194,6 @@ class SyncAdapter(AdapterBase):
             return self.orig_execute(*args, **options)
         finally:
             self.invalidate_written(keys, all_)
-
-    def invalidate_written(self, keys: List, all_: bool) -> None:
-        if all_:
-            self.cache.invalidate_all("flush")
-            return
-        for k in keys:
-            self.cache.invalidate(self.key(k), "write")
 
     # -- refresh reads ---------------------------------------------------------------
     def connection_for(self, key: bytes, command: str) -> Tuple[Any, Any, bool]:
@@ -361,22 +379,6 @@ class SyncAdapter(AdapterBase):
             c.release(t)
             raise
         return self.store_hash(t, m)
-
-    def store_hash(self, t: Ticket, m: Any) -> Optional[Value]:
-        c = self.cache
-        if not isinstance(m, dict):
-            c.fetch_failed(t)
-            return None
-        if len(m) > c.max_hash_fields:
-            c.too_big_verdict(t, "uncacheable")
-            return None
-        n = _size(m)
-        if n > c.max_value_bytes:
-            c.too_big_verdict(t, "too_large_values")
-            return None
-        v = Value(m, {self.key(f): x for f, x in m.items()}, size=n)
-        c.store(t, v)
-        return v
 
     # -- pipelines and transactions ---------------------------------------------------------
     def pipeline(self, transaction: bool = True, shard_hint: Any = None):

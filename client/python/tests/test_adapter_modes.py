@@ -39,9 +39,9 @@ class Adapter:
                 self.p.wait()
 
 
-@pytest.mark.parametrize("mode", ["sync", "single", "asyncio", "cluster"])
+@pytest.mark.parametrize("mode", ["sync", "single", "asyncio", "cluster", "asyncio-cluster"])
 def test_adapter_mode(mode, server, request):
-    if mode == "cluster":
+    if mode.endswith("cluster"):
         cl = request.getfixturevalue("cluster")
         cache_port = cl.nodes[0].port
         from redis.cluster import RedisCluster

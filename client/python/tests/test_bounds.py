@@ -100,14 +100,17 @@ def test_unsupported_clients_refused():
         hotsniff_shim.install(NotARedis())
     msg = str(ei.value)
     assert "redis.Redis" in msg and "redis.asyncio.Redis" in msg and "redis.cluster.RedisCluster" in msg
-    try:
-        from redis.asyncio.cluster import RedisCluster
-    except ImportError:
-        return
-    ac = RedisCluster.__new__(RedisCluster)
+    assert "redis.asyncio.cluster.RedisCluster" in msg
+    # Each supported client is recognised as its own mode.
+    from redis.asyncio.cluster import RedisCluster as AsyncCluster
+    from redis.cluster import RedisCluster
+    from hotsniff_shim.shim import client_mode
+    assert client_mode(AsyncCluster.__new__(AsyncCluster)) == "asyncio-cluster"
+    assert client_mode(RedisCluster.__new__(RedisCluster)) == "cluster"
+    # A channel_client must be sync: an asyncio cluster client is refused.
     with pytest.raises(hotsniff_shim.UnsupportedClient) as ei:
-        hotsniff_shim.install(ac)
-    assert "redis.asyncio.cluster.RedisCluster is not supported" in str(ei.value)
+        hotsniff_shim.install(redis.Redis(port=1), channel_client=AsyncCluster.__new__(AsyncCluster))
+    assert "channel_client must be a sync" in str(ei.value)
 
 
 def test_asyncio_without_derivable_channel_client_is_refused(tmp_path):

@@ -29,7 +29,12 @@ type tcase struct {
 }
 
 // applies reports whether the case runs in mode.
-func (c *tcase) applies(mode string) bool { return c.cluster == (mode == "cluster") }
+func (c *tcase) applies(mode string) bool { return c.cluster == isClusterMode(mode) }
+
+// isClusterMode reports whether a shim's mode drives a cluster client
+// ("cluster", or a client form of one such as Python's "asyncio-cluster"):
+// its cases run against the shim's real cluster.
+func isClusterMode(mode string) bool { return mode == "cluster" || strings.HasSuffix(mode, "-cluster") }
 
 // pending lists cases a shim's mode does not pass yet ("shim/mode" -> case
 // -> reason): they are skipped there, and the table in docs/client-shim.md
@@ -727,6 +732,7 @@ func TestConformance(t *testing.T) {
 			continue
 		}
 		t.Run(l.name, func(t *testing.T) {
+			lt := t
 			// The shims run side by side (own servers, own adapters): the
 			// cases mostly wait on timers.
 			t.Parallel()
@@ -737,8 +743,10 @@ func TestConformance(t *testing.T) {
 					continue
 				}
 				t.Run(mode, func(t *testing.T) {
-					if mode == "cluster" {
-						s.startCluster(t) // lives as long as the mode's cases
+					if isClusterMode(mode) {
+						// Started by the first cluster mode that runs, it
+						// lives as long as the shim's test: Python has two.
+						s.startCluster(outliving{TB: t, owner: lt})
 					}
 					for _, c := range allCases() {
 						if !c.applies(mode) {
@@ -749,7 +757,7 @@ func TestConformance(t *testing.T) {
 								t.Skip("pending: " + why)
 							}
 							e := newEnv(t, l, mode, s)
-							if mode == "cluster" {
+							if isClusterMode(mode) {
 								e.useCluster()
 							}
 							if c.setup != nil {
@@ -767,6 +775,17 @@ func TestConformance(t *testing.T) {
 		})
 	}
 }
+
+// outliving is a subtest's TB whose cleanups (and temporary directories)
+// belong to owner, an enclosing test: what the subtest starts through it
+// outlives the subtest, while its failures are the subtest's.
+type outliving struct {
+	testing.TB
+	owner testing.TB
+}
+
+func (o outliving) Cleanup(f func()) { o.owner.Cleanup(f) }
+func (o outliving) TempDir() string  { return o.owner.TempDir() }
 
 var updateDoc = flag.Bool("update", false, "rewrite the conformance table in docs/client-shim.md")
 

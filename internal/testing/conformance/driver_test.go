@@ -50,7 +50,8 @@ type shimLang struct {
 	label string
 	// modes are the client forms its adapter drives ("mode" in the
 	// adapter's configuration), the standalone ones first; a mode named
-	// "cluster" runs the cluster cases against a real cluster.
+	// "cluster" or "<form>-cluster" runs the cluster cases against a real
+	// cluster.
 	modes   []string
 	prepare func(t testing.TB) // checks the runtime once, builds what needs building
 	argv    func(cfg string) []string
@@ -92,8 +93,9 @@ func langs(t testing.TB) []shimLang {
 		{
 			name: "python", label: "Python",
 			// sync: redis.Redis (pooled); single: single_connection_client;
-			// asyncio: redis.asyncio.Redis; cluster: RedisCluster.
-			modes: []string{"sync", "single", "asyncio", "cluster"},
+			// asyncio: redis.asyncio.Redis; cluster: RedisCluster;
+			// asyncio-cluster: redis.asyncio.cluster.RedisCluster.
+			modes: []string{"sync", "single", "asyncio", "cluster", "asyncio-cluster"},
 			prepare: func(t testing.TB) {
 				t.Helper()
 				out, err := exec.Command(py, "-c", "import redis; print(redis.__version__)").CombinedOutput()
@@ -644,7 +646,7 @@ func (e *env) setDB(db int, key, val string) {
 	}
 }
 
-// useCluster points the case at the shim's cluster (mode "cluster").
+// useCluster points the case at the shim's cluster (a cluster mode).
 func (e *env) useCluster() {
 	e.t.Helper()
 	cl := e.s.startCluster(e.t)
