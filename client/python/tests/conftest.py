@@ -157,6 +157,22 @@ def calls(c, name):
     return c.info("commandstats").get("cmdstat_" + name, {}).get("calls", 0)
 
 
+def paced_writer(rc, key, stop, writes, errors):
+    """A thread body: SET key to 1, 2, ... every 10 ms through rc until
+    stop is set; writes[n] is the monotonic time SET n returned, errors
+    collects ("write", err)."""
+    n = 0
+    while not stop.is_set():
+        n += 1
+        try:
+            rc.set(key, str(n))
+        except redis.RedisError as err:  # noqa: PERF203
+            errors.append(("write", err))
+            continue
+        writes[n] = time.monotonic()
+        time.sleep(0.01)
+
+
 def unique(prefix="t"):
     return "%s%d" % (prefix, time.monotonic_ns())
 

@@ -16,7 +16,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
 import hotsniff_shim
-from conftest import Publisher, calls, unique
+from conftest import Publisher, calls, paced_writer, unique
 from test_cluster import _ev
 
 LOCAL_TTL, STALE_GRACE = 0.05, 0.1
@@ -138,16 +138,7 @@ def test_asyncio_cluster_slot_move(cluster, server):
     reads = []
 
     def writer():
-        n = 0
-        while not stop.is_set():
-            n += 1
-            try:
-                writer_rc.set(k, str(n))
-            except redis.RedisError as err:  # noqa: PERF203
-                errors.append(("write", err))
-                continue
-            writes[n] = time.monotonic()
-            time.sleep(0.01)
+        paced_writer(writer_rc, k, stop, writes, errors)
 
     async def reader(rc):
         while not stop.is_set():

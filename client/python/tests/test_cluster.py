@@ -12,7 +12,7 @@ import redis
 from redis.cluster import RedisCluster
 
 import hotsniff_shim
-from conftest import Publisher, calls, unique, wait
+from conftest import Publisher, calls, paced_writer, unique, wait
 
 LOCAL_TTL, STALE_GRACE = 0.05, 0.1
 
@@ -57,16 +57,7 @@ def test_cluster_serve_and_slot_move(cluster, server):
         reads = []
 
         def writer():
-            n = 0
-            while not stop.is_set():
-                n += 1
-                try:
-                    writer_rc.set(k, str(n))
-                except redis.RedisError as err:  # noqa: PERF203
-                    errors.append(("write", err))
-                    continue
-                writes[n] = time.monotonic()
-                time.sleep(0.01)
+            paced_writer(writer_rc, k, stop, writes, errors)
 
         def reader():
             while not stop.is_set():
