@@ -341,9 +341,9 @@ func (c *Capture) kernelSlots() ([]hotsniffKcSlot, error) {
 // counted a read, from their own slots (no system call): the programs take
 // it from the coarse clock, which is one for all CPUs and never goes back,
 // so KernelEpochSeen ≤ KernelEpoch. Under traffic it is the current
-// sub-window within microseconds of its start, and stands in for the
-// clock's system call; with no reads lately it is older (-1 before the
-// first).
+// sub-window from the first read counted after the clock's tick that began
+// it, and stands in for the clock's system call; with no reads since, it is
+// older (-1 before the first).
 func (c *Capture) KernelEpochSeen() (int64, error) {
 	if c.cfg.KernelCount == nil {
 		return -1, errors.New("read kernel epoch: kernel counting is off")
