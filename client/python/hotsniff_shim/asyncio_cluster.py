@@ -22,6 +22,7 @@ from redis.exceptions import ResponseError
 
 from .asyncio_adapter import AsyncAdapter
 from .cluster import _ORIGIN, ClusterBase
+from .shim import twin_options
 
 
 class AsyncClusterAdapter(ClusterBase, AsyncAdapter):
@@ -93,16 +94,27 @@ class AsyncClusterAdapter(ClusterBase, AsyncAdapter):
 
 def sync_cluster_twin(client: Any, **override: Any) -> Any:
     """A sync redis.cluster.RedisCluster to the nodes of an asyncio cluster
-    client, with its credentials (and override's options), for the channel
-    subscriber's thread."""
+    client, with its credentials and TLS settings (and override's options),
+    for the channel subscriber's thread."""
     from redis.cluster import ClusterNode, RedisCluster
-    kw = client.get_connection_kwargs()
-    base = {k: kw[k] for k in ("username", "password", "socket_timeout", "socket_connect_timeout",
-                               "client_name") if kw.get(k) is not None}
+    nodes, base = twin_cluster_options(client)
     base.update(override)
+    return RedisCluster(startup_nodes=[ClusterNode(n.host, n.port) for n in nodes], **base)
+
+
+def twin_cluster_options(client: Any) -> Tuple[List[Any], Dict[str, Any]]:
+    """The nodes an asyncio cluster client knows and the options of a sync
+    cluster client that reaches them as its connections do (their class
+    and kwargs are the nodes'; redis-py versions whose asyncio cluster has
+    TLS give its nodes SSLConnection)."""
     nm = client.nodes_manager
     nodes = list(nm.nodes_cache.values()) or list(nm.startup_nodes.values())
     if not nodes:
         raise ValueError("hotsniff_shim.install: this asyncio cluster client names no node; pass "
                          "channel_client=redis.Redis(host=..., port=...) (a sync client)")
-    return RedisCluster(startup_nodes=[ClusterNode(n.host, n.port) for n in nodes], **base)
+    kw = dict(client.get_connection_kwargs())
+    n = nodes[0]
+    kw.update(getattr(n, "connection_kwargs", None) or {})
+    cls = getattr(getattr(n, "connection_class", None), "__name__", "")
+    return nodes, twin_options(kw, cls, ("username", "password", "socket_timeout", "socket_connect_timeout",
+                                         "client_name"))

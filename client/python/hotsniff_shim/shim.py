@@ -13,7 +13,7 @@ import logging
 import socket
 import threading
 import time
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Dict, Iterable, Optional, Union
 
 import redis
 
@@ -61,19 +61,29 @@ def client_mode(client: Any) -> str:
                             f"{type(client).__name__}; the shim serves " + SUPPORTED)
 
 
+def twin_options(kw: Dict[str, Any], connection_class: str, keys: Iterable[str]) -> Dict[str, Any]:
+    """The options of a sync client that reaches what an asyncio client's
+    connections (kwargs kw, of class connection_class) reach: the
+    credentials and timeouts among keys, and TLS with its settings for an
+    SSLConnection."""
+    base = {k: kw[k] for k in keys if kw.get(k) is not None}
+    if connection_class == "SSLConnection":
+        base["ssl"] = True
+        for k in ("ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_check_hostname"):
+            if k in kw:
+                base[k] = kw[k]
+    return base
+
+
 def _sync_twin(client: Any) -> "redis.Redis":
     """A sync redis.Redis to the server of an asyncio client, for the
     channel subscriber's thread."""
     pool = client.connection_pool
     kw = dict(pool.connection_kwargs)
-    base = {k: kw[k] for k in ("username", "password", "db", "socket_timeout",
-                               "socket_connect_timeout", "client_name") if kw.get(k) is not None}
     name = pool.connection_class.__name__
+    base = twin_options(kw, name, ("username", "password", "db", "socket_timeout",
+                                   "socket_connect_timeout", "client_name"))
     if name == "SSLConnection":
-        base["ssl"] = True
-        for k in ("ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_check_hostname"):
-            if k in kw:
-                base[k] = kw[k]
         return redis.Redis(host=kw.get("host", "localhost"), port=kw.get("port", 6379), **base)
     if name == "UnixDomainSocketConnection" and kw.get("path"):
         return redis.Redis(unix_socket_path=kw["path"], **base)

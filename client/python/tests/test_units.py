@@ -383,3 +383,32 @@ def test_invalidated_read_wait_asyncio():
         assert [(a, v.data) for a, v, _ in got] == [(ACT_HIT, b"v2")] * 4
     asyncio.run(main())
     assert c.stats()["wait_hits"] == 4
+
+
+def test_asyncio_cluster_twin_options():
+    """The channel's sync cluster client reaches the nodes as the asyncio
+    cluster client's connections do: its credentials, and TLS with its
+    settings where the nodes' connections are SSLConnection (redis-py
+    versions whose asyncio cluster has TLS)."""
+    from types import SimpleNamespace
+
+    from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+    from hotsniff_shim.asyncio_cluster import twin_cluster_options
+
+    plain = AsyncCluster(host="127.0.0.1", port=7000, password="pw", socket_timeout=2.0)
+    nodes, opts = twin_cluster_options(plain)
+    assert [(n.host, n.port) for n in nodes] == [("127.0.0.1", 7000)]
+    assert opts == {"password": "pw", "socket_timeout": 2.0}
+
+    class SSLConnection:  # the class name is what is checked
+        pass
+    node = SimpleNamespace(host="10.0.0.1", port=7001, connection_class=SSLConnection,
+                           connection_kwargs={"username": "u", "password": "pw", "ssl_ca_certs": "/ca.pem",
+                                              "ssl_cert_reqs": "required", "ssl_keyfile": None})
+    tls = SimpleNamespace(nodes_manager=SimpleNamespace(nodes_cache={}, startup_nodes={"n": node}),
+                          get_connection_kwargs=lambda: {"password": "pw"})
+    nodes, opts = twin_cluster_options(tls)
+    assert nodes == [node]
+    assert opts == {"username": "u", "password": "pw", "ssl": True, "ssl_ca_certs": "/ca.pem",
+                    "ssl_cert_reqs": "required", "ssl_keyfile": None}
