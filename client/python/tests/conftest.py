@@ -1,6 +1,7 @@
 """Real redis-servers for the tests: each started here on a free port, in a
 temporary directory, and stopped by its own PID (never by name)."""
 
+import asyncio
 import json
 import os
 import shutil
@@ -171,6 +172,14 @@ def paced_writer(rc, key, stop, writes, errors):
             continue
         writes[n] = time.monotonic()
         time.sleep(0.01)
+
+
+async def until_hot(shim, key, timeout=5.0):
+    """Waits on the event loop until the shim holds key as hot."""
+    deadline = time.monotonic() + timeout
+    while not shim.is_hot(key):
+        assert time.monotonic() < deadline, "%r never hot" % (key,)
+        await asyncio.sleep(0.005)
 
 
 def unique(prefix="t"):

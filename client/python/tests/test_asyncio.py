@@ -8,18 +8,11 @@ import redis
 import redis.asyncio as aioredis
 
 import hotsniff_shim
-from conftest import Publisher, calls, unique, wait
+from conftest import Publisher, calls, unique, until_hot, wait
 
 
 def run(coro):
     return asyncio.run(coro)
-
-
-async def _warm(shim, key):
-    deadline = time.monotonic() + 5
-    while not shim.is_hot(key):
-        assert time.monotonic() < deadline, "hot"
-        await asyncio.sleep(0.005)
 
 
 @pytest.mark.parametrize("with_channel_client", [True, False])
@@ -38,7 +31,7 @@ def test_asyncio_reads(port, with_channel_client):
         try:
             assert await asyncio.get_running_loop().run_in_executor(None, shim.wait_synced, 5)
             pub.send(k)
-            await _warm(shim, k)
+            await until_hot(shim, k)
             ok = 0
             for _ in range(20):
                 v = await ar.get(k)
@@ -57,7 +50,7 @@ def test_asyncio_reads(port, with_channel_client):
             # Hashes and MGET are served too, as values, never coroutines.
             plain.hset(k + "h", mapping={"f": "1"})
             pub.send(k + "h")
-            await _warm(shim, k + "h")
+            await until_hot(shim, k + "h")
             for _ in range(3):
                 assert await ar.hgetall(k + "h") == {b"f": b"1"}
                 assert await ar.hget(k + "h", "f") == b"1"
@@ -88,7 +81,7 @@ def test_asyncio_single_connection_select(port):
         try:
             assert await asyncio.get_running_loop().run_in_executor(None, shim.wait_synced, 5)
             pub.send(k)
-            await _warm(shim, k)
+            await until_hot(shim, k)
             for _ in range(5):
                 assert await ar.get(k) == b"db0"
             assert shim.stats()["hits"] >= 1
@@ -122,7 +115,7 @@ def test_asyncio_pipeline_write_invalidates(port):
         try:
             assert await asyncio.get_running_loop().run_in_executor(None, shim.wait_synced, 5)
             pub.send(k)
-            await _warm(shim, k)
+            await until_hot(shim, k)
             assert await ar.get(k) == b"v"
             assert await ar.get(k) == b"v"
             async with ar.pipeline(transaction=True) as p:
@@ -153,7 +146,7 @@ def test_asyncio_blocking_pool_select(port):
         try:
             assert await asyncio.get_running_loop().run_in_executor(None, shim.wait_synced, 5)
             pub.send(k)
-            await _warm(shim, k)
+            await until_hot(shim, k)
             for _ in range(5):
                 assert await ar.get(k) == b"db0"
             assert shim.stats()["hits"] >= 1
@@ -198,7 +191,7 @@ def test_asyncio_pipeline_served(port):
         try:
             assert await asyncio.get_running_loop().run_in_executor(None, shim.wait_synced, 5)
             pub.send(k)
-            await _warm(shim, k)
+            await until_hot(shim, k)
             for _ in range(3):
                 assert await ar.get(k) == b"v"
             before = calls(plain, "get")
@@ -268,7 +261,7 @@ def test_asyncio_invalidated_readers_wait(port):
         try:
             assert await loop.run_in_executor(None, shim.wait_synced, 5)
             pub.send(k)
-            await _warm(shim, k)
+            await until_hot(shim, k)
             await ar.get(k)
             assert await ar.get(k) == b"v1"
             plain.set(k, "v2")

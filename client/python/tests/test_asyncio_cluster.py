@@ -16,7 +16,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
 import hotsniff_shim
-from conftest import Publisher, calls, paced_writer, unique
+from conftest import Publisher, calls, paced_writer, unique, until_hot
 from test_cluster import _ev
 
 LOCAL_TTL, STALE_GRACE = 0.05, 0.1
@@ -24,13 +24,6 @@ LOCAL_TTL, STALE_GRACE = 0.05, 0.1
 
 def run(coro):
     return asyncio.run(coro)
-
-
-async def _hot(shim, key):
-    deadline = time.monotonic() + 5
-    while not shim.is_hot(key):
-        assert time.monotonic() < deadline, "hot"
-        await asyncio.sleep(0.005)
 
 
 async def _synced(shim):
@@ -69,7 +62,7 @@ def test_asyncio_cluster_reads_and_channel_on_cluster(cluster, server):
             await asyncio.sleep(0.2)
             assert not shim.is_hot(k)
             pub.send(k, server="127.0.0.1:%d" % holder)
-            await _hot(shim, k)
+            await until_hot(shim, k)
             hnode = redis.Redis(port=holder)
             before = calls(hnode, "get")
             for _ in range(200):
@@ -90,7 +83,7 @@ def test_asyncio_cluster_reads_and_channel_on_cluster(cluster, server):
             assert shim.stats()["hits"] > hits
             # Hash reads, served from one HGETALL at the hash's master.
             pub.send(h, server="127.0.0.1:%d" % hholder)
-            await _hot(shim, h)
+            await until_hot(shim, h)
             hn = redis.Redis(port=hholder)
             for _ in range(3):
                 assert await rc.hgetall(h) == {b"f": b"1", b"g": b"2"}
@@ -160,7 +153,7 @@ def test_asyncio_cluster_slot_move(cluster, server):
         try:
             await _synced(shim)
             pub.send(k, server="127.0.0.1:%d" % holder)
-            await _hot(shim, k)
+            await until_hot(shim, k)
             wt.start()
             rs = [asyncio.ensure_future(reader(rc)) for _ in range(2)]
             await asyncio.sleep(0.5)
@@ -170,7 +163,7 @@ def test_asyncio_cluster_slot_move(cluster, server):
             # The daemon now sees the key's reads at its new master.
             await asyncio.sleep(0.3)
             pub.send(k, server="127.0.0.1:%d" % dst)
-            await _hot(shim, k)
+            await until_hot(shim, k)
             hits_after = shim.stats()["hits"]
             await asyncio.sleep(1.5)
             stop.set()
@@ -234,8 +227,8 @@ def test_asyncio_cluster_value_from_old_master_not_served(cluster, server):
             await _synced(shim)
             pub.send(k, server="127.0.0.1:%d" % holder)
             pub.send(h, server="127.0.0.1:%d" % holder)
-            await _hot(shim, k)
-            await _hot(shim, h)
+            await until_hot(shim, k)
+            await until_hot(shim, h)
             for _ in range(3):
                 assert await rc.get(k) == b"old"
                 assert await rc.hget(h, "f") == b"old"
@@ -286,7 +279,7 @@ def test_asyncio_cluster_refresh_answered_moved(cluster, server):
         try:
             await _synced(shim)
             pub.send(k, server="127.0.0.1:%d" % holder)
-            await _hot(shim, k)
+            await until_hot(shim, k)
             for _ in range(3):
                 assert await rc.get(k) == b"old"
             await loop.run_in_executor(None, cluster.migrate_slot, slot, holder, dst, k)
@@ -326,7 +319,7 @@ def test_asyncio_cluster_pipeline_sent_whole(cluster, server):
         try:
             await _synced(shim)
             pub.send(k, server="127.0.0.1:%d" % holder)
-            await _hot(shim, k)
+            await until_hot(shim, k)
             for _ in range(3):
                 assert await rc.get(k) == b"v"
             before = calls(hnode, "get")
@@ -391,7 +384,7 @@ def test_asyncio_cluster_invalidated_readers_wait(cluster, server):
             await _synced(shim)
             for key in (k, h):
                 pub.send(key, server="127.0.0.1:%d" % holder)
-                await _hot(shim, key)
+                await until_hot(shim, key)
             await rc.get(k)
             assert await rc.get(k) == b"v1"
             await rc.hgetall(h)
