@@ -13,6 +13,7 @@ import pytest
 import redis
 
 import hotsniff_shim
+from conftest import wait
 
 
 def burst(read, n=16):
@@ -72,9 +73,7 @@ def test_redis_py_5_call_form(port):
     try:
         assert shim.wait_synced(5)
         hot(plain, "t5", "k5")
-        deadline = time.time() + 5
-        while not shim.is_hot("k5") and time.time() < deadline:
-            time.sleep(0.01)
+        wait(lambda: shim.is_hot("k5"), what="k5 hot")
         # redis-py 5 typed reads pass keys=[...]; they are served all the same.
         r.get("k5")
         r.get("k5")
@@ -96,8 +95,7 @@ def test_threads_single_refresh(port):
     try:
         assert shim.wait_synced(5)
         hot(plain, "tt", "kt")
-        while not shim.is_hot("kt"):
-            time.sleep(0.01)
+        wait(lambda: shim.is_hot("kt"), what="kt hot")
         r.get("kt")
         r.get("kt")
         time.sleep(0.25)
@@ -120,8 +118,7 @@ def test_close_passes_through(port):
     shim = hotsniff_shim.install(r, channel="tc", local_ttl=60)
     assert shim.wait_synced(5)
     hot(plain, "tc", "kc")
-    while not shim.is_hot("kc"):
-        time.sleep(0.01)
+    wait(lambda: shim.is_hot("kc"), what="kc hot")
     r.get("kc")
     r.get("kc")
     shim.close()
@@ -158,9 +155,7 @@ def served(port):
     assert shim.wait_synced(5)
     _warm(plain, r, shim, ch, ["hk"])
     hot(plain, ch, "hh", seq=10)
-    deadline = time.time() + 5
-    while not shim.is_hot("hh") and time.time() < deadline:
-        time.sleep(0.01)
+    wait(lambda: shim.is_hot("hh"), what="hh hot")
     r.hgetall("hh")
     r.hgetall("hh")
     yield plain, r, shim
@@ -310,8 +305,7 @@ def test_invalidated_readers_wait(port):
     try:
         assert shim.wait_synced(5)
         hot(plain, "tw", "kw")
-        while not shim.is_hot("kw"):
-            time.sleep(0.01)
+        wait(lambda: shim.is_hot("kw"), what="kw hot")
         r.get("kw")
         assert r.get("kw") == b"v1"
         for rnd in range(2):
