@@ -140,7 +140,9 @@ const bytes = (p: string | Buffer): Buffer => (typeof p === 'string' ? Buffer.fr
 
 /** The signed envelope's parts, by position, or null if p is not one. */
 function envelope(p: Buffer): { sig: string; body: Buffer } | null {
-  if (p.length < SIG_BODY_AT + 1 || p[p.length - 1] !== 0x7d) return null;
+  // At least one byte of BODY: an empty body is no message (and Go and Python
+  // take such bytes for no envelope too).
+  if (p.length < SIG_BODY_AT + 2 || p[p.length - 1] !== 0x7d) return null;
   if (!p.subarray(0, SIG_PREFIX.length).equals(SIG_PREFIX)) return null;
   if (!p.subarray(SIG_PREFIX.length + 64, SIG_BODY_AT).equals(SIG_MID)) return null;
   const sig = p.toString('latin1', SIG_PREFIX.length, SIG_PREFIX.length + 64);

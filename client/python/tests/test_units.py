@@ -137,6 +137,14 @@ def test_signed_envelope():
     with pytest.raises(DecodeError):
         decode_message(up, b"s")
     assert [e.key for e in decode_message(env, b"s")] == [b"k"]
+    # An envelope's body is at least one byte: 82 bytes with the MAC of an
+    # empty body are no envelope (as in Go and Node).
+    empty = sign(b"s", b"")
+    assert len(empty) == 82
+    with pytest.raises(DecodeError) as ei:
+        unwrap(empty, b"s")
+    assert ei.value.reason == "bad_signature"
+    assert unwrap(empty, None) == empty
 
 
 def test_snapshot_bad_entries_counted():

@@ -4,7 +4,8 @@ import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { DecodeError, decodeMessage, decodeSnapshot, keyString } from '../events';
+import { createHmac } from 'node:crypto';
+import { DecodeError, decodeMessage, decodeSnapshot, keyString, unwrap } from '../events';
 import { HotSet, MAX_HOT_ENTRIES } from '../subscriber';
 import { writtenKeys } from '../writes';
 
@@ -40,6 +41,17 @@ test('bad messages are rejected', () => {
     '{"v":2,"events":[' + Array(4097).fill('{}').join(',') + ']}']) {
     assert.throws(() => decodeMessage(m), DecodeError, m);
   }
+});
+
+test('an envelope has at least one byte of body', () => {
+  const secret = Buffer.from('s');
+  const env = (body: string) => Buffer.from(`{"sig":"${createHmac('sha256', secret).update(body).digest('hex')}","body":${body}}`);
+  assert.equal(unwrap(env('1'), secret).toString(), '1');
+  // 82 bytes, the MAC right for an empty body: not an envelope, as in Go and Python.
+  const empty = env('');
+  assert.equal(empty.length, 82);
+  assert.throws(() => unwrap(empty, secret), (e: unknown) => e instanceof DecodeError && e.reason === 'bad_signature');
+  assert.equal(unwrap(empty).toString(), empty.toString());
 });
 
 test('snapshot', () => {
