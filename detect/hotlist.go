@@ -7,7 +7,7 @@ import (
 	"github.com/hotsniff/hotsniff/decode"
 )
 
-// hotEntry is one hot key. 248 bytes plus the key.
+// hotEntry is one hot key: 1248 bytes (amd64) plus the key.
 type hotEntry struct {
 	h      uint64
 	key    []byte

@@ -455,3 +455,42 @@ func TestKernelStage1BytesUnseenNotCold(t *testing.T) {
 		t.Fatalf("events %v, want cold once the kernel counts no bytes either", got)
 	}
 }
+
+// TestKernelStage1BytesOtherKey: a bytes-hot key stops while a key of its
+// kernel bucket goes on at 0.8× the bytes threshold (above the cold line),
+// all of it seen by user space: the bucket's bytes are the other key's, so
+// the hot key turns cold, and the other key is not reported.
+func TestKernelStage1BytesOtherKey(t *testing.T) {
+	d, rec := newDet(t, Config{HotQPS: T, HotBytes: 1e6})
+	k := kernelBytesSim(d)
+	hb := Bucket(Identity(srvA, decode.ProtoRedis, 0, []byte("hot")), k.buckets)
+	other := ""
+	for i := 0; other == ""; i++ {
+		if c := fmt.Sprintf("twin:%d", i); Bucket(Identity(srvA, decode.ProtoRedis, 0, []byte(c)), k.buckets) == hb {
+			other = c
+		}
+	}
+	size := k.size
+	k.size = func(key string) uint64 {
+		if key == other {
+			return 20_000
+		}
+		return size(key)
+	}
+	k.tick = true
+	k.run(0, 2*time.Second, 50, 200, 5)
+	if _, ok := lastHot(rec, "hot"); !ok {
+		t.Fatal("not hot")
+	}
+	step := int64(1e9 / 40) // 40 reads/s of 20 kB: 0.8 MB/s
+	for ts := int64(2 * time.Second); ts < int64(4*time.Second); ts += step {
+		k.read(base+ts, other)
+		k.read(base+ts+step/2, fmt.Sprintf("cold:%d", ts/step%200))
+	}
+	if got := rec.of("hot"); len(got) == 0 || got[len(got)-1] != "cold" {
+		t.Fatalf("events %v, want cold: the bucket's other bytes were seen, the key's own are gone", got)
+	}
+	if n := rec.count(other, "hot"); n != 0 {
+		t.Fatalf("%s reported hot at 0.8× the bytes threshold", other)
+	}
+}
