@@ -657,6 +657,16 @@ func TestParseRecordKernelFlags(t *testing.T) {
 			t.Errorf("flags %d: counted %v resumed %v, want %v %v", tc.flags, seg.KernelCounted, seg.Resumed, tc.counted, tc.resumed)
 		}
 	}
+	for flags, want := range map[uint32]uint8{0: RepliesAsCaptured, RecCounted | RecFramed: RepliesFramed,
+		RecFramed | RecFramedFrom: RepliesFramedFrom, RecUnframed: RepliesUnframed, RecGap | RecUnframed | RecFramed: RepliesUnframed} {
+		raw := make([]byte, RecHdrSize)
+		binary.LittleEndian.PutUint32(raw[offKernel:], flags)
+		raw[offFamily] = 4
+		var seg Record
+		if _, err := ParseRecord(raw, 0, &seg); err != nil || seg.Replies != want {
+			t.Errorf("flags %#x: replies %d (%v), want %d", flags, seg.Replies, err, want)
+		}
+	}
 }
 
 // TestKernelCountProgramCost logs the programs' in-kernel time per request

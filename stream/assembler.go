@@ -308,6 +308,14 @@ func (a *Assembler) Add(seg *capture.Segment) {
 				a.resume(fl, h, seq)
 			}
 			fl.f.KernelCounted = seg.KernelCounted
+			if q := fl.f.Pending; q != nil && dir == decode.ToServer {
+				switch seg.Replies {
+				case capture.RepliesFramedFrom:
+					q.Align()
+				case capture.RepliesUnframed:
+					q.Unframed()
+				}
+			}
 			a.segment(fl, h, seq, seg.Payload, seg.Missing, seg.TS)
 		}
 		if seg.Flags&capture.FlagFIN != 0 {
