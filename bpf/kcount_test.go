@@ -760,7 +760,7 @@ func BenchmarkReadKernelSlot(b *testing.B) {
 			dst[i] = 0
 		}
 		var err error
-		if idx, err = e.c.readKernelSlot(ep, dst, idx[:0]); err != nil {
+		if idx, err = e.c.readKernelSlot(ep, dst, idx[:0], e.c.kcReads()); err != nil {
 			b.Fatal(err)
 		}
 	}
