@@ -1734,8 +1734,10 @@ __attribute__((noinline)) int kc_relem(struct kc_state *s, struct kc_rflow *rf)
 	if (!s || !rf)
 		return 0;
 	__u64 e = kc_rentry(rf, rf->tail + rf->elem);
-	if (!e)
+	if (!e) {
+		s->stats.unattr[KU_RACE] += rf->bytes - rf->elem_at;
 		return KU_RACE + 1;
+	}
 	kc_badd(s, e, rf->bytes - rf->elem_at + rf->hdr);
 	rf->elem++;
 	return 0;
@@ -1743,8 +1745,21 @@ __attribute__((noinline)) int kc_relem(struct kc_state *s, struct kc_rflow *rf)
 
 // kc_rpop ends a top-level reply of rf->bytes: pops its command's entries
 // and adds the bytes to each read key (MGET: given per element already).
-// 0, or KU_* + 1 when the reply cannot be paired.
+// 0, or KU_* + 1 when the reply cannot be paired (its bytes then counted
+// for that reason).
+static __always_inline int kc_rpop1(struct kc_state *s, struct kc_rflow *rf);
+
 __attribute__((noinline)) int kc_rpop(struct kc_state *s, struct kc_rflow *rf)
+{
+	if (!s || !rf)
+		return 0;
+	int r = kc_rpop1(s, rf);
+	if (r)
+		s->stats.unattr[(r - 1) & 15] += rf->bytes;
+	return r;
+}
+
+static __always_inline int kc_rpop1(struct kc_state *s, struct kc_rflow *rf)
 {
 	if (!s || !rf)
 		return 0;

@@ -1,0 +1,347 @@
+package bpf
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/hotsniff/hotsniff/decode"
+	"github.com/hotsniff/hotsniff/decode/redis"
+	"github.com/hotsniff/hotsniff/detect"
+	"github.com/hotsniff/hotsniff/internal/testing/replytest"
+)
+
+// Reply bytes in the kernel (KernelCountConfig.ReplyBytes): request
+// segments and then reply segments run through the programs; each key's
+// byte bucket must hold what the user-space reply attribution
+// (decode/redis, replytest) gives it for the same bytes, in 64-byte units
+// rounded up per reply: exactly for single-key replies, within the
+// kernel's upper bound for MGET (an element's bytes plus the whole array
+// header, where user space shares the header), and nothing at all for
+// keys whose replies the programs could not pair.
+
+func openKCBytes(t testing.TB) *kcEnv {
+	t.Helper()
+	c, objs, rd := openTestConfig(t, Config{Ports: []uint16{6379, 11211}, RingSize: 1 << 20, KernelCount: &KernelCountConfig{Commands: testRedisTable(),
+		SubWindow: 300 * time.Millisecond, Buckets: 4096, Protos: map[uint16]uint8{6379: uint8(decode.ProtoRedis), 11211: uint8(decode.ProtoMemcache)},
+		ReplyBytes: true,
+	}})
+	return &kcEnv{t: t, c: c, objs: objs, rd: rd, sub: 300 * time.Millisecond, ep0: c.KernelEpoch(), port: 43000}
+}
+
+// rconn is a connection run through the programs and through the
+// user-space parsers (the ground truth) with the same bytes.
+type rconn struct {
+	*conn
+	e    *kcEnv
+	prog *ebpf.Program
+	rseq uint32
+	us   *replytest.Conn
+	ts   int64
+	// calls: every user-space ReplyKey, by "ns/key".
+	calls map[string][]uint64
+}
+
+func (e *kcEnv) newRConn(prog *ebpf.Program) *rconn {
+	c := &rconn{conn: e.newConn(srv4, prog, true), e: e, prog: prog, rseq: 7000, calls: map[string][]uint64{}}
+	c.us = replytest.NewConn(redis.New(redis.Config{}), decode.PendingConfig{})
+	c.us.S.Check = func(ns int32, k decode.Key, n uint64) {
+		name := replytest.Name(ns, k.Bytes)
+		c.calls[name] = append(c.calls[name], n)
+	}
+	c.ts = 1e9
+	return c
+}
+
+// req sends one request segment to both.
+func (c *rconn) req(b []byte) {
+	c.e.t.Helper()
+	c.e.send(c.prog, c.conn, b)
+	c.ts += 10_000
+	c.us.Requests(c.ts, b)
+}
+
+// rep sends reply bytes cut at the given lengths (the rest as a last
+// segment) to both.
+func (c *rconn) rep(b []byte, cuts ...int) {
+	c.e.t.Helper()
+	for len(b) > 0 {
+		n := len(b)
+		if len(cuts) > 0 {
+			n, cuts = min(cuts[0], n), cuts[1:]
+		}
+		c.e.run(c.prog, pkt{src: c.srv, dst: c.cli, flags: 0x18, seq: c.rseq, ack: c.seq, payload: b[:n]})
+		c.rseq += uint32(n)
+		c.ts += 10_000
+		c.us.Replies(c.ts, b[:n])
+		b = b[n:]
+	}
+	c.e.drain()
+}
+
+// every cuts n bytes into segments of k.
+func every(n, k int) []int {
+	var out []int
+	for ; n > 0; n -= k {
+		out = append(out, k)
+	}
+	return out
+}
+
+// bexpect accumulates the expected byte units per kernel bucket: lo..hi.
+type bexpect struct {
+	lo, hi map[int]uint64
+	never  map[int]string // buckets of keys whose replies must go to no key
+}
+
+func newBExpect() *bexpect {
+	return &bexpect{lo: map[int]uint64{}, hi: map[int]uint64{}, never: map[int]string{}}
+}
+
+func units(n uint64) uint64 { return (n + 63) / 64 }
+
+func bucketOf(ns int32, key string) int {
+	return detect.Bucket(detect.Identity(srv4, decode.ProtoRedis, ns, []byte(key)), KernelBuckets)
+}
+
+// exact: key's kernel bytes are user space's, reply by reply, rounded up.
+func (x *bexpect) exact(t testing.TB, c *rconn, key string) {
+	t.Helper()
+	calls := c.calls["0/"+key]
+	if len(calls) == 0 {
+		t.Fatalf("user space attributed nothing to %q", key)
+	}
+	var u uint64
+	for _, n := range calls {
+		u += units(n)
+	}
+	b := bucketOf(0, key)
+	x.lo[b] += u
+	x.hi[b] += u
+}
+
+// upper: key's kernel bytes are at least user space's and at most its
+// replies plus slack bytes each (MGET: the array header).
+func (x *bexpect) upper(t testing.TB, c *rconn, key string, slack uint64) {
+	t.Helper()
+	calls := c.calls["0/"+key]
+	if len(calls) == 0 {
+		t.Fatalf("user space attributed nothing to %q", key)
+	}
+	b := bucketOf(0, key)
+	for _, n := range calls {
+		x.lo[b] += units(n)
+		x.hi[b] += units(n + slack)
+	}
+}
+
+// none: the kernel gives key nothing (user space may).
+func (x *bexpect) none(key string) { x.never[bucketOf(0, key)] = key }
+
+// bcounts waits for the sub-windows since the env opened to end and sums
+// their byte counts.
+func (e *kcEnv) bcounts() []uint32 {
+	e.t.Helper()
+	last := e.c.KernelEpoch()
+	time.Sleep(e.sub + 20*time.Millisecond)
+	out := make([]uint32, KernelBuckets)
+	now := e.c.KernelEpoch()
+	for ep := e.ep0; ep <= last; ep++ {
+		_, ok, err := e.c.ReadKernelByteCountsAt(ep, now, out, nil)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if !ok {
+			e.t.Fatalf("sub-window %d not complete", ep)
+		}
+	}
+	e.ep0 = last + 1
+	return out
+}
+
+func (x *bexpect) check(t testing.TB, got []uint32) {
+	t.Helper()
+	for b, v := range got {
+		lo, hi := x.lo[b], x.hi[b]
+		if k, ok := x.never[b]; ok && lo == 0 && v != 0 {
+			t.Errorf("bucket %d (%q, whose replies the programs cannot pair): %d units, want none", b, k, v)
+			continue
+		}
+		if uint64(v) < lo || uint64(v) > hi {
+			if lo == hi {
+				t.Errorf("bucket %d: %d units, want %d", b, v, lo)
+			} else {
+				t.Errorf("bucket %d: %d units, want %d..%d", b, v, lo, hi)
+			}
+		}
+	}
+}
+
+func bulkS(v string) string { return fmt.Sprintf("$%d\r\n%s\r\n", len(v), v) }
+
+// TestKernelReplyBytes: the cases of the brief, per program.
+func TestKernelReplyBytes(t *testing.T) {
+	e := openKCBytes(t)
+	for _, pname := range []string{"tc", "xdp"} {
+		prog := progsKC(e.objs)[pname]
+		t.Run(pname, func(t *testing.T) {
+			e.t = t
+			x := newBExpect()
+			p := func(k string) string { return pname + ":" + k } // keys distinct per program
+
+			// -P 1: small values, nil, an error, integers; a 100 KB
+			// value over many segments, one cut inside its header.
+			c := e.newRConn(prog)
+			c.req(resp("GET", p("s1")))
+			c.rep([]byte(bulkS("hello")))
+			c.req(resp("GET", p("s2")))
+			c.rep([]byte("$-1\r\n"))
+			c.req(resp("GET", p("s3")))
+			c.rep([]byte("_\r\n"))
+			c.req(resp("GET", p("s4")))
+			c.rep([]byte("-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"))
+			c.req(resp("STRLEN", p("s5")))
+			c.rep([]byte(":5\r\n"))
+			c.req(resp("GET", p("big")))
+			big := bulkS(strings.Repeat("v", 100<<10))
+			c.rep([]byte(big), append([]int{3}, every(len(big), 1400)...)...)
+			c.req(resp("GET", p("s6")))
+			c.rep([]byte(bulkS(strings.Repeat("w", 200))), 70, 70)
+			for _, k := range []string{"s1", "s2", "s3", "s4", "s5", "big", "s6"} {
+				x.exact(t, c, p(k))
+			}
+
+			// A pipeline of 16 GETs: answered in one segment, a byte a
+			// segment, and at random offsets (inside headers, values and
+			// CRLFs).
+			rng := rand.New(rand.NewPCG(1, 2))
+			for _, scheme := range []string{"one", "bytes", "random", "sevens"} {
+				c := e.newRConn(prog)
+				var req, rep []byte
+				var keys []string
+				for i := range 16 {
+					k := p(fmt.Sprintf("%s:p%d", scheme, i))
+					keys = append(keys, k)
+					req = append(req, resp("GET", k)...)
+					switch i % 4 {
+					case 0:
+						rep = append(rep, bulkS(strings.Repeat("x", i*37))...)
+					case 1:
+						rep = append(rep, "$-1\r\n"...)
+					case 2:
+						rep = append(rep, bulkS(strings.Repeat("y", 130+i))...)
+					default:
+						rep = append(rep, "-ERR no\r\n"...)
+					}
+				}
+				c.req(req)
+				var cuts []int
+				switch scheme {
+				case "bytes":
+					cuts = every(len(rep), 1)
+				case "sevens":
+					cuts = every(len(rep), 7)
+				case "random":
+					for n := len(rep); n > 0; {
+						k := 1 + rng.IntN(40)
+						cuts = append(cuts, k)
+						n -= k
+					}
+				}
+				c.rep(rep, cuts...)
+				for _, k := range keys {
+					x.exact(t, c, k)
+				}
+			}
+
+			// MGET: each element its bytes and the whole header (upper
+			// bound); HMGET; HGETALL as a RESP2 array and a RESP3 map.
+			c = e.newRConn(prog)
+			c.req(resp("MGET", p("m1"), p("m2"), p("m3")))
+			c.rep([]byte("*3\r\n"+bulkS("xy")+"$-1\r\n"+bulkS(strings.Repeat("z", 3000))), 9, 500)
+			c.req(resp("HGETALL", p("h2")))
+			c.rep([]byte("*4\r\n" + bulkS("f1") + bulkS("v1") + bulkS("f2") + bulkS("v2")))
+			c.req(resp("HGETALL", p("h3")))
+			c.rep([]byte("%2\r\n"+bulkS("f1")+bulkS("v1")+bulkS("f2")+":2\r\n"), 2, 5, 11)
+			c.req(resp("HMGET", p("hm"), "f1", "f2"))
+			c.rep([]byte("*2\r\n" + bulkS("x") + "$-1\r\n"))
+			for _, k := range []string{"m1", "m2", "m3"} {
+				x.upper(t, c, p(k), 4)
+			}
+			for _, k := range []string{"h2", "h3", "hm"} {
+				x.exact(t, c, p(k))
+			}
+
+			// A RESP3 push between replies answers nothing; an attribute
+			// goes with the reply after it; a write between reads.
+			c = e.newRConn(prog)
+			c.req(append(resp("GET", p("r1")), resp("GET", p("r2"))...))
+			c.rep([]byte(bulkS("1")+">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\na\r\n"+"|1\r\n+ttl\r\n:3\r\n"+bulkS("2")), 5, 20)
+			c.req(append(append(resp("GET", p("w1")), resp("SET", p("w2"), "v")...), resp("GET", p("w3"))...))
+			c.rep([]byte(bulkS("aaa") + "+OK\r\n" + bulkS("bbb")))
+			for _, k := range []string{"r1", "r2", "w1", "w3"} {
+				x.exact(t, c, p(k))
+			}
+			x.none(p("w2"))
+
+			// A fallback (an inline command) stops pairing: its reply,
+			// and the next segments' (copied to resync the parser, then
+			// counted before a quiet point), go to no key; after 1 ms of
+			// quiet both ways pairing starts afresh.
+			before := e.stats()
+			c = e.newRConn(prog)
+			c.req(resp("GET", p("f1")))
+			c.rep([]byte(bulkS("one")))
+			c.req([]byte("GET " + p("f2") + "\r\n"))
+			c.rep([]byte(bulkS("two")))
+			c.req(resp("GET", p("f3")))
+			c.rep([]byte(bulkS("three")))
+			c.req(resp("GET", p("f4")))
+			c.rep([]byte(bulkS("four")))
+			time.Sleep(3 * time.Millisecond)
+			c.req(resp("GET", p("f5")))
+			c.rep([]byte(bulkS("five")))
+			x.exact(t, c, p("f1"))
+			x.exact(t, c, p("f5"))
+			for _, k := range []string{"f2", "f3", "f4"} {
+				x.none(p(k))
+			}
+			after := e.stats()
+			if d := after.QueueLost - before.QueueLost; d != 1 {
+				t.Errorf("queue lost %d, want 1", d)
+			}
+			if d := after.QueueWait - before.QueueWait; d != 1 {
+				t.Errorf("queue wait %d, want 1 (f4)", d)
+			}
+			if d := after.QueueResync - before.QueueResync; d != 1 {
+				t.Errorf("resyncs %d, want 1", d)
+			}
+			un := func(r UnattrReason) uint64 { return after.Unattributed[r] - before.Unattributed[r] }
+			if un(UnattrUnpaired) != uint64(len(bulkS("two"))) || un(UnattrUnsynced) != uint64(len(bulkS("three"))+len(bulkS("four"))) {
+				t.Errorf("unattributed: unpaired %d (want %d), unsynced %d (want %d)", un(UnattrUnpaired), len(bulkS("two")),
+					un(UnattrUnsynced), len(bulkS("three"))+len(bulkS("four")))
+			}
+
+			x.check(t, e.bcounts())
+			st := e.stats()
+			t.Logf("stats: %+v", st)
+			// Every reply byte once: attributed, or to no key by reason.
+			sum := st.ReplyAttr
+			for _, v := range st.Unattributed {
+				sum += v
+			}
+			if sum != st.ReplyBytes {
+				t.Errorf("reply bytes %d, attributed %d + unattributed %v = %d", st.ReplyBytes, st.ReplyAttr, st.Unattributed, sum)
+			}
+			for _, r := range []UnattrReason{UnattrBad, UnattrDepth, UnattrGap, UnattrSteps, UnattrNoFlow, UnattrLoad, UnattrRace} {
+				if st.Unattributed[r] != 0 {
+					t.Errorf("unattributed %s: %d bytes", r, st.Unattributed[r])
+				}
+			}
+		})
+	}
+}
