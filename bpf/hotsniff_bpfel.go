@@ -202,17 +202,18 @@ type hotsniffKcState struct {
 	Buf    [4608]uint8
 	Bslots [8]hotsniffKcSlot
 	Rs     struct {
-		_      structs.HostLayout
-		K      hotsniffSkipKey
-		Seq    uint32
-		Len    uint32
-		PayOff uint32
-		Pos    uint32
-		Flags  uint8
-		Stop   uint8
-		Short  uint8
-		Pad    [5]uint8
-		Buf    [64]uint8
+		_       structs.HostLayout
+		K       hotsniffSkipKey
+		Seq     uint32
+		Len     uint32
+		PayOff  uint32
+		Pos     uint32
+		Flags   uint8
+		Stop    uint8
+		Short   uint8
+		Partial uint8
+		Pad     [4]uint8
+		Buf     [64]uint8
 	}
 	_  [4]byte
 	Rq [256]uint64

@@ -463,7 +463,8 @@ struct kc_rseg {
 	__u8 flags;    // TCP flags
 	__u8 stop;     // KU_* + 1: the reply side lost step here
 	__u8 short_;   // the segment is not all in the packet
-	__u8 pad[5];
+	__u8 partial;  // stop: the reply framed so far is not counted yet
+	__u8 pad[4];
 	__u8 buf[64];  // the bytes being looked at (a header, a line chunk)
 };
 
@@ -1832,10 +1833,24 @@ __attribute__((noinline)) int kc_rdone(struct kc_state *s, struct kc_rflow *rf)
 	return kc_rpop(s, rf);
 }
 
+// kc_rstop stops framing the segment for reason: the reply framed so far
+// goes to no key too (kc_rpartial).
 static __always_inline int kc_rstop(struct kc_state *s, int reason)
 {
 	s->rs.stop = reason + 1;
+	s->rs.partial = 1;
 	return 1;
+}
+
+// kc_rpartial is the bytes of the reply being framed, seen and not yet
+// counted anywhere: framed so far (with attributes before it) and a
+// header carried over from the last segment.
+static __always_inline __u64 kc_rpartial(struct kc_rflow *rf)
+{
+	__u64 n = rf->hlen;
+	if (rf->depth || rf->line || rf->attr)
+		n += rf->bytes;
+	return n;
 }
 
 static __always_inline int kc_rfin(struct kc_state *s, int r)
@@ -2055,7 +2070,7 @@ static __always_inline int kc_reply(void *ctx, const int xdp)
 			cnt->rdup += len; // seen before: counted then
 			return 0;
 		}
-		cnt->unattr[KU_GAP] += len;
+		cnt->unattr[KU_GAP] += len + kc_rpartial(rf);
 		rf->csynced = 0;
 		rf->lost = 1;
 		return 0;
@@ -2063,7 +2078,7 @@ static __always_inline int kc_reply(void *ctx, const int xdp)
 	rf->rseq = g->seq + len;
 	rf->rseq_ok = 1;
 	if (g->short_) {
-		cnt->unattr[KU_LOAD] += len;
+		cnt->unattr[KU_LOAD] += len + kc_rpartial(rf);
 		rf->csynced = 0;
 		rf->lost = 1;
 		return 0;
@@ -2075,20 +2090,25 @@ static __always_inline int kc_reply(void *ctx, const int xdp)
 	g->pos = rf->skip;
 	rf->skip = 0;
 	g->stop = 0;
+	g->partial = 0;
 	struct kc_rloop l = {.ctx = ctx, .s = s, .rf = rf};
 	if (xdp)
 		bpf_loop(KC_RSTEPS, kc_rcb_xdp, &l, 0);
 	else
 		bpf_loop(KC_RSTEPS, kc_rcb_skb, &l, 0);
 	__u32 stop = g->stop;
-	if (!stop && g->pos < len)
+	__u64 partial = g->partial;
+	if (!stop && g->pos < len) {
 		stop = KU_STEPS + 1;
+		partial = 1;
+	}
 	if (stop) {
 		// Pairing stops until the request side starts afresh. The
-		// segment's bytes from here go to no key (the reply framed
-		// so far is not counted anywhere: a few bytes).
+		// segment's bytes from here go to no key, and so does the
+		// reply framed so far (a reply that could not be paired was
+		// counted whole by kc_rpop).
 		__u32 pos = g->pos < len ? g->pos : len;
-		cnt->unattr[(stop - 1) & 15] += len - pos;
+		cnt->unattr[(stop - 1) & 15] += len - pos + (partial ? kc_rpartial(rf) : 0);
 		rf->csynced = 0;
 		rf->lost = 1;
 	}

@@ -330,18 +330,127 @@ func TestKernelReplyBytes(t *testing.T) {
 			st := e.stats()
 			t.Logf("stats: %+v", st)
 			// Every reply byte once: attributed, or to no key by reason.
-			sum := st.ReplyAttr
-			for _, v := range st.Unattributed {
-				sum += v
-			}
-			if sum != st.ReplyBytes {
-				t.Errorf("reply bytes %d, attributed %d + unattributed %v = %d", st.ReplyBytes, st.ReplyAttr, st.Unattributed, sum)
-			}
+			checkReplyTotals(t, st)
 			for _, r := range []UnattrReason{UnattrBad, UnattrDepth, UnattrGap, UnattrSteps, UnattrNoFlow, UnattrLoad, UnattrRace} {
 				if st.Unattributed[r] != 0 {
 					t.Errorf("unattributed %s: %d bytes", r, st.Unattributed[r])
 				}
 			}
 		})
+	}
+}
+
+// TestKernelReplyBytesLimits: what the programs do not pair goes to no key,
+// counted by reason, and pairing resumes after a quiet point: a reply
+// segment seen twice, a lost reply segment, a queue that overflows,
+// nesting past KC_RDEPTH, pub/sub.
+func TestKernelReplyBytesLimits(t *testing.T) {
+	e := openKCBytes(t)
+	prog := e.objs.HotsniffTcIngress
+	x := newBExpect()
+	un := func(before KernelStats, r UnattrReason) uint64 {
+		return e.stats().Unattributed[r] - before.Unattributed[r]
+	}
+
+	// A reply segment seen again (cgroup's second view, a retransmission)
+	// counts once.
+	c := e.newRConn(prog)
+	c.req(resp("GET", "dup"))
+	before := e.stats()
+	rep := []byte(bulkS(strings.Repeat("d", 100)))
+	e.run(prog, pkt{src: c.srv, dst: c.cli, flags: 0x18, seq: c.rseq, ack: c.seq, payload: rep})
+	e.run(prog, pkt{src: c.srv, dst: c.cli, flags: 0x18, seq: c.rseq, ack: c.seq, payload: rep})
+	c.rseq += uint32(len(rep))
+	c.us.Replies(c.ts+1, rep)
+	if d := e.stats().ReplyDuplicate - before.ReplyDuplicate; d != uint64(len(rep)) {
+		t.Errorf("duplicate reply bytes %d, want %d", d, len(rep))
+	}
+	x.exact(t, c, "dup")
+
+	// A reply segment lost: the next one is a gap, and pairing waits for
+	// a quiet point.
+	c = e.newRConn(prog)
+	c.req(append(resp("GET", "g1"), resp("GET", "g2")...))
+	c.rep([]byte(bulkS("first")))
+	c.rseq += 11 // g2's reply, never seen
+	c.us.Gap(1)
+	before = e.stats()
+	c.req(resp("GET", "g3"))
+	c.rep([]byte(bulkS("third")))
+	if d := un(before, UnattrGap); d != 11 {
+		t.Errorf("gap bytes %d, want 11", d)
+	}
+	time.Sleep(3 * time.Millisecond)
+	c.ts += 5e6 // user space's quiet point, in packet time
+	c.req(resp("GET", "g4"))
+	c.rep([]byte(bulkS("fourth")))
+	x.exact(t, c, "g1")
+	x.exact(t, c, "g4")
+	x.none("g2")
+	x.none("g3")
+
+	// More outstanding entries than a queue holds: the segment that does
+	// not fit, and what follows, go to no key.
+	c = e.newRConn(prog)
+	before = e.stats()
+	var replies []byte
+	for s := range 3 {
+		var req []byte
+		for i := range 100 {
+			req = append(req, resp("GET", fmt.Sprintf("q%d:%d", s, i))...)
+			replies = append(replies, bulkS("v")...)
+		}
+		c.req(req)
+	}
+	c.rep(replies, every(len(replies), 1000)...)
+	if d := e.stats().QueueFull - before.QueueFull; d != 1 {
+		t.Errorf("queue full %d, want 1", d)
+	}
+	for s := range 3 {
+		for i := range 100 {
+			if k := fmt.Sprintf("q%d:%d", s, i); s < 2 {
+				x.exact(t, c, k)
+			} else {
+				x.none(k)
+			}
+		}
+	}
+
+	// Nesting deeper than the programs follow.
+	c = e.newRConn(prog)
+	before = e.stats()
+	c.req(resp("LRANGE", "deep", "0", "-1"))
+	c.rep([]byte(strings.Repeat("*1\r\n", 9) + bulkS("x")))
+	if d := un(before, UnattrDepth); d != 9*4+7 {
+		t.Errorf("%d bytes unattributed for depth, want the reply's %d", d, 9*4+7)
+	}
+	x.none("deep")
+
+	// After SUBSCRIBE, replies answer no request.
+	c = e.newRConn(prog)
+	before = e.stats()
+	c.req(append(resp("SUBSCRIBE", "ch"), resp("GET", "sub")...))
+	c.rep([]byte("*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n" + "*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$3\r\nsub\r\n"))
+	if d := un(before, UnattrDead); d == 0 {
+		t.Errorf("no bytes unattributed after SUBSCRIBE")
+	}
+	x.none("sub")
+
+	x.check(t, e.bcounts())
+	st := e.stats()
+	t.Logf("stats: %+v", st)
+	checkReplyTotals(t, st)
+}
+
+// checkReplyTotals: every reply byte once: attributed, to no key by
+// reason, or a duplicate.
+func checkReplyTotals(t *testing.T, st KernelStats) {
+	t.Helper()
+	sum := st.ReplyAttr + st.ReplyDuplicate
+	for _, v := range st.Unattributed {
+		sum += v
+	}
+	if sum != st.ReplyBytes {
+		t.Errorf("reply bytes %d, attributed %d + duplicate %d + unattributed %v = %d", st.ReplyBytes, st.ReplyAttr, st.ReplyDuplicate, st.Unattributed, sum)
 	}
 }
