@@ -454,3 +454,172 @@ func checkReplyTotals(t *testing.T, st KernelStats) {
 		t.Errorf("reply bytes %d, attributed %d + duplicate %d + unattributed %v = %d", st.ReplyBytes, st.ReplyAttr, st.ReplyDuplicate, st.Unattributed, sum)
 	}
 }
+
+// TestKernelReplyBytesRandom: random pipelines of reads, multi-key reads,
+// writes and pings with random RESP2/RESP3 replies (values up to 6 KB,
+// nil, errors, integers, arrays, maps, sets, pushes between replies,
+// attributes before them) cut at random offsets. Each bucket must hold
+// exactly the kernel's rule (a reply's bytes, rounded up, for each of its
+// read keys; an MGET element its bytes and the array header), and at
+// least what user space attributes to its keys on the same bytes.
+func TestKernelReplyBytesRandom(t *testing.T) {
+	e := openKCBytes(t)
+	for _, pname := range []string{"tc", "xdp"} {
+		prog := progsKC(e.objs)[pname]
+		t.Run(pname, func(t *testing.T) {
+			e.t = t
+			rng := rand.New(rand.NewPCG(7, uint64(len(pname))))
+			model := map[int]uint64{} // bucket: units by the kernel's rule
+			var conns []*rconn
+			var keys []string
+			nk := 0
+			key := func() string {
+				nk++
+				k := fmt.Sprintf("%s:k%d", pname, nk)
+				keys = append(keys, k)
+				return k
+			}
+			bulkN := func() string {
+				switch rng.IntN(6) {
+				case 0:
+					return "$-1\r\n"
+				case 1:
+					return "_\r\n"
+				case 2:
+					return bulkS(strings.Repeat("b", rng.IntN(6000)))
+				default:
+					return bulkS(strings.Repeat("s", rng.IntN(100)))
+				}
+			}
+			push := ">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\na\r\n"
+			for range 6 {
+				c := e.newRConn(prog)
+				conns = append(conns, c)
+				for range 8 {
+					var req, rep []byte
+					for range 1 + rng.IntN(20) {
+						var attr string
+						if rng.IntN(8) == 0 {
+							attr = "|1\r\n+ttl\r\n:3\r\n"
+						}
+						if rng.IntN(8) == 0 {
+							rep = append(rep, push...)
+						}
+						var r string
+						var ks []string
+						pe := false
+						switch rng.IntN(8) {
+						case 0: // MGET
+							n := 1 + rng.IntN(5)
+							args := []string{"MGET"}
+							for range n {
+								ks = append(ks, key())
+							}
+							req = append(req, resp(append(args, ks...)...)...)
+							if rng.IntN(6) == 0 {
+								r = "-ERR busy\r\n"
+								break
+							}
+							pe = true
+							hdr := attr + fmt.Sprintf("*%d\r\n", n)
+							r = hdr
+							for _, k := range ks {
+								el := bulkN()
+								r += el
+								model[bucketOf(0, k)] += units(uint64(len(el) + len(hdr)))
+							}
+						case 1: // EXISTS of several keys: the whole reply to each
+							n := 1 + rng.IntN(4)
+							for range n {
+								ks = append(ks, key())
+							}
+							req = append(req, resp(append([]string{"EXISTS"}, ks...)...)...)
+							r = fmt.Sprintf(":%d\r\n", rng.IntN(n+1))
+						case 2: // HGETALL: RESP2 array or RESP3 map
+							ks = []string{key()}
+							req = append(req, resp("HGETALL", ks[0])...)
+							m := rng.IntN(4)
+							if rng.IntN(2) == 0 {
+								r = fmt.Sprintf("*%d\r\n", 2*m)
+							} else {
+								r = fmt.Sprintf("%%%d\r\n", m)
+							}
+							for range 2 * m {
+								r += bulkN()
+							}
+						case 3: // SMEMBERS: a RESP3 set
+							ks = []string{key()}
+							req = append(req, resp("SMEMBERS", ks[0])...)
+							m := rng.IntN(4)
+							r = fmt.Sprintf("~%d\r\n", m)
+							for range m {
+								r += "+member\r\n"
+							}
+						case 4:
+							req = append(req, resp("SET", key(), "v")...)
+							r = "+OK\r\n"
+						case 5:
+							req = append(req, resp("PING")...)
+							r = "+PONG\r\n"
+						default:
+							ks = []string{key()}
+							req = append(req, resp("GET", ks[0])...)
+							r = bulkN()
+							if rng.IntN(10) == 0 {
+								r = "-ERR " + strings.Repeat("e", rng.IntN(80)) + "\r\n"
+							}
+						}
+						if !pe {
+							r = attr + r
+							for _, k := range ks {
+								model[bucketOf(0, k)] += units(uint64(len(r)))
+							}
+						}
+						rep = append(rep, r...)
+					}
+					c.req(req)
+					var cuts []int
+					for n := len(rep); n > 0; {
+						k := 1 + rng.IntN(1400)
+						if rng.IntN(3) == 0 {
+							k = 1 + rng.IntN(8)
+						}
+						cuts = append(cuts, k)
+						n -= k
+					}
+					c.rep(rep, cuts...)
+				}
+			}
+			// User space's attribution per bucket: a lower bound.
+			lo := map[int]uint64{}
+			for _, c := range conns {
+				for name, calls := range c.calls {
+					for _, n := range calls {
+						lo[bucketOf(0, strings.TrimPrefix(name, "0/"))] += units(n)
+					}
+				}
+			}
+			got := e.bcounts()
+			for b, v := range got {
+				if uint64(v) != model[b] {
+					t.Errorf("bucket %d: %d units, want %d", b, v, model[b])
+				}
+				if uint64(v) < lo[b] {
+					t.Errorf("bucket %d: %d units, below user space's %d", b, v, lo[b])
+				}
+			}
+			st := e.stats()
+			checkReplyTotals(t, st)
+			var unattr uint64
+			for r, v := range st.Unattributed {
+				if r != int(UnattrNoKey) && r != int(UnattrPush) {
+					unattr += v
+				}
+			}
+			if unattr != 0 {
+				t.Errorf("unattributed %v", st.Unattributed)
+			}
+			t.Logf("%d keys, %d replies attributed, %d reply bytes", len(keys), st.ReplyReplies, st.ReplyBytes)
+		})
+	}
+}
