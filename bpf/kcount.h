@@ -682,15 +682,20 @@ static __always_inline void kc_rq_cmd(struct kc_st *st, __u8 flags)
 	st->nrq = n + 1;
 }
 
-// kc_rq_key adds a read key of the current Redis command (kc_bytes).
-static __always_inline void kc_rq_key(struct kc_st *st, __u64 h)
+// kc_rq_key adds a read key of the current Redis command (kc_bytes). A
+// global function: inlined, its registers cost the parser's callback a
+// stack slot on the deepest call chain even with kc_bytes off.
+__attribute__((noinline)) int kc_rq_key(struct kc_state *s, __u64 h)
 {
-	if (!kc_bytes || st->proto != 1 || st->rq_over)
-		return;
+	if (!s)
+		return 0;
+	struct kc_st *st = &s->st;
+	if (st->proto != 1 || st->rq_over)
+		return 0;
 	__u32 k = st->rq_keys;
 	if (k >= KC_RQ_NK_MAX) {
 		st->rq_over = 1;
-		return;
+		return 0;
 	}
 	h &= KC_RQ_HASH;
 	if (!h)
@@ -702,13 +707,14 @@ static __always_inline void kc_rq_key(struct kc_st *st, __u64 h)
 		__u32 n = st->nrq;
 		if (n >= KC_RQ_SEG) {
 			st->rq_over = 1;
-			return;
+			return 0;
 		}
 		kc_buf(st)->rq[n & (KC_RQ_SEG - 1)] = h;
 		st->nrq = n + 1;
 	}
 	st->rq_keys = k + 1;
 	*first = (*first & ~((__u64)KC_RQ_NK_MAX << KC_RQ_NK_SHIFT)) | (__u64)(k + 1) << KC_RQ_NK_SHIFT;
+	return 0;
 }
 
 // kc_key handles one key of len bytes at off: a read is queued for the
@@ -732,7 +738,8 @@ static __always_inline int kc_key(struct kc_st *st, __u32 off, __u32 len, int wr
 	}
 	if (loc)
 		st->copy |= KC_COPY_LOCATED;
-	kc_rq_key(st, h);
+	if (kc_bytes)
+		kc_rq_key(kc_buf(st), h);
 	__u32 n = st->nkeys;
 	if (n >= KC_MAX_KEYS) {
 		st->reason = KR_KEYS;
@@ -1521,23 +1528,28 @@ static __always_inline struct kc_rflow *kc_rflow_new(struct skip_key *k, int fre
 	return rf;
 }
 
-// kc_bclear clears part pi of byte-count slot cs (kc_clear for kc_bcounts).
-__attribute__((noinline)) int kc_bclear(__u32 cs, __u32 pi)
+// kc_rflow_syn starts a connection's reply state fresh at its SYN. A
+// global function, so that the packet path's frame keeps nothing for it.
+__attribute__((noinline)) int kc_rflow_syn(struct skip_key *k)
 {
-	__u32 key = cs * KC_PARTS + (pi & (KC_PARTS - 1));
-	struct kc_zero_ctx z = {.part = bpf_map_lookup_elem(&kc_bcounts, &key)};
-	if (z.part)
-		bpf_loop(KC_PART / 128, kc_zero, &z, 0);
+	if (!k)
+		return 0;
+	struct kc_flow *fl = bpf_map_lookup_elem(&kc_flows, k);
+	if (fl && fl->proto == 1)
+		kc_rflow_new(k, 1);
 	return 0;
 }
 
 // kc_badd adds n reply bytes, rounded up to 64-byte units, to the byte
 // bucket of queue entry e on this CPU's slot of the current sub-window.
-// Inlined: a call frame here would put the clearing's bpf_loop callback
-// past the verifier's eight frames (main, kc_reply_*, the step callback,
-// kc_rstep_*, kc_rdone, kc_rpop or kc_relem, kc_bclear, kc_zero).
-static __always_inline void kc_badd(struct kc_state *s, __u64 e, __u64 n)
+// A global function that clears a part itself with a plain loop (no
+// bpf_loop callback, no call): the reply chain (main, kc_reply_*, the step
+// callback, kc_rstep_*, kc_rdone, kc_rpop, here) stays within the
+// verifier's eight frames and 512 bytes of stack.
+__attribute__((noinline)) int kc_badd(struct kc_state *s, __u64 e, __u64 n)
 {
+	if (!s)
+		return 0;
 	__u32 u = n >= (0xffffULL << 6) ? 0xffff : (n + 63) >> 6;
 	__u64 ep = bpf_ktime_get_coarse_ns() / kc_sub_ns;
 	__u32 si = ep % KC_SLOTS;
@@ -1549,20 +1561,27 @@ static __always_inline void kc_badd(struct kc_state *s, __u64 e, __u64 n)
 	}
 	__u32 b = (e >> KC_SHIFT) & (KC_BUCKETS - 1);
 	__u32 pi = b >> KC_PART_BITS;
-	if (!(slot->dirty & (1ULL << pi))) {
-		kc_bclear(cs, pi);
-		slot->dirty |= 1ULL << pi;
-	}
 	__u32 key = cs * KC_PARTS + pi;
 	struct kc_part *part = bpf_map_lookup_elem(&kc_bcounts, &key);
 	if (!part)
-		return;
+		return 0;
+	if (!(slot->dirty & (1ULL << pi))) {
+		// First bytes in this part since the slot was last used.
+		for (__u32 j = 0; j < KC_PART / 64; j++) {
+			__u64 *w = (__u64 *)&part->c[(j * 64) & (KC_PART - 64)];
+#pragma unroll
+			for (int k = 0; k < 16; k++)
+				*(volatile __u64 *)&w[k] = 0; // volatile: not a memset call
+		}
+		slot->dirty |= 1ULL << pi;
+	}
 	__u16 *cp = &part->c[b & (KC_PART - 1)];
 	__u32 v = (__u32)*cp + u;
 	if (v > 0xffff)
 		v = 0xffff;
 	*cp = v;
 	s->stats.runits += u;
+	return 0;
 }
 
 // kc_rq_segment updates the connection's queue after a Redis request
@@ -2115,26 +2134,16 @@ static __always_inline int kc_reply(void *ctx, const int xdp)
 	return 0;
 }
 
-__attribute__((noinline)) int kc_reply_skb(struct __sk_buff *skb)
+// kc_reply_in fills s->rs for reply segment h and frames it (kc_reply).
+static __always_inline int kc_reply_in(void *ctx, const int xdp, struct rec_hdr *h, __u32 pay_off, __u32 avail,
+				       __u32 wire)
 {
-	return kc_reply(skb, 0);
-}
-
-__attribute__((noinline)) int kc_reply_xdp(struct xdp_md *ctx)
-{
-	return kc_reply(ctx, 1);
-}
-
-// kc_reply_handle hands a reply segment to kc_reply (kc_bytes).
-static __always_inline void kc_reply_handle(void *ctx, int xdp, struct rec_hdr *h, __u32 pay_off, __u32 avail,
-					    __u32 wire)
-{
-	if (!wire && !(h->flags & F_SYN))
-		return;
+	if (!h || (!wire && !(h->flags & F_SYN)))
+		return 0;
 	__u32 cpu = kc_cpu();
 	struct kc_state *s = bpf_map_lookup_elem(&kc_scratch, &cpu);
 	if (!s)
-		return;
+		return 0;
 	struct kc_rseg *g = &s->rs;
 	__builtin_memcpy(g->k.saddr, h->daddr, 16);
 	__builtin_memcpy(g->k.daddr, h->saddr, 16);
@@ -2147,10 +2156,31 @@ static __always_inline void kc_reply_handle(void *ctx, int xdp, struct rec_hdr *
 	// Not all in the packet (a capture shorter than the segment): its
 	// headers cannot all be read.
 	g->short_ = avail < wire;
-	if (xdp)
-		kc_reply_xdp(ctx);
-	else
-		kc_reply_skb(ctx);
+	return kc_reply(ctx, xdp);
+}
+
+// kc_reply_skb and kc_reply_xdp hand a reply segment to kc_reply
+// (kc_bytes). Global functions taking what the packet path has at hand
+// (its payload length is found again here): the packet path's frame, on
+// the deepest call chain, keeps nothing more for them.
+__attribute__((noinline)) int kc_reply_skb(struct __sk_buff *skb, struct rec_hdr *h, struct parsed *p)
+{
+	if (!h || !p)
+		return 0;
+	__u32 len = skb->len;
+	__u32 avail = len > p->pay_off ? len - p->pay_off : 0;
+	__u32 wire = p->pay_len == 0xffffffff ? avail : p->pay_len;
+	return kc_reply_in(skb, 0, h, p->pay_off, avail, wire);
+}
+
+__attribute__((noinline)) int kc_reply_xdp(struct xdp_md *ctx, struct rec_hdr *h, struct parsed *p)
+{
+	if (!h || !p)
+		return 0;
+	__u32 len = bpf_xdp_get_buff_len(ctx);
+	__u32 avail = len > p->pay_off ? len - p->pay_off : 0;
+	__u32 wire = p->pay_len == 0xffffffff ? avail : p->pay_len;
+	return kc_reply_in(ctx, 1, h, p->pay_off, avail, wire);
 }
 
 // kc_keep records, after a segment that parsed whole, that the next one
@@ -2316,8 +2346,8 @@ static __always_inline void kc_syn(struct skip_key *k, __u32 seq)
 {
 	struct kc_flow nf = {.next_seq = seq + 1, .synced = 1, .syn = 1, .proto = kc_port_proto(k->dport)};
 	bpf_map_update_elem(&kc_flows, k, &nf, BPF_ANY);
-	if (kc_bytes && nf.proto == 1)
-		kc_rflow_new(k, 1); // pairs from the first reply
+	if (kc_bytes)
+		kc_rflow_syn(k); // pairs from the first reply
 }
 
 // The segment's details are in the scratch map (kc_scratch.in), not
