@@ -26,11 +26,16 @@ import (
 
 func openKCBytes(t testing.TB) *kcEnv {
 	t.Helper()
+	return openKCReply(t, 300*time.Millisecond, true)
+}
+
+func openKCReply(t testing.TB, sub time.Duration, replyBytes bool) *kcEnv {
+	t.Helper()
 	c, objs, rd := openTestConfig(t, Config{Ports: []uint16{6379, 11211}, RingSize: 1 << 20, KernelCount: &KernelCountConfig{Commands: testRedisTable(),
-		SubWindow: 300 * time.Millisecond, Buckets: 4096, Protos: map[uint16]uint8{6379: uint8(decode.ProtoRedis), 11211: uint8(decode.ProtoMemcache)},
-		ReplyBytes: true,
+		SubWindow: sub, Buckets: 4096, Protos: map[uint16]uint8{6379: uint8(decode.ProtoRedis), 11211: uint8(decode.ProtoMemcache)},
+		ReplyBytes: replyBytes,
 	}})
-	return &kcEnv{t: t, c: c, objs: objs, rd: rd, sub: 300 * time.Millisecond, ep0: c.KernelEpoch(), port: 43000}
+	return &kcEnv{t: t, c: c, objs: objs, rd: rd, sub: sub, ep0: c.KernelEpoch(), port: 43000}
 }
 
 // rconn is a connection run through the programs and through the
@@ -620,6 +625,47 @@ func TestKernelReplyBytesRandom(t *testing.T) {
 				t.Errorf("unattributed %v", st.Unattributed)
 			}
 			t.Logf("%d keys, %d replies attributed, %d reply bytes", len(keys), st.ReplyReplies, st.ReplyBytes)
+		})
+	}
+}
+
+// BenchmarkKernelReplyBytes: one op is a -P 16 pipeline of GETs counted in
+// the kernel and its replies (16 values of 32 bytes) in one segment, each
+// a BPF_PROG_TEST_RUN of the TC program; request-ns and reply-ns are the
+// program's run time per segment as the kernel measures it.
+func BenchmarkKernelReplyBytes(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(fmt.Sprintf("reply_bytes=%v", on), func(b *testing.B) {
+			e := openKCReply(b, time.Hour, on)
+			prog := e.objs.HotsniffTcIngress
+			c := e.newConn(srv4, prog, true)
+			var req, rep []byte
+			for i := range 16 {
+				req = append(req, resp("GET", fmt.Sprintf("key:%012d", i))...)
+				rep = append(rep, bulkS(strings.Repeat("v", 32))...)
+			}
+			rseq := uint32(9000)
+			// The programs' own time, as the kernel measures the run
+			// (not the system call and the packet's allocation).
+			var in, out time.Duration
+			run := func(p pkt) time.Duration {
+				_, d, err := prog.Benchmark(p.bytes(), 1, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return d
+			}
+			for b.Loop() {
+				in += run(pkt{src: c.cli, dst: c.srv, flags: 0x18, seq: c.seq, ack: rseq, payload: req})
+				c.seq += uint32(len(req))
+				out += run(pkt{src: c.srv, dst: c.cli, flags: 0x18, seq: rseq, ack: c.seq, payload: rep})
+				rseq += uint32(len(rep))
+			}
+			b.ReportMetric(float64(in.Nanoseconds())/float64(b.N), "request-ns/op")
+			b.ReportMetric(float64(out.Nanoseconds())/float64(b.N), "reply-ns/op")
+			if st := e.stats(); on && st.ReplyReplies < 16*uint64(b.N) {
+				b.Fatalf("%d replies attributed, want %d", st.ReplyReplies, 16*b.N)
+			}
 		})
 	}
 }
