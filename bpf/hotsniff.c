@@ -895,8 +895,18 @@ static __always_inline int sample_skip(struct rec_hdr *h, struct parsed *p)
 // not copied either, a reply record (a FIN, an RST, an anchor) resumes the
 // reply stream (KC_REC_GAP) instead of landing out of the window user
 // space last knew.
-static __always_inline int reply_done(struct parsed *p, struct rec_hdr *h, struct counters *cnt, __u32 wire)
+//
+// With kc_bytes, every reply segment is first framed and paired with the
+// connection's requests (kcount.h, "Reply bytes").
+static __always_inline int reply_done(void *ctx, int xdp, struct parsed *p, struct rec_hdr *h, struct counters *cnt,
+				      __u32 wire)
 {
+	if (kc_on && kc_bytes && p->reply) {
+		if (xdp)
+			kc_reply_xdp(ctx, h, p);
+		else
+			kc_reply_skb(ctx, h, p);
+	}
 	if (!p->reply || replies != REPLIES_OFF)
 		return 0;
 	if (kc_on && !(h->flags & F_SYN))
@@ -1001,7 +1011,7 @@ static __always_inline void handle_skb(struct __sk_buff *skb, __u32 hook)
 	__u32 len = skb->len;
 	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;
 	__u32 wire = p.pay_len == 0xffffffff ? avail : p.pay_len;
-	if (reply_done(&p, &h, cnt, wire))
+	if (reply_done(skb, 0, &p, &h, cnt, wire))
 		return;
 	if (kc_on && !p.reply && kc_handle(skb, 0, &h, p.pay_off, avail, wire))
 		return; // counted here, not needed in user space
@@ -1062,7 +1072,7 @@ int hotsniff_xdp(struct xdp_md *ctx)
 	__u32 len = bpf_xdp_get_buff_len(ctx);
 	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;
 	__u32 wire = p.pay_len == 0xffffffff ? avail : p.pay_len;
-	if (reply_done(&p, &h, cnt, wire))
+	if (reply_done(ctx, 1, &p, &h, cnt, wire))
 		return XDP_PASS;
 	if (kc_on && !p.reply && kc_handle(ctx, 1, &h, p.pay_off, avail, wire))
 		return XDP_PASS;

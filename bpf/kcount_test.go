@@ -5,10 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -553,15 +555,21 @@ func TestKernelCountDuplicateFallback(t *testing.T) {
 // any pipeline depth that fits). The figures are logged for the docs.
 func TestKernelCountVerifier(t *testing.T) {
 	netnstest.RequireRoot(t)
+	for _, bytes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reply_bytes=%v", bytes), func(t *testing.T) { verifyKC(t, bytes) })
+	}
+}
+
+func verifyKC(t *testing.T, replyBytes bool) {
 	spec, err := loadHotsniff()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := setKernelVars(spec, &KernelCountConfig{Commands: testRedisTable(), SubWindow: 100 * time.Millisecond, Buckets: 4096}, 2); err != nil {
+	if err := setKernelVars(spec, &KernelCountConfig{Commands: testRedisTable(), SubWindow: 100 * time.Millisecond, Buckets: 4096, ReplyBytes: replyBytes}, 2); err != nil {
 		t.Fatal(err)
 	}
 	re := regexp.MustCompile(`processed (\d+) insns`)
-	for name := range spec.Programs {
+	for _, name := range slices.Sorted(maps.Keys(spec.Programs)) {
 		if !strings.HasPrefix(name, "hotsniff_") {
 			continue
 		}
@@ -770,7 +778,7 @@ func BenchmarkReadKernelSlot(b *testing.B) {
 			dst[i] = 0
 		}
 		var err error
-		if idx, err = e.c.readKernelSlot(ep, dst, idx[:0]); err != nil {
+		if idx, err = e.c.readKernelSlot(ep, dst, idx[:0], e.c.kcReads()); err != nil {
 			b.Fatal(err)
 		}
 	}
