@@ -306,6 +306,12 @@ func (c *Capture) initKernelMaps() error {
 // KernelCounting reports whether the programs count in the kernel.
 func (c *Capture) KernelCounting() bool { return c.cfg.KernelCount != nil }
 
+// KernelReplyBytes reports whether the programs count reply bytes too
+// (KernelCountConfig.ReplyBytes).
+func (c *Capture) KernelReplyBytes() bool {
+	return c.cfg.KernelCount != nil && c.cfg.KernelCount.ReplyBytes
+}
+
 // KernelEpoch is the index of the current sub-window of kernel counts
 // (CLOCK_MONOTONIC_COARSE / SubWindow). The programs read the same coarse
 // clock (bpf_ktime_get_coarse_ns: the tick's time, no clock-source read,
