@@ -2076,38 +2076,47 @@ static __always_inline int kc_reply(void *ctx, const int xdp)
 	if (!len)
 		return 0;
 	rf->rep_ns = bpf_ktime_get_ns();
-	if (rf->dead) {
-		cnt->unattr[KU_DEAD] += len;
-		return 0;
-	}
-	if (!rf->csynced) {
-		cnt->unattr[KU_UNSYNCED] += len;
-		return 0;
-	}
+	// Sequence first, paired or not: a segment seen again is counted
+	// once, and a value's bytes still to come were counted with their
+	// reply, whatever happens after it.
+	int paired = rf->csynced && !rf->dead;
 	if (rf->rseq_ok && g->seq != rf->rseq) {
 		if ((__s32)(g->seq + len - rf->rseq) <= 0) {
 			cnt->rdup += len; // seen before: counted then
 			return 0;
 		}
-		cnt->unattr[KU_GAP] += len + kc_rpartial(rf);
-		rf->csynced = 0;
-		rf->lost = 1;
+		// Bytes missing before this segment: what was framed of
+		// the reply at hand, and this segment, go to no key.
+		if (paired) {
+			cnt->unattr[KU_GAP] += len + kc_rpartial(rf);
+			rf->csynced = 0;
+			rf->lost = 1;
+		} else {
+			cnt->unattr[rf->dead ? KU_DEAD : KU_UNSYNCED] += len;
+		}
+		rf->skip = 0;
+		rf->rseq = g->seq + len;
 		return 0;
 	}
 	rf->rseq = g->seq + len;
 	rf->rseq_ok = 1;
-	if (g->short_) {
-		cnt->unattr[KU_LOAD] += len + kc_rpartial(rf);
-		rf->csynced = 0;
-		rf->lost = 1;
-		return 0;
-	}
 	if (rf->skip >= len) {
 		rf->skip -= len;
 		return 0;
 	}
-	g->pos = rf->skip;
+	__u32 from = rf->skip;
 	rf->skip = 0;
+	if (!paired) {
+		cnt->unattr[rf->dead ? KU_DEAD : KU_UNSYNCED] += len - from;
+		return 0;
+	}
+	if (g->short_) {
+		cnt->unattr[KU_LOAD] += len - from + kc_rpartial(rf);
+		rf->csynced = 0;
+		rf->lost = 1;
+		return 0;
+	}
+	g->pos = from;
 	g->stop = 0;
 	g->partial = 0;
 	struct kc_rloop l = {.ctx = ctx, .s = s, .rf = rf};
