@@ -1735,7 +1735,7 @@ static __always_inline __u64 kc_rentry(struct kc_rflow *rf, __u32 i)
 }
 
 // kc_rpeek: whether the reply to the command at the queue's head is per
-// element (MGET) with n elements.
+// element (MGET) with n elements (n 0: with any count).
 __attribute__((noinline)) int kc_rpeek(struct kc_rflow *rf, __u32 n)
 {
 	if (!rf)
@@ -1744,7 +1744,7 @@ __attribute__((noinline)) int kc_rpeek(struct kc_rflow *rf, __u32 n)
 	if (t == *(volatile __u32 *)&rf->head)
 		return 0;
 	__u64 e = kc_rentry(rf, t);
-	return (e & KC_RQ_FIRST) && (e & KC_RQ_PE) && ((e >> KC_RQ_NK_SHIFT) & KC_RQ_NK_MAX) == n;
+	return (e & KC_RQ_FIRST) && (e & KC_RQ_PE) && (!n || ((e >> KC_RQ_NK_SHIFT) & KC_RQ_NK_MAX) == n);
 }
 
 // kc_relem gives an MGET element its bytes and the array header's (an
@@ -1987,8 +1987,13 @@ static __always_inline int kc_rstep(void *ctx, const int xdp, struct kc_state *s
 	}
 	if (t == '%' || t == '|')
 		v *= 2;
-	if (v <= 0)
+	if (v <= 0) {
+		// An empty or null array answering an MGET gives its keys
+		// nothing, as in user space (no element per key).
+		if (!rf->depth && t == '*')
+			rf->pe = kc_rpeek(rf, 0);
 		return kc_rfin(s, kc_rdone(s, rf));
+	}
 	if (!rf->depth) {
 		rf->push = t == '>';
 		rf->attr_top = t == '|';

@@ -681,7 +681,7 @@ func FuzzKernelReplyBytes(f *testing.F) {
 		{"\x01\x02\x00", "*2\r\n" + bulkS("x") + "$-1\r\n" + "+OK\r\n" + bulkS("y")},
 		{"\x03\x04", "%1\r\n+a\r\n:1\r\n+PONG\r\n"},
 		{"\x00\x05\x00", bulkS("1") + ":2\r\n" + ">1\r\n+x\r\n" + bulkS("3")},
-		{"\x00\x06\x00", bulkS("1") + "*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n" + bulkS("2")},
+		{"\x00\xff\x00", bulkS("1") + "*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n" + bulkS("2")},
 		{"\x00", "*99999999999\r\n$-7\r\n%-1\r\n|0\r\n>0\r\n"},
 		{"\x00\x00", "|1\r\n+ttl\r\n:3\r\n" + bulkS(strings.Repeat("v", 300)) + "-ERR x\r\n"},
 	} {
@@ -692,18 +692,23 @@ func FuzzKernelReplyBytes(f *testing.F) {
 		if len(cmds) == 0 || len(cmds) > 64 || len(rep) == 0 || len(rep) > 8000 {
 			return
 		}
+		if env.port > 65000 {
+			env.port = 43000 // before the copy: ports must not wrap onto a cache port
+		}
 		e := *env
 		e.t = t
 		prog := e.objs.HotsniffTcIngress
-		if env.port > 65000 {
-			env.port = 43000
-		}
 		c := e.newRConn(prog)
 		env.port = e.port
 		var req []byte
 		for i, b := range cmds {
 			k := fmt.Sprintf("z%d", i)
-			switch b % 7 {
+			if b == 0xff {
+				b = 6 // SUBSCRIBE: rare, or most inputs would end pairing
+			} else {
+				b %= 6
+			}
+			switch b {
 			case 0:
 				req = append(req, resp("GET", k)...)
 			case 1:
@@ -756,13 +761,14 @@ func FuzzKernelReplyBytes(f *testing.F) {
 		for r := range after.Unattributed {
 			d += after.Unattributed[r] - before.Unattributed[r]
 		}
-		// A reply still being framed at the end is counted when it
-		// completes, and one whose value is still to come is counted
-		// whole (its bytes still to skip too, as user space does): all
-		// are counted once exactly when user space counted the bytes
-		// sent, and never more than it or they.
+		// Never counted twice: a reply still being framed at the end
+		// is counted only when it completes, and one whose value is
+		// still to come is counted whole (the bytes still to skip too,
+		// as user space does), so the count is at most the bytes sent
+		// or user space's count. (Exactness on whole streams: the
+		// tests above, checkReplyTotals.)
 		got := after.ReplyBytes - before.ReplyBytes
-		if got != uint64(len(rep)) || d > max(got, c.us.S.Total) || (c.us.S.Total == got && d != got) {
+		if got != uint64(len(rep)) || d > max(got, c.us.S.Total) {
 			t.Fatalf("reply bytes %d (sent %d, user space counted %d), counted once each: %d (client %v; stats before %+v after %+v)", got, len(rep), c.us.S.Total, d, c.cli, before, after)
 		}
 	})
