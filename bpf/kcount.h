@@ -1735,7 +1735,7 @@ static __always_inline __u64 kc_rentry(struct kc_rflow *rf, __u32 i)
 }
 
 // kc_rpeek: whether the reply to the command at the queue's head is per
-// element (MGET) with n elements.
+// element (MGET) with n elements (n 0: with any count).
 __attribute__((noinline)) int kc_rpeek(struct kc_rflow *rf, __u32 n)
 {
 	if (!rf)
@@ -1744,7 +1744,7 @@ __attribute__((noinline)) int kc_rpeek(struct kc_rflow *rf, __u32 n)
 	if (t == *(volatile __u32 *)&rf->head)
 		return 0;
 	__u64 e = kc_rentry(rf, t);
-	return (e & KC_RQ_FIRST) && (e & KC_RQ_PE) && ((e >> KC_RQ_NK_SHIFT) & KC_RQ_NK_MAX) == n;
+	return (e & KC_RQ_FIRST) && (e & KC_RQ_PE) && (!n || ((e >> KC_RQ_NK_SHIFT) & KC_RQ_NK_MAX) == n);
 }
 
 // kc_relem gives an MGET element its bytes and the array header's (an
@@ -1987,8 +1987,13 @@ static __always_inline int kc_rstep(void *ctx, const int xdp, struct kc_state *s
 	}
 	if (t == '%' || t == '|')
 		v *= 2;
-	if (v <= 0)
+	if (v <= 0) {
+		// An empty or null array answering an MGET gives its keys
+		// nothing, as in user space (no element per key).
+		if (!rf->depth && t == '*')
+			rf->pe = kc_rpeek(rf, 0);
 		return kc_rfin(s, kc_rdone(s, rf));
+	}
 	if (!rf->depth) {
 		rf->push = t == '>';
 		rf->attr_top = t == '|';
@@ -2076,38 +2081,47 @@ static __always_inline int kc_reply(void *ctx, const int xdp)
 	if (!len)
 		return 0;
 	rf->rep_ns = bpf_ktime_get_ns();
-	if (rf->dead) {
-		cnt->unattr[KU_DEAD] += len;
-		return 0;
-	}
-	if (!rf->csynced) {
-		cnt->unattr[KU_UNSYNCED] += len;
-		return 0;
-	}
+	// Sequence first, paired or not: a segment seen again is counted
+	// once, and a value's bytes still to come were counted with their
+	// reply, whatever happens after it.
+	int paired = rf->csynced && !rf->dead;
 	if (rf->rseq_ok && g->seq != rf->rseq) {
 		if ((__s32)(g->seq + len - rf->rseq) <= 0) {
 			cnt->rdup += len; // seen before: counted then
 			return 0;
 		}
-		cnt->unattr[KU_GAP] += len + kc_rpartial(rf);
-		rf->csynced = 0;
-		rf->lost = 1;
+		// Bytes missing before this segment: what was framed of
+		// the reply at hand, and this segment, go to no key.
+		if (paired) {
+			cnt->unattr[KU_GAP] += len + kc_rpartial(rf);
+			rf->csynced = 0;
+			rf->lost = 1;
+		} else {
+			cnt->unattr[rf->dead ? KU_DEAD : KU_UNSYNCED] += len;
+		}
+		rf->skip = 0;
+		rf->rseq = g->seq + len;
 		return 0;
 	}
 	rf->rseq = g->seq + len;
 	rf->rseq_ok = 1;
-	if (g->short_) {
-		cnt->unattr[KU_LOAD] += len + kc_rpartial(rf);
-		rf->csynced = 0;
-		rf->lost = 1;
-		return 0;
-	}
 	if (rf->skip >= len) {
 		rf->skip -= len;
 		return 0;
 	}
-	g->pos = rf->skip;
+	__u32 from = rf->skip;
 	rf->skip = 0;
+	if (!paired) {
+		cnt->unattr[rf->dead ? KU_DEAD : KU_UNSYNCED] += len - from;
+		return 0;
+	}
+	if (g->short_) {
+		cnt->unattr[KU_LOAD] += len - from + kc_rpartial(rf);
+		rf->csynced = 0;
+		rf->lost = 1;
+		return 0;
+	}
+	g->pos = from;
 	g->stop = 0;
 	g->partial = 0;
 	struct kc_rloop l = {.ctx = ctx, .s = s, .rf = rf};
