@@ -44,9 +44,11 @@ type Segment struct {
 	// segment's reads in their bucket counts (in-kernel counting): the
 	// detector takes them to its later stages only.
 	KernelCounted bool
-	// Replies says, on a request segment, what the capture does with the
-	// replies of its connection (in-kernel counting with reply bytes);
-	// RepliesAsCaptured elsewhere.
+	// Replies says what the capture does with the replies of the
+	// segment's connection (in-kernel counting with reply bytes): on a
+	// request segment any of the values, on a reply only RepliesUnframed
+	// (the capture could not deliver a reply it framed); RepliesAsCaptured
+	// otherwise.
 	Replies ReplyFraming
 	// SampleLevel is the flow sampling in effect when the segment was
 	// copied: about 2^(-SampleLevel/16) of the connections are seen

@@ -516,14 +516,11 @@ func (c *Config) validate(fs *pflag.FlagSet, fromFile map[string]bool) error {
 		// no reply bytes reach keys, and a reply-bytes threshold would be
 		// silently off (AF_PACKET copies whole packets and ignores it).
 		if has(SecDetect) && !k.KernelCounting() && !k.Replies && k.ReplyCopy == 0 && bpf.Mode(k.Mode) != bpf.ModeAFPacket {
-			if set := hotBytesSet(c.Detect.Config); set != "" {
+			if set := HotBytesSet(c.Detect.Config); set != "" {
 				return errorf("--reply-copy 0 copies no reply payload, so %s would never make a key hot: remove --reply-copy 0 (the default copies reply heads) or the reply-bytes threshold", set)
 			}
 		}
 		if has(SecDetect) && k.KernelCounting() {
-			if set := hotBytesSet(c.Detect.Config); set != "" {
-				return errorf("--kernel-count does not attribute reply bytes to keys, so %s would never make a key hot: remove --hot-bytes (and hot-bytes from the rules) or set --kernel-count=false", set)
-			}
 			if c.Detect.Detector == detect.DetectorTair {
 				return errorf("--kernel-count needs the default detector, not %q: remove --detector or set --kernel-count=false", c.Detect.Detector)
 			}
@@ -547,14 +544,24 @@ func (c *Config) validate(fs *pflag.FlagSet, fromFile map[string]bool) error {
 					return errorf("--kernel-count counts at most %d reads per bucket in a %s sub-window: a threshold of %s/s needs a shorter --window, or --kernel-count=false",
 						bpf.KernelMaxBucketCount, sub, strconv.FormatFloat(top, 'f', -1, 64))
 				}
+				// The same for reply bytes, counted in units of
+				// bpf.KernelByteUnit.
+				btop := c.Detect.HotBytes
+				for _, r := range c.Detect.Rules {
+					btop = max(btop, r.HotBytes)
+				}
+				if limit := float64(bpf.KernelMaxBucketCount * bpf.KernelByteUnit); btop*sub.Seconds() >= limit {
+					return errorf("--kernel-count counts at most %s reply bytes per bucket in a %s sub-window: a reply-bytes threshold of %s/s needs a shorter --window, or --kernel-count=false",
+						strconv.FormatFloat(limit, 'f', -1, 64), sub, strconv.FormatFloat(btop, 'f', -1, 64))
+				}
 			}
 		}
 	}
 	return nil
 }
 
-// hotBytesSet names the first reply-bytes threshold c sets, "" when none.
-func hotBytesSet(c detect.Config) string {
+// HotBytesSet names the first reply-bytes threshold c sets, "" when none.
+func HotBytesSet(c detect.Config) string {
 	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	if c.HotBytes > 0 {
 		return "--hot-bytes " + num(c.HotBytes)

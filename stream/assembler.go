@@ -308,11 +308,14 @@ func (a *Assembler) Add(seg *capture.Segment) {
 				a.resume(fl, h, seq)
 			}
 			fl.f.KernelCounted = seg.KernelCounted
-			if q := fl.f.Pending; q != nil && dir == decode.ToServer {
-				switch seg.Replies {
-				case capture.RepliesFramedFrom:
+			if q := fl.f.Pending; q != nil {
+				// What the capture says of the connection's replies (in-kernel
+				// counting with reply bytes): pairing starts on a request,
+				// and stops on a request or a reply.
+				switch {
+				case seg.Replies == capture.RepliesFramedFrom && dir == decode.ToServer:
 					q.Align()
-				case capture.RepliesUnframed:
+				case seg.Replies == capture.RepliesUnframed:
 					q.Unframed()
 				}
 			}
