@@ -505,10 +505,10 @@ func (c *Config) validate(fs *pflag.FlagSet, fromFile map[string]bool) error {
 		if math.IsNaN(k.MaxCPU) || k.MaxCPU < 0 || k.MaxCPU > 1024 {
 			return errorf("--max-cpu %g: want a share of one core such as 0.05 (5 %%), or 0 for no budget", k.MaxCPU)
 		}
-		// With kernel counting the programs copy no replies (a reply of a
-		// request kept in the kernel would pair with the wrong request), so
-		// --capture-replies and a reply-bytes threshold would be silently
-		// off: refused here, where --config-check sees them too.
+		// With kernel counting the programs copy no reply but those of the
+		// requests they copy (a reply of a request kept in the kernel would
+		// pair with the wrong request), so --capture-replies would be
+		// silently off: refused here, where --config-check sees it too.
 		if k.KernelCounting() && k.Replies {
 			return errorf("--kernel-count copies no replies, so --capture-replies would do nothing: remove one of them")
 		}
