@@ -92,7 +92,38 @@ const (
 	// replies are off, so that user space can confirm the requests of a
 	// connection joined mid-stream (the server acknowledges them).
 	RecAnchor = 4
+	// RecFramed (on a request record, with reply bytes counted in the
+	// kernel): the programs frame the connection's replies and copy
+	// exactly those answering the requests they copy. RecFramedFrom adds
+	// that no request copied before this one is answered by a copied
+	// reply (pairing starts here); RecUnframed, that the programs lost the
+	// framing and copy no reply until a RecFramedFrom.
+	RecFramed     = 8
+	RecFramedFrom = 16
+	RecUnframed   = 32
 )
+
+// Reply framing of a request record (Record.Replies), as
+// capture.ReplyFraming numbers it.
+const (
+	RepliesAsCaptured uint8 = iota
+	RepliesFramed
+	RepliesFramedFrom
+	RepliesUnframed
+)
+
+// replyFraming is the reply framing kernel flags kf say.
+func replyFraming(kf uint32) uint8 {
+	switch {
+	case kf&RecUnframed != 0:
+		return RepliesUnframed
+	case kf&RecFramedFrom != 0:
+		return RepliesFramedFrom
+	case kf&RecFramed != 0:
+		return RepliesFramed
+	}
+	return RepliesAsCaptured
+}
 
 // KernelCountConfig turns on in-kernel counting.
 type KernelCountConfig struct {
@@ -274,6 +305,12 @@ func (c *Capture) initKernelMaps() error {
 
 // KernelCounting reports whether the programs count in the kernel.
 func (c *Capture) KernelCounting() bool { return c.cfg.KernelCount != nil }
+
+// KernelReplyBytes reports whether the programs count reply bytes too
+// (KernelCountConfig.ReplyBytes).
+func (c *Capture) KernelReplyBytes() bool {
+	return c.cfg.KernelCount != nil && c.cfg.KernelCount.ReplyBytes
+}
 
 // KernelEpoch is the index of the current sub-window of kernel counts
 // (CLOCK_MONOTONIC_COARSE / SubWindow). The programs read the same coarse
