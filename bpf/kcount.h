@@ -1659,29 +1659,27 @@ __attribute__((noinline)) int kc_rq_segment(struct kc_state *s, int ok)
 	// user space is told to stop pairing (KC_REC_UNFRAMED) and the next
 	// copied segment that pushes says where pairing starts again.
 	int copied = !ok || s->st.copy;
-	if (copied) {
-		s->in.frec = KC_REC_UNFRAMED;
-		rf->announced = 0;
-	}
+	if (copied)
+		s->in.frec = KC_REC_UNFRAMED; // until pushed below
 	if (!ok || s->st.rq_over) {
 		if (rf->psynced)
 			cnt->rq_lost++;
 		rf->psynced = 0;
-		return 0;
+		goto out;
 	}
 	if (rf->dead)
-		return 0;
+		goto out;
 	if (s->st.rq_dead) {
 		// Replies no longer answer requests one to one (user space:
 		// replyParser.dead); the replies before it are lost too.
 		rf->dead = 1;
-		return 0;
+		goto out;
 	}
 	if (!rf->psynced || rf->lost) {
 		__u64 rep = *(volatile __u64 *)&rf->rep_ns;
 		if (now - prev < KC_QUIET_NS || now - rep < KC_QUIET_NS) {
 			cnt->rq_wait++;
-			return 0;
+			goto out;
 		}
 		rf->announced = 0;
 		// Quiet both ways: every reply before has been seen, so this
@@ -1696,7 +1694,7 @@ __attribute__((noinline)) int kc_rq_segment(struct kc_state *s, int ok)
 	}
 	__u32 n = s->st.nrq;
 	if (!n)
-		return 0;
+		goto out;
 	__u32 head = rf->head;
 	// The room left, from the consumer's tail (or the start it has yet
 	// to take up): read racily, it can only be behind, so the room only
@@ -1705,7 +1703,7 @@ __attribute__((noinline)) int kc_rq_segment(struct kc_state *s, int ok)
 	if (head - tail + n > KC_RQ || n > KC_RQ_SEG) {
 		cnt->rq_full++;
 		rf->psynced = 0;
-		return 0;
+		goto out;
 	}
 	__u64 cbit = 0;
 	if (copied) {
@@ -1741,6 +1739,9 @@ __attribute__((noinline)) int kc_rq_segment(struct kc_state *s, int ok)
 	}
 	// Publish: the entries are visible before head moves (see above).
 	__sync_fetch_and_add(&rf->head, n);
+out:
+	if (s->in.frec == KC_REC_UNFRAMED)
+		rf->announced = 0; // the next copied segment that pushes says where pairing starts
 	return 0;
 }
 
