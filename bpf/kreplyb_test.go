@@ -215,7 +215,7 @@ func TestKernelReplyRecords(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	val := func(n int) string { return strings.Repeat("v", n) }
 	cutsets := map[string]func(n int) []int{
-		"whole": func(n int) []int { return every(n, 1400) }, // a test packet's most
+		"whole":  func(n int) []int { return every(n, 1400) }, // a test packet's most
 		"every1": func(n int) []int { return every(n, 1) },
 		"every7": func(n int) []int { return every(n, 7) },
 		"random": func(n int) []int {
@@ -352,7 +352,7 @@ func TestKernelReplyRecordsFailures(t *testing.T) {
 			if len(recs) != 1 || replyFraming(recs[0].kernel) != RepliesFramedFrom || recs[0].kernel&RecGap == 0 {
 				t.Errorf("request after the shed one: %+v, want one FRAMED_FROM record resuming the stream", recs)
 			}
-			b.rep([]byte(bulkS("zero") + bulkS("one-one") + bulkS("cold-value") + bulkS("two-two-two")), 3, 5, 40)
+			b.rep([]byte(bulkS("zero")+bulkS("one-one")+bulkS("cold-value")+bulkS("two-two-two")), 3, 5, 40)
 			// hot0's reply came after the shed request: not copied (its
 			// bytes unattributed); hot1's never; hot2's exactly.
 			b.check(hot[:3], map[string]bool{hot[2]: true})
