@@ -323,6 +323,9 @@ func TestKernelReplyRecordsFailures(t *testing.T) {
 			if got != 8 {
 				t.Errorf("%d of 10 copied replies attributed, want the 8 the list holds", got)
 			}
+			if st := e.stats(); st.ReplyCopyFailed == 0 {
+				t.Errorf("no copy failure counted: %+v", st)
+			}
 			// The next copied request starts pairing afresh.
 			recs := b.req(resp("GET", hot[10]))
 			if len(recs) != 1 || replyFraming(recs[0].kernel) != RepliesFramedFrom {
@@ -358,6 +361,9 @@ func TestKernelReplyRecordsFailures(t *testing.T) {
 			b.check(hot[:3], map[string]bool{hot[2]: true})
 			if n := b.rec.S.Bytes[replytest.Name(0, []byte(hot[1]))]; n != 0 {
 				t.Errorf("shed request's key got %d bytes", n)
+			}
+			if st := e.stats(); st.RequestsUnsent == 0 {
+				t.Errorf("no unsent request counted")
 			}
 		})
 	}
