@@ -908,7 +908,7 @@ static __always_inline int sample_skip(struct rec_hdr *h, struct parsed *p)
 		h->flags &= ~(F_SYN | F_FIN | F_RST);                                            \
 		h->pad2 = g->flags;                                                              \
 		h->missing = 0;                                                                  \
-		h->ts = bpf_ktime_get_ns();                                                      \
+		h->ts = s->rs.ts; /* kcount.h kc_reply_in */                                     \
 		__u32 done = 0;                                                                  \
 		for (int i = 0; i < MAX_CHUNKS; i++) {                                           \
 			if (done >= n)                                                           \

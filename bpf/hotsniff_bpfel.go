@@ -246,9 +246,10 @@ type hotsniffKcState struct {
 		}
 		_  [4]byte
 		Rh hotsniffRecHdr
+		Ts uint64
 	}
 	Rq [256]uint64
-	_  [2328]byte
+	_  [2320]byte
 }
 
 type hotsniffKcStats struct {

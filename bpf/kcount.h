@@ -501,6 +501,7 @@ struct kc_rseg {
 	__u8 buf[64];  // the bytes being looked at (a header, a line chunk)
 	struct kc_rrange rr[KC_RR];
 	struct rec_hdr rh; // the reply record being emitted (not on the stack)
+	__u64 ts;          // the reply records' time: taken before the framer reads cfrom
 };
 
 // A queue entry (kc_rflow.q, kc_state.rq) is a u64: bits 10-63 are the
@@ -2505,6 +2506,12 @@ static __always_inline int kc_reply_in(void *ctx, const int xdp, struct rec_hdr 
 	__builtin_memcpy(g->k.daddr, h->saddr, 16);
 	g->k.sport = h->dport;
 	g->k.dport = h->sport;
+	// The reply records' time, taken before the framer reads the
+	// request side's cfrom: a reply copied under the cfrom before an
+	// announcement is stamped before the announcing request record
+	// (stamped after its kc_handle wrote cfrom), so user space, merging
+	// the CPUs' rings by time, sees it before the Align, never after.
+	g->ts = bpf_ktime_get_ns();
 	g->seq = h->seq;
 	g->len = wire;
 	g->pay_off = pay_off;
