@@ -247,6 +247,10 @@ func TestKernelReplyRecords(t *testing.T) {
 					{resp("GET", "f"), bulkS(val(400)), false},
 					{resp("GET", "big"), bulkS(val(1000)), true},
 					{resp("GET", "g"), bulkS(val(3)), false},
+					// An attribute goes with the reply it precedes.
+					{resp("GET", "hot"), "|1\r\n+ttl\r\n:5\r\n" + bulkS(val(15)), true},
+					{resp("GET", "h"), "|1\r\n+ttl\r\n:6\r\n" + bulkS(val(16)), false},
+					{resp("GET", "hot2"), bulkS(val(17)), true},
 				}
 				var replies string
 				for i, s := range segs {
