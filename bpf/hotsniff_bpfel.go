@@ -87,38 +87,50 @@ type hotsniffKcPart struct {
 }
 
 type hotsniffKcRflow struct {
-	_       structs.HostLayout
-	Head    uint32
-	Gen     uint32
-	Start   uint32
-	Psynced uint8
-	Dead    uint8
-	Ppad    [2]uint8
-	ReqNs   uint64
-	Pline   [40]uint8
-	Tail    uint32
-	Cgen    uint32
-	Rseq    uint32
-	Elem    uint32
-	RepNs   uint64
-	Skip    uint64
-	Bytes   uint64
-	ElemAt  uint64
-	Hdr     uint64
-	Csynced uint8
-	Lost    uint8
-	RseqOk  uint8
-	Depth   uint8
-	Line    uint8
-	Hlen    uint8
-	Push    uint8
-	Attr    uint8
-	AttrTop uint8
-	Pe      uint8
-	Cpad    [6]uint8
-	Hbuf    [16]uint8
-	Stack   [8]uint32
-	Q       [256]uint64
+	_          structs.HostLayout
+	Head       uint32
+	Gen        uint32
+	Start      uint32
+	Psynced    uint8
+	Dead       uint8
+	Announced  uint8
+	Cok        uint8
+	ReqNs      uint64
+	Cfrom      uint32
+	Ann        uint32
+	RfailsSeen uint32
+	Pline      [28]uint8
+	Tail       uint32
+	Cgen       uint32
+	Rseq       uint32
+	Elem       uint32
+	RepNs      uint64
+	Skip       uint64
+	Bytes      uint64
+	ElemAt     uint64
+	Hdr        uint64
+	Csynced    uint8
+	Lost       uint8
+	RseqOk     uint8
+	Depth      uint8
+	Line       uint8
+	Hlen       uint8
+	Push       uint8
+	Attr       uint8
+	AttrTop    uint8
+	Pe         uint8
+	Ccopy      uint8
+	Cskip      uint8
+	Rbad       uint8
+	Cpad       [3]uint8
+	Rfails     uint32
+	RbadAnn    uint32
+	Cnext      uint32
+	CnextOk    uint8
+	Cpad2      [3]uint8
+	Hbuf       [16]uint8
+	Stack      [8]uint32
+	Q          [256]uint64
 }
 
 type hotsniffKcSlot struct {
@@ -181,6 +193,8 @@ type hotsniffKcState struct {
 		Xdp    uint8
 		Unseen uint8
 		Rec    uint32
+		Frec   uint32
+		Fpad   uint32
 	}
 	Nc struct {
 		_   structs.HostLayout
@@ -212,12 +226,30 @@ type hotsniffKcState struct {
 		Stop    uint8
 		Short   uint8
 		Partial uint8
-		Pad     [4]uint8
+		Nrr     uint8
+		Rflag   uint8
+		Quiet   uint8
+		Fresh   uint8
+		Ra      uint32
+		Elide   uint8
+		Cl      uint8
+		Pad1    [2]uint8
+		ClAt    uint32
+		Pad2    uint32
 		Buf     [64]uint8
+		Rr      [8]struct {
+			_     structs.HostLayout
+			Off   uint32
+			Len   uint32
+			Flags uint32
+			Pad   uint32
+		}
+		_  [4]byte
+		Rh hotsniffRecHdr
+		Ts uint64
 	}
-	_  [4]byte
 	Rq [256]uint64
-	_  [2592]byte
+	_  [2320]byte
 }
 
 type hotsniffKcStats struct {
@@ -246,6 +278,11 @@ type hotsniffKcStats struct {
 	Rattr       uint64
 	Runits      uint64
 	Unattr      [12]uint64
+	RcUnsent    uint64
+	RcFail      uint64
+	RcRecords   uint64
+	RcBytes     uint64
+	RcElided    uint64
 }
 
 type hotsniffPortBitmap struct {

@@ -657,6 +657,13 @@ type KernelStats struct {
 	ReplyAttr      uint64                   // their bytes, each reply once
 	ReplyUnits     uint64                   // KernelByteUnit units added to byte buckets
 	Unattributed   [NumUnattrReasons]uint64 // reply bytes attributed to no key, by reason
+
+	// Reply records: the replies of the requests copied, copied too.
+	ReplyRecords     uint64 // reply records emitted
+	ReplyRecordBytes uint64 // their payload bytes
+	ReplyElided      uint64 // bulk payload bytes of copied replies left out (in user space's skip)
+	ReplyCopyFailed  uint64 // copied replies not delivered whole: the connection unpaired until the next RecFramedFrom
+	RequestsUnsent   uint64 // copied request records of framed connections not delivered (sampling, ring)
 }
 
 // UnattrReason is why reply bytes were attributed to no key (kcount.h
@@ -731,6 +738,11 @@ func (c *Capture) KernelStats() (KernelStats, error) {
 		for r := range st.Unattributed {
 			st.Unattributed[r] += p.Unattr[r]
 		}
+		st.ReplyRecords += p.RcRecords
+		st.ReplyRecordBytes += p.RcBytes
+		st.ReplyElided += p.RcElided
+		st.ReplyCopyFailed += p.RcFail
+		st.RequestsUnsent += p.RcUnsent
 	}
 	return st, nil
 }

@@ -123,6 +123,12 @@ enum kc_unattr {
 // Record flags (rec_hdr.pad2) under kernel counting.
 #define KC_REC_COUNTED 1 // this record's reads were counted in the kernel
 #define KC_REC_GAP 2     // bytes of the flow before it were counted and not copied
+// Reply framing (kc_bytes, Redis; bpf/kcount.go RecFramed...): on a request
+// record, its commands' replies are copied (FRAMED), pairing starts at it
+// (FRAMED_FROM), or no reply is copied until a FRAMED_FROM (UNFRAMED).
+#define KC_REC_FRAMED 8
+#define KC_REC_FRAMED_FROM 16
+#define KC_REC_UNFRAMED 32
 
 // kc_stats: what every counted request writes comes first, on one line.
 struct kc_stats {
@@ -152,6 +158,12 @@ struct kc_stats {
 	__u64 rattr;      // their bytes (each reply once, whatever its key count)
 	__u64 runits;     // 64-byte units added to byte buckets (a key's share rounded up)
 	__u64 unattr[KU_MAX]; // reply bytes attributed to no key, by reason
+	// kc_bytes, reply records (design B).
+	__u64 rc_unsent;  // copied request records of framed connections not delivered
+	__u64 rc_fail;    // copied replies not delivered whole (range list, ring, framing)
+	__u64 rc_records; // reply records emitted
+	__u64 rc_bytes;   // their payload bytes
+	__u64 rc_elided;  // bulk payload bytes of copied replies left out
 };
 
 // The programs' per-CPU state (kc_scratch, kc_counts) is in plain arrays
@@ -443,12 +455,24 @@ struct kc_in {
 	__u8 xdp;
 	__u8 unseen; // out: the programs did not see the connection's SYN
 	__u32 rec;   // out: KC_REC_* for the record if one is copied
+	__u32 frec;  // out (kc_bytes): KC_REC_FRAMED* / KC_REC_UNFRAMED if copied
+	__u32 fpad;
 };
 
 // kc_read is one read of a segment, counted once the whole segment parsed.
 struct kc_read {
 	__u64 h; // identity hash
 	__u32 w; // weight
+	__u32 pad;
+};
+
+// Reply records (design B): the ranges of a reply segment to copy.
+#define KC_RR 8
+#define KC_RNONE 0xffffffffU
+#define KC_RELIDE 256 // a copied reply's bulk payload longer than this is left out
+struct kc_rrange {
+	__u32 off, len; // in the segment's payload
+	__u32 flags;    // KC_REC_GAP: starts a reply after bytes not copied
 	__u32 pad;
 };
 
@@ -464,8 +488,20 @@ struct kc_rseg {
 	__u8 stop;     // KU_* + 1: the reply side lost step here
 	__u8 short_;   // the segment is not all in the packet
 	__u8 partial;  // stop: the reply framed so far is not counted yet
-	__u8 pad[4];
+	__u8 nrr;      // reply records to emit (rr)
+	__u8 rflag;    // KC_REC_GAP for the open range
+	__u8 quiet;    // the segment lies in a copied reply: no zero-length GAP record for it
+	__u8 fresh;    // kc_rstep: a reply starts at this header
+	__u32 ra;      // start of the open range, KC_RNONE: none
+	__u8 elide;    // kc_rstep: the bulk's payload is left out
+	__u8 cl;       // a copied reply ended at cl_at: its range is to be closed
+	__u8 pad1[2];
+	__u32 cl_at;
+	__u32 pad2;
 	__u8 buf[64];  // the bytes being looked at (a header, a line chunk)
+	struct kc_rrange rr[KC_RR];
+	struct rec_hdr rh; // the reply record being emitted (not on the stack)
+	__u64 ts;          // the reply records' time: taken before the framer reads cfrom
 };
 
 // A queue entry (kc_rflow.q, kc_state.rq) is a u64: bits 10-63 are the
@@ -473,11 +509,16 @@ struct kc_rseg {
 // command's first entry, and that entry also holds the command's read-key
 // count (bits 2-9; 0: a command without read keys, whose reply is framed
 // and attributed to none) and whether its reply is per element (bit 1,
-// MGET). Later entries of the command are its other read keys.
+// MGET). Later entries of the command are its other read keys. Bit 9 of a
+// first entry (KC_RQ_COPY) marks a command of a segment copied to user
+// space: its reply is copied too (design B, "Reply records"). The count
+// has 7 bits: a command of more than 127 read keys stops the pushing
+// (rq_over) as one of more than 255 did.
 #define KC_RQ_FIRST 1ULL
 #define KC_RQ_PE 2ULL
 #define KC_RQ_NK_SHIFT 2
-#define KC_RQ_NK_MAX 255
+#define KC_RQ_NK_MAX 127
+#define KC_RQ_COPY (1ULL << 9)
 #define KC_RQ_HASH (~0x3ffULL)
 
 // kc_state (a kc_scratch entry) is a CPU's state: one segment's payload and
@@ -1452,9 +1493,13 @@ struct kc_rflow {
 	__u32 start;     // head at the last fresh start
 	__u8 psynced;    // pushing: no loss since the last fresh start
 	__u8 dead;       // SUBSCRIBE and co: replies no longer answer requests
-	__u8 ppad[2];
+	__u8 announced;  // a copied segment said KC_REC_FRAMED_FROM since the last (re)start
+	__u8 cok;        // replies of entries from cfrom on with KC_RQ_COPY may be copied
 	__u64 req_ns;    // last request segment with payload
-	__u8 pline[40];
+	__u32 cfrom;     // entry of the last KC_REC_FRAMED_FROM segment's first command
+	__u32 ann;       // KC_REC_FRAMED_FROM announcements (bumped after cfrom is written)
+	__u32 rfails_seen; // the reply side's rfails when the request side last looked
+	__u8 pline[28];
 	// The reply side's (consumer).
 	__u32 tail;      // entries popped; the producer reads it to see the room left
 	__u32 cgen;      // the gen the reply state belongs to
@@ -1475,7 +1520,16 @@ struct kc_rflow {
 	__u8 attr;       // a top-level attribute preceded: its bytes go with the next reply
 	__u8 attr_top;   // the top-level value is such an attribute
 	__u8 pe;         // MGET per element
-	__u8 cpad[6];
+	// Reply records (design B): the consumer's copy state.
+	__u8 ccopy;      // the reply being framed is copied
+	__u8 cskip;      // the value bytes still to skip (skip) are copied too
+	__u8 rbad;       // a copied reply could not be delivered: none copied until ann != rbad_ann
+	__u8 cpad[3];
+	__u32 rfails;    // copied replies not delivered (the request side announces afresh)
+	__u32 rbad_ann;
+	__u32 cnext;     // seq after the last reply byte copied (or left out inside a reply)
+	__u8 cnext_ok;
+	__u8 cpad2[3];
 	__u8 hbuf[16];
 	__u32 stack[KC_RDEPTH]; // elements left in each open aggregate
 	__u64 q[KC_RQ];
@@ -1601,26 +1655,34 @@ __attribute__((noinline)) int kc_rq_segment(struct kc_state *s, int ok)
 	__u64 now = bpf_ktime_get_ns();
 	__u64 prev = rf->req_ns;
 	rf->req_ns = now;
+	// Copied to user space: a fallback (not ok), or counted with a
+	// reason to copy (kc_request). Unless its entries are pushed below,
+	// user space is told to stop pairing (KC_REC_UNFRAMED) and the next
+	// copied segment that pushes says where pairing starts again.
+	int copied = !ok || s->st.copy;
+	if (copied)
+		s->in.frec = KC_REC_UNFRAMED; // until pushed below
 	if (!ok || s->st.rq_over) {
 		if (rf->psynced)
 			cnt->rq_lost++;
 		rf->psynced = 0;
-		return 0;
+		goto out;
 	}
 	if (rf->dead)
-		return 0;
+		goto out;
 	if (s->st.rq_dead) {
 		// Replies no longer answer requests one to one (user space:
 		// replyParser.dead); the replies before it are lost too.
 		rf->dead = 1;
-		return 0;
+		goto out;
 	}
 	if (!rf->psynced || rf->lost) {
 		__u64 rep = *(volatile __u64 *)&rf->rep_ns;
 		if (now - prev < KC_QUIET_NS || now - rep < KC_QUIET_NS) {
 			cnt->rq_wait++;
-			return 0;
+			goto out;
 		}
+		rf->announced = 0;
 		// Quiet both ways: every reply before has been seen, so this
 		// segment's commands are the next replies' (what user space
 		// assumes too). The reply side takes the new start at its next
@@ -1633,7 +1695,7 @@ __attribute__((noinline)) int kc_rq_segment(struct kc_state *s, int ok)
 	}
 	__u32 n = s->st.nrq;
 	if (!n)
-		return 0;
+		goto out;
 	__u32 head = rf->head;
 	// The room left, from the consumer's tail (or the start it has yet
 	// to take up): read racily, it can only be behind, so the room only
@@ -1642,18 +1704,71 @@ __attribute__((noinline)) int kc_rq_segment(struct kc_state *s, int ok)
 	if (head - tail + n > KC_RQ || n > KC_RQ_SEG) {
 		cnt->rq_full++;
 		rf->psynced = 0;
-		return 0;
+		goto out;
+	}
+	__u64 cbit = 0;
+	if (copied) {
+		// Its commands' replies are copied. Pairing starts here when
+		// no copied segment said so since the queue's start, or since
+		// a copied request or reply was not delivered (kc_unsent,
+		// rfails): the replies of entries before cfrom are then no
+		// longer copied, and user space clears its queue (Align).
+		// cfrom and ann are written before head is published, so a
+		// reply side that sees this segment's entries sees them too.
+		cbit = KC_RQ_COPY;
+		__u32 rfs = *(volatile __u32 *)&rf->rfails;
+		if (!rf->announced || !rf->cok || rfs != rf->rfails_seen) {
+			rf->rfails_seen = rfs;
+			rf->cfrom = head;
+			__sync_fetch_and_add(&rf->ann, 1);
+			rf->cok = 1;
+			rf->announced = 1;
+			s->in.frec = KC_REC_FRAMED | KC_REC_FRAMED_FROM;
+		} else {
+			s->in.frec = KC_REC_FRAMED;
+		}
 	}
 	for (__u32 i = 0; i < KC_RQ_SEG; i++) {
 		if (i >= n)
 			break;
 		__u64 e = s->rq[i];
+		if (e & KC_RQ_FIRST)
+			e |= cbit;
 		rf->q[(head + i) & (KC_RQ - 1)] = e;
 		if (e & KC_RQ_FIRST)
 			cnt->rq_cmds++;
 	}
 	// Publish: the entries are visible before head moves (see above).
 	__sync_fetch_and_add(&rf->head, n);
+out:
+	if (s->in.frec == KC_REC_UNFRAMED)
+		rf->announced = 0; // the next copied segment that pushes says where pairing starts
+	return 0;
+}
+
+// kc_unsent: the request record kc_handle let through (s->in) was not
+// delivered (shed by sampling, ring full, load error). Its commands'
+// entries may carry KC_RQ_COPY: no reply of the connection is copied from
+// now on (cok), and the next copied segment that pushes says where pairing
+// starts again (KC_REC_FRAMED_FROM; one that cannot, KC_REC_UNFRAMED). The
+// replies of requests user space has, still to come, are then not copied
+// either: their bytes go unattributed in user space (counted in the kernel
+// by key all the same), never to another request's key. The request stream
+// resumes at the next copied segment (KC_REC_GAP), as after one counted.
+__attribute__((noinline)) int kc_unsent(__u32 cpu)
+{
+	struct kc_state *s = bpf_map_lookup_elem(&kc_scratch, &cpu);
+	if (!s)
+		return 0;
+	struct kc_rflow *rf = bpf_map_lookup_elem(&kc_rflows, &s->in.k);
+	if (rf) {
+		rf->cok = 0;
+		rf->announced = 0;
+		s->stats.rc_unsent++;
+	}
+	struct kc_flow *fl = bpf_map_lookup_elem(&kc_flows, &s->in.k);
+	if (fl)
+		fl->gap = 1;
 	return 0;
 }
 
@@ -1817,6 +1932,145 @@ static __always_inline int kc_rpop1(struct kc_state *s, struct kc_rflow *rf)
 	return 0;
 }
 
+// Reply records (design B). The framer copies the replies answering the
+// request segments copied to user space (queue entries with KC_RQ_COPY),
+// as ranges of the segment (s->rs.rr) that the packet path emits after it
+// (kc_emit_replies, hotsniff.c). A range opened at a reply's start carries
+// KC_REC_GAP when bytes of the connection before it were not copied: user
+// space restarts its reply parser there, keeping its queue. Inside a copied
+// reply a long bulk payload is left out: its bytes lie in the skip user
+// space's parser asks for, so the next range starts after it without a
+// flag. Whatever cannot be delivered whole (kc_rcfail) stops the copying
+// until the request side says where pairing starts again.
+
+// kc_rcopyable: the reply about to start answers a command whose reply is
+// copied.
+static __always_inline int kc_rcopyable(struct kc_rflow *rf)
+{
+	if (!rf)
+		return 0;
+	__u32 t = rf->tail;
+	if (t == *(volatile __u32 *)&rf->head)
+		return 0;
+	__u64 e = kc_rentry(rf, t);
+	if (!(e & KC_RQ_FIRST) || !(e & KC_RQ_COPY))
+		return 0;
+	if (!*(volatile __u8 *)&rf->cok)
+		return 0;
+	__u32 ann = *(volatile __u32 *)&rf->ann;
+	if (rf->rbad) {
+		if (ann == rf->rbad_ann)
+			return 0;
+		rf->rbad = 0;
+	}
+	return (__s32)(t - *(volatile __u32 *)&rf->cfrom) >= 0;
+}
+
+// kc_rcfail: a copied reply of the connection will not reach user space
+// whole. No reply is copied until the request side announces a new start
+// (ann moves: it sees rfails move), and the first copied after it resumes
+// the reply stream (KC_REC_GAP: cnext unknown). What user space has of the
+// reply is dropped by that resume; the replies of its queued requests are
+// not copied, and it clears them at the announcement (Align). Costs those
+// replies' bytes in user space, never another key's.
+__attribute__((noinline)) int kc_rcfail(struct kc_state *s, struct kc_rflow *rf)
+{
+	if (!s || !rf)
+		return 0;
+	if (rf->ccopy || rf->cskip || s->rs.ra != KC_RNONE || s->rs.nrr)
+		s->stats.rc_fail++;
+	rf->rbad = 1;
+	rf->rbad_ann = *(volatile __u32 *)&rf->ann;
+	rf->rfails++;
+	rf->ccopy = 0;
+	rf->cskip = 0;
+	rf->cnext_ok = 0;
+	s->rs.ra = KC_RNONE;
+	return 0;
+}
+
+// kc_ropen opens a range at segment offset at (none open); start: at a
+// reply's start, where a hole before it is a resume (KC_REC_GAP).
+static __always_inline void kc_ropen(struct kc_state *s, struct kc_rflow *rf, __u32 at, int start)
+{
+	struct kc_rseg *g = &s->rs;
+	if (g->ra != KC_RNONE)
+		return;
+	g->ra = at;
+	g->rflag = start && (!rf->cnext_ok || rf->cnext != g->seq + at) ? KC_REC_GAP : 0;
+}
+
+// kc_rcopy copies the segment's bytes [from, at) of a copied reply that
+// goes on (a range of its own, no flag: the last ended where it starts).
+__attribute__((noinline)) int kc_rcopy(struct kc_state *s, struct kc_rflow *rf, __u32 from, __u32 at);
+
+// kc_rclose ends the open range at segment offset at. 0, or 1 when the
+// list is full (the copying fails).
+__attribute__((noinline)) int kc_rclose(struct kc_state *s, struct kc_rflow *rf, __u32 at)
+{
+	if (!s || !rf)
+		return 0;
+	struct kc_rseg *g = &s->rs;
+	__u32 a = g->ra;
+	if (a == KC_RNONE)
+		return 0;
+	g->ra = KC_RNONE;
+	if (at <= a)
+		return 0;
+	__u32 n = g->nrr;
+	if (n >= KC_RR) {
+		kc_rcfail(s, rf);
+		return 1;
+	}
+	struct kc_rrange *r = &g->rr[n & (KC_RR - 1)];
+	r->off = a;
+	r->len = at - a;
+	r->flags = g->rflag;
+	g->nrr = n + 1;
+	rf->cnext = g->seq + at;
+	rf->cnext_ok = 1;
+	return 0;
+}
+
+__attribute__((noinline)) int kc_rcopy(struct kc_state *s, struct kc_rflow *rf, __u32 from, __u32 at)
+{
+	if (!s || !rf)
+		return 0;
+	kc_ropen(s, rf, from, 0);
+	if (at != KC_RNONE)
+		kc_rclose(s, rf, at);
+	return 0;
+}
+
+// kc_rstart decides whether the reply starting at segment offset p with
+// type byte t is copied (a push never: it answers no request; attributes
+// before a reply go with it). A global function, as those below: the
+// reply chain's frames stay small.
+__attribute__((noinline)) int kc_rstart(struct kc_state *s, struct kc_rflow *rf, __u32 t, __u32 p)
+{
+	if (!s || !rf)
+		return 0;
+	rf->ccopy = t != '>' && kc_rcopyable(rf);
+	if (rf->ccopy)
+		kc_ropen(s, rf, p, 1);
+	return 0;
+}
+
+// kc_rbulk: a bulk value of v bytes (header ends at p) in a copied reply.
+// 1 when its payload is left out (longer than KC_RELIDE): the range ends
+// at its header and the next starts after it, where user space's parser
+// goes on after skipping it by length.
+__attribute__((noinline)) int kc_rbulk(struct kc_state *s, struct kc_rflow *rf, __u32 p, __u64 v)
+{
+	if (!s || !rf || !rf->ccopy || v <= KC_RELIDE)
+		return 0;
+	if (kc_rclose(s, rf, p))
+		return 0;
+	rf->cnext = s->rs.seq + p + (__u32)v + 2;
+	s->stats.rc_elided += v + 2;
+	return 1;
+}
+
 // kc_rdone records that a value completed at the current depth: the
 // aggregates it completes are closed, and a completed top-level reply is
 // paired. 0, or KU_* + 1.
@@ -1844,6 +2098,15 @@ __attribute__((noinline)) int kc_rdone(struct kc_state *s, struct kc_rflow *rf)
 		rf->attr_top = 0;
 		rf->attr = 1;
 		return 0;
+	}
+	if (rf->ccopy) {
+		// A copied reply ends (its value's bytes still to come, if any,
+		// are copied as they come: cskip). Its range is closed by the
+		// next step or at the segment's end (kc_rpend): a call here
+		// would cost this frame a slot on the deepest chain.
+		rf->ccopy = 0;
+		s->rs.cl = 1;
+		s->rs.cl_at = s->rs.pos;
 	}
 	if (rf->push) {
 		s->stats.unattr[KU_PUSH] += rf->bytes;
@@ -1881,6 +2144,15 @@ static __always_inline int kc_rfin(struct kc_state *s, int r)
 	return 0;
 }
 
+// kc_rpend closes the range of a copied reply kc_rdone ended.
+static __always_inline void kc_rpend(struct kc_state *s, struct kc_rflow *rf)
+{
+	if (s->rs.cl) {
+		s->rs.cl = 0;
+		kc_rclose(s, rf, s->rs.cl_at);
+	}
+}
+
 // kc_rstep frames one header, or one chunk of a simple line, of the reply
 // segment in s->rs. 0 to go on, 1 to stop.
 static __always_inline int kc_rstep(void *ctx, const int xdp, struct kc_state *s, struct kc_rflow *rf)
@@ -1888,6 +2160,7 @@ static __always_inline int kc_rstep(void *ctx, const int xdp, struct kc_state *s
 	if (!s || !rf)
 		return 1;
 	struct kc_rseg *g = &s->rs;
+	kc_rpend(s, rf);
 	__u32 p = g->pos, len = g->len;
 	if (p >= len)
 		return 1;
@@ -1909,9 +2182,11 @@ static __always_inline int kc_rstep(void *ctx, const int xdp, struct kc_state *s
 		return kc_rfin(s, kc_rdone(s, rf));
 	}
 	__u32 h = rf->hlen & 15;
+	g->fresh = 0;
 	if (!h) {
 		if (!rf->depth) {
 			// A reply starts (with the bytes of attributes before it).
+			g->fresh = !rf->attr;
 			rf->push = 0;
 			rf->attr_top = 0;
 			rf->pe = 0;
@@ -1932,6 +2207,8 @@ static __always_inline int kc_rstep(void *ctx, const int xdp, struct kc_state *s
 		return kc_rstop(s, KU_LOAD);
 	__u32 w = h + n;
 	__u8 t = g->buf[0];
+	if (g->fresh)
+		kc_rstart(s, rf, t, p);
 	switch (t) {
 	case '+': case '-': case ':': case '_': case ',': case '#': case '(': {
 		__u32 at = kc_lf(s, 1, w);
@@ -1976,11 +2253,15 @@ static __always_inline int kc_rstep(void *ctx, const int xdp, struct kc_state *s
 		if (v >= 0) {
 			__u64 total = (__u64)v + 2;
 			rf->bytes += total;
+			g->elide = kc_rbulk(s, rf, p, v);
 			if (p + total > len) {
 				rf->skip = p + total - len;
 				g->pos = len;
+				rf->cskip = rf->ccopy && !g->elide;
 			} else {
 				g->pos = p + total;
+				if (g->elide)
+					kc_ropen(s, rf, p + total, 0);
 			}
 		}
 		return kc_rfin(s, kc_rdone(s, rf));
@@ -2053,10 +2334,12 @@ static __always_inline void kc_rreset(struct kc_rflow *rf, __u32 g)
 }
 
 // kc_reply frames a reply segment (s->rs) of a Redis connection.
-static __always_inline int kc_reply(void *ctx, const int xdp)
+// kc_rpre does what comes before the framing loop: 1 to run it from
+// s->rs.pos. kc_rpre and kc_rpost are global functions, off the deepest
+// call chain (kc_reply_*, the loop's callback, kc_rstep_*, kc_rdone,
+// kc_rpop, kc_badd), whose frames stay as small as they were.
+__attribute__((noinline)) int kc_rpre(struct kc_state *s)
 {
-	__u32 cpu = kc_cpu();
-	struct kc_state *s = bpf_map_lookup_elem(&kc_scratch, &cpu);
 	if (!s)
 		return 0;
 	struct kc_stats *cnt = &s->stats;
@@ -2071,9 +2354,16 @@ static __always_inline int kc_reply(void *ctx, const int xdp)
 		cnt->unattr[KU_NOFLOW] += len;
 		return 0;
 	}
+	g->nrr = 0;
+	g->ra = KC_RNONE;
+	g->quiet = 0;
+	g->cl = 0;
 	__u32 gen = *(volatile __u32 *)&rf->gen;
-	if (gen != rf->cgen)
+	if (gen != rf->cgen) {
+		if (rf->ccopy || rf->cskip)
+			kc_rcfail(s, rf);
 		kc_rreset(rf, gen);
+	}
 	if (g->flags & F_SYN) {
 		rf->rseq = g->seq + 1;
 		rf->rseq_ok = 1;
@@ -2092,6 +2382,8 @@ static __always_inline int kc_reply(void *ctx, const int xdp)
 		}
 		// Bytes missing before this segment: what was framed of
 		// the reply at hand, and this segment, go to no key.
+		if (rf->ccopy || rf->cskip)
+			kc_rcfail(s, rf);
 		if (paired) {
 			cnt->unattr[KU_GAP] += len + kc_rpartial(rf);
 			rf->csynced = 0;
@@ -2105,12 +2397,24 @@ static __always_inline int kc_reply(void *ctx, const int xdp)
 	}
 	rf->rseq = g->seq + len;
 	rf->rseq_ok = 1;
+	// Inside a copied reply (its bytes copied, or a payload left out):
+	// no zero-length resume record for this segment (hotsniff.c).
+	g->quiet = rf->ccopy || (rf->skip && rf->cnext_ok && (__s32)(rf->cnext - g->seq) > 0);
 	if (rf->skip >= len) {
 		rf->skip -= len;
+		if (rf->cskip) {
+			// The rest of a copied reply's value.
+			kc_rcopy(s, rf, 0, len);
+			rf->cskip = rf->skip > 0;
+		}
 		return 0;
 	}
 	__u32 from = rf->skip;
 	rf->skip = 0;
+	if (rf->cskip) {
+		rf->cskip = 0;
+		kc_rcopy(s, rf, 0, from);
+	}
 	if (!paired) {
 		cnt->unattr[rf->dead ? KU_DEAD : KU_UNSYNCED] += len - from;
 		return 0;
@@ -2119,16 +2423,32 @@ static __always_inline int kc_reply(void *ctx, const int xdp)
 		cnt->unattr[KU_LOAD] += len - from + kc_rpartial(rf);
 		rf->csynced = 0;
 		rf->lost = 1;
+		if (rf->ccopy)
+			kc_rcfail(s, rf);
 		return 0;
 	}
+	if (rf->ccopy && (rf->depth || rf->line || rf->hlen || rf->attr))
+		kc_rcopy(s, rf, from, KC_RNONE); // the copied reply goes on
 	g->pos = from;
 	g->stop = 0;
 	g->partial = 0;
-	struct kc_rloop l = {.ctx = ctx, .s = s, .rf = rf};
-	if (xdp)
-		bpf_loop(KC_RSTEPS, kc_rcb_xdp, &l, 0);
-	else
-		bpf_loop(KC_RSTEPS, kc_rcb_skb, &l, 0);
+	return 1;
+}
+
+// kc_rpost does what comes after the framing loop.
+__attribute__((noinline)) int kc_rpost(struct kc_state *s)
+{
+	if (!s)
+		return 0;
+	struct kc_rflow *rf = bpf_map_lookup_elem(&kc_rflows, &s->rs.k);
+	if (!rf)
+		return 0;
+	struct kc_stats *cnt = &s->stats;
+	struct kc_rseg *g = &s->rs;
+	__u32 len = g->len;
+	if (g->cl)
+		kc_rcopy(s, rf, KC_RNONE, g->cl_at); // kc_rpend
+	g->cl = 0;
 	__u32 stop = g->stop;
 	__u64 partial = g->partial;
 	if (!stop && g->pos < len) {
@@ -2144,8 +2464,31 @@ static __always_inline int kc_reply(void *ctx, const int xdp)
 		cnt->unattr[(stop - 1) & 15] += len - pos + (partial ? kc_rpartial(rf) : 0);
 		rf->csynced = 0;
 		rf->lost = 1;
+		if (rf->ccopy || g->ra != KC_RNONE)
+			kc_rcfail(s, rf);
+		return 0;
 	}
+	if (rf->ccopy)
+		kc_rclose(s, rf, len); // goes on in the next segment
 	return 0;
+}
+
+// kc_reply frames the reply segment in s->rs. Its frame is on the deepest
+// call chain: the loop's context and nothing else (s looked up once, by
+// kc_reply_in).
+static __always_inline int kc_reply(void *ctx, const int xdp, struct kc_state *s)
+{
+	if (!kc_rpre(s))
+		return 0;
+	struct kc_rflow *rf = bpf_map_lookup_elem(&kc_rflows, &s->rs.k);
+	if (!rf)
+		return 0;
+	struct kc_rloop l = {.ctx = ctx, .s = s, .rf = rf};
+	if (xdp)
+		bpf_loop(KC_RSTEPS, kc_rcb_xdp, &l, 0);
+	else
+		bpf_loop(KC_RSTEPS, kc_rcb_skb, &l, 0);
+	return kc_rpost(l.s);
 }
 
 // kc_reply_in fills s->rs for reply segment h and frames it (kc_reply).
@@ -2163,6 +2506,12 @@ static __always_inline int kc_reply_in(void *ctx, const int xdp, struct rec_hdr 
 	__builtin_memcpy(g->k.daddr, h->saddr, 16);
 	g->k.sport = h->dport;
 	g->k.dport = h->sport;
+	// The reply records' time, taken before the framer reads the
+	// request side's cfrom: a reply copied under the cfrom before an
+	// announcement is stamped before the announcing request record
+	// (stamped after its kc_handle wrote cfrom), so user space, merging
+	// the CPUs' rings by time, sees it before the Align, never after.
+	g->ts = bpf_ktime_get_ns();
 	g->seq = h->seq;
 	g->len = wire;
 	g->pay_off = pay_off;
@@ -2170,7 +2519,7 @@ static __always_inline int kc_reply_in(void *ctx, const int xdp, struct rec_hdr 
 	// Not all in the packet (a capture shorter than the segment): its
 	// headers cannot all be read.
 	g->short_ = avail < wire;
-	return kc_reply(ctx, xdp);
+	return kc_reply(ctx, xdp, s);
 }
 
 // kc_reply_skb and kc_reply_xdp hand a reply segment to kc_reply
@@ -2417,8 +2766,9 @@ static __always_inline int kc_handle(void *ctx, int xdp, struct rec_hdr *h, __u3
 	in->xdp = xdp;
 	in->rec = 0;
 	in->unseen = 0;
+	in->frec = 0;
 	int r = xdp ? kc_request_xdp(ctx) : kc_request_skb(ctx);
-	h->pad2 = in->rec;
+	h->pad2 = in->rec | (kc_bytes ? in->frec : 0);
 	if (!r && in->unseen)
 		kc_anchor_set(&in->k); // copied: its next reply anchors it
 	return r;
