@@ -209,8 +209,16 @@ func (q *Pending) Align() {
 // Unframed stops pairing: the capture lost the framing of the connection's
 // replies and copies none until it aligns again (Align).
 func (q *Pending) Unframed() {
-	q.Desync()
+	// A reset only when requests were waiting: the capture stops pairing
+	// as often as it meets a request it cannot parse (a large SET), and
+	// the bytes it then cannot attribute it counts itself.
+	if q.Len() > 0 {
+		q.st.Desyncs++
+	}
+	q.clear()
+	q.synced = false
 	q.framed = true
+	q.epoch++
 }
 
 // Synced reports whether replies pair with the queue's requests.
