@@ -512,16 +512,6 @@ func (e *env) cmdstats() map[string][2]int {
 	return out
 }
 
-// keyCmdstats is cmdstats of the server holding key alone (see home): on a
-// cluster, the master the shim's reads of key must reach.
-func (e *env) keyCmdstats(key string) map[string][2]int {
-	e.t.Helper()
-	if !e.cluster {
-		return e.cmdstatsOf(e.s.cacheC)
-	}
-	return e.cmdstatsOf(e.s.node(e.home(key)))
-}
-
 func (e *env) cmdstatsOf(c *redis.Client) map[string][2]int {
 	e.t.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
