@@ -228,8 +228,8 @@ func (d *Detector) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 		// A read more than a sub-window late cannot be placed in the
 		// windows; counting it now would inflate the current rate. Its
 		// sub-window's counts are then short of it: unknown, not cold
-		// (the rings of two CPUs drained unevenly by a starved reader
-		// deliver such reads by the thousand).
+		// (a daemon starved of CPU delivered thousands while catching
+		// up).
 		d.st.Late++
 		d.missed(f.TS)
 		return

@@ -159,9 +159,9 @@ func TestIncompleteSeconds(t *testing.T) {
 	}
 }
 
-// TestLateReadsHoldCold: a starved reader drains a second of one CPU's
-// ring, then the same second of the other's: the second ring's reads reach
-// the detector more than a sub-window late and cannot be counted where
+// TestLateReadsHoldCold: a second of a hot key's reads reaches the
+// detector after a second of other reads (a starved daemon catching up
+// unevenly): more than a sub-window late, they cannot be counted where
 // they belong. Those sub-windows are then incomplete, and a hot key read
 // at 1.5× throughout is not turned cold on them (the live pipeline
 // confirms its evidence after each drain, so no verdict is given between
