@@ -33,6 +33,7 @@ func (d *Detector) ReplyKey(f *decode.Flow, ns int32, k decode.Key, n uint64) {
 	}
 	if d.clock(f.TS) {
 		d.st.Late++
+		d.missed(f.TS)
 		return
 	}
 	h := d.identity(f, ns, k.Bytes)

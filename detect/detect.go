@@ -226,8 +226,12 @@ func (d *Detector) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 	}
 	if late {
 		// A read more than a sub-window late cannot be placed in the
-		// windows; counting it now would inflate the current rate.
+		// windows; counting it now would inflate the current rate. Its
+		// sub-window's counts are then short of it: unknown, not cold
+		// (a daemon starved of CPU delivered thousands while catching
+		// up).
 		d.st.Late++
+		d.missed(f.TS)
 		return
 	}
 	d.st.Observations++

@@ -41,6 +41,17 @@ func (d *Detector) Incomplete(from, to int64) {
 	d.holdUntil = max(d.holdUntil, end)
 }
 
+// missed marks the sub-window holding packet time ts incomplete: a read of
+// it reached the detector too late to be counted there (Stats.Late). One
+// span per sub-window, however many late reads it had.
+func (d *Detector) missed(ts int64) {
+	if ts < d.incEnd {
+		return // already marked
+	}
+	start := floorDiv(ts, d.sub) * d.sub
+	d.Incomplete(start, start+d.sub)
+}
+
 // Confirm tells the detector that the capture has reported with Incomplete
 // everything it missed of packet time up to t, and around every read it
 // has already handed on: cold verdicts on that time may be given. From

@@ -158,3 +158,40 @@ func TestIncompleteSeconds(t *testing.T) {
 		t.Fatalf("IncompleteNs %d, want %d", got, 5*s/2)
 	}
 }
+
+// TestLateReadsHoldCold: a second of a hot key's reads reaches the
+// detector after a second of other reads (a starved daemon catching up
+// unevenly): more than a sub-window late, they cannot be counted where
+// they belong. Those sub-windows are then incomplete, and a hot key read
+// at 1.5× throughout is not turned cold on them (the live pipeline
+// confirms its evidence after each drain, so no verdict is given between
+// the two rings). Without that, the key's late second reads as a second
+// without reads.
+func TestLateReadsHoldCold(t *testing.T) {
+	hot := stream{key: "k", qps: 1.5 * T}
+	noise := stream{key: "other", qps: 50}
+	d, rec := newDet(t, Config{HotQPS: T})
+	liveTicks(d, 0, 2*time.Second, true, hot, noise)
+	if rec.count("k", "hot") == 0 {
+		t.Fatal("not hot after 2s at 1.5×")
+	}
+	play(d, 2*time.Second, 3*time.Second, noise)
+	play(d, 2*time.Second, 3*time.Second, hot)
+	d.Confirm(base + int64(3*time.Second))
+	d.Tick(base + int64(3*time.Second))
+	liveTicks(d, 3*time.Second, 6*time.Second, true, hot, noise)
+	if late := d.Stats().Late; late < 1000 {
+		t.Fatalf("%d late reads: the test does not exercise them", late)
+	}
+	if n := rec.count("k", "cold"); n != 0 {
+		t.Fatalf("cold on a second whose reads came late: %v (%d late reads)", rec.of("k"), d.Stats().Late)
+	}
+	if st := d.Stats(); st.ColdHeld == 0 || st.IncompleteSpans > 12 {
+		t.Fatalf("stats: %d held, %d spans: want verdicts held, a span per sub-window at most", st.ColdHeld, st.IncompleteSpans)
+	}
+	// Demand really falls: cold on complete evidence.
+	liveTicks(d, 6*time.Second, 8*time.Second, true, noise)
+	if got := rec.of("k"); got[len(got)-1] != "cold" {
+		t.Fatalf("no cold after demand fell: %v", got)
+	}
+}

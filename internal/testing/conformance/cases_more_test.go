@@ -533,4 +533,8 @@ var moreCases = []tcase{
 			time.Sleep(250 * time.Millisecond)
 			e.expectGets(k, "v2", 1, 0, 0)
 		}},
+	{name: "cluster-invalidate-readers-wait", cluster: true, what: "on a cluster client, after an invalidate message, concurrent reads of the key cost its master one read while the refresh is in flight, not one each; all get the new value",
+		setup: readersWaitSetup, run: invalidateReadersWait},
+	{name: "cluster-invalidate-hash-readers-wait", cluster: true, what: "on a cluster client, after an invalidate message, concurrent HGET/HMGET/HGETALL of a hash cost its master one HGETALL while the refresh is in flight, not one read each; all get the new value",
+		setup: readersWaitSetup, run: invalidateHashReadersWait},
 }

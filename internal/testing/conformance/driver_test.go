@@ -264,6 +264,22 @@ type servers struct {
 	clusterOnce sync.Once
 	cluster     *testutil.Cluster
 	clusterC    *redis.ClusterClient
+	// nodeC are clients of single cluster nodes by address (see node).
+	nodeMu sync.Mutex
+	nodeC  map[string]*redis.Client
+}
+
+// node is a client of the cluster node at addr, kept open for the shim's
+// test: a new connection for each measure would count its own HELLO.
+func (s *servers) node(addr string) *redis.Client {
+	s.nodeMu.Lock()
+	defer s.nodeMu.Unlock()
+	c := s.nodeC[addr]
+	if c == nil {
+		c = redis.NewClient(&redis.Options{Addr: addr})
+		s.nodeC[addr] = c
+	}
+	return c
 }
 
 // startCluster returns the shim's 3-master cluster, starting it once.
@@ -271,7 +287,15 @@ func (s *servers) startCluster(t testing.TB) *testutil.Cluster {
 	s.clusterOnce.Do(func() {
 		s.cluster = testutil.StartCluster(t, 3)
 		s.clusterC = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.cluster.Addrs})
-		t.Cleanup(func() { s.clusterC.Close() })
+		s.nodeC = map[string]*redis.Client{}
+		t.Cleanup(func() {
+			s.clusterC.Close()
+			s.nodeMu.Lock()
+			defer s.nodeMu.Unlock()
+			for _, c := range s.nodeC {
+				c.Close()
+			}
+		})
 	})
 	if s.cluster == nil {
 		t.Fatal("cluster did not start")
@@ -348,11 +372,7 @@ func (e *env) start() { e.t.Helper(); e.a = startAdapter(e.t, e.lang, e.cfg) }
 
 // ev builds an event about key at the cache server from the scripted node.
 func (e *env) ev(typ, key string) *event.Event {
-	server := e.s.cache.Addr
-	if e.cluster {
-		server = e.owner(key)
-	}
-	ev := &event.Event{V: 1, Type: typ, Proto: "redis", Server: server, NS: "0", Key: []byte(key),
+	ev := &event.Event{V: 1, Type: typ, Proto: "redis", Server: e.home(key), NS: "0", Key: []byte(key),
 		TTLms: 60000, TS: time.Now(), Source: event.SourceDetected, Node: e.node}
 	if typ == event.TypeHot {
 		ev.QPS = 1500
@@ -485,11 +505,9 @@ func (e *env) cmdstats() map[string][2]int {
 	// A cluster's reads are counted where they land: sum the masters.
 	out := map[string][2]int{}
 	for _, a := range e.s.cluster.Addrs {
-		c := redis.NewClient(&redis.Options{Addr: a})
-		for k, v := range e.cmdstatsOf(c) {
+		for k, v := range e.cmdstatsOf(e.s.node(a)) {
 			out[k] = [2]int{out[k][0] + v[0], out[k][1] + v[1]}
 		}
-		c.Close()
 	}
 	return out
 }
@@ -536,28 +554,30 @@ func (e *env) expectBurst(vals []any, n int, want string) {
 	}
 }
 
-// holdCache keeps the cache server busy for d (a Lua loop; every command
-// sent meanwhile waits, as behind a slow refresh on a loaded machine) and
-// returns once it is; the channel is closed when the server is free again.
-func (e *env) holdCache(d time.Duration) <-chan struct{} {
+// holdCache keeps the server holding key (see home) busy for d (a Lua
+// loop; every command sent to it meanwhile waits, as behind a slow refresh
+// on a loaded machine) and returns once it is; the channel is closed when
+// the server is free again.
+func (e *env) holdCache(key string, d time.Duration) <-chan struct{} {
 	e.t.Helper()
 	const busy = `local t = redis.call('TIME') local s = t[1] * 1000000 + t[2]
 while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - s > tonumber(ARGV[1]) then return 1 end end`
-	c := redis.NewClient(&redis.Options{Addr: e.s.cache.Addr, ReadTimeout: d + 5*time.Second})
+	addr := e.home(key)
+	c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: d + 5*time.Second})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		defer c.Close()
 		if err := c.Eval(context.Background(), busy, nil, d.Microseconds()).Err(); err != nil {
-			e.t.Errorf("hold the cache server: %v", err)
+			e.t.Errorf("hold the cache server %s: %v", addr, err)
 		}
 	}()
 	// Running once a PING on another connection gets no answer in 10 ms.
-	p := redis.NewClient(&redis.Options{Addr: e.s.cache.Addr, ReadTimeout: 10 * time.Millisecond, MaxRetries: -1})
+	p := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 10 * time.Millisecond, MaxRetries: -1})
 	defer p.Close()
 	for start := time.Now(); p.Ping(context.Background()).Err() == nil; {
 		if time.Since(start) > d/2 {
-			e.t.Fatalf("the cache server was not held within %v", d/2)
+			e.t.Fatalf("the cache server %s was not held within %v", addr, d/2)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -627,13 +647,18 @@ func (e *env) warm(key string, want any) {
 
 func (e *env) set(key, val string) {
 	e.t.Helper()
-	var c redis.Cmdable = e.s.cacheC
-	if e.cluster {
-		c = e.s.clusterC
-	}
-	if err := c.Set(context.Background(), key, val, 0).Err(); err != nil {
+	if err := e.cache().Set(context.Background(), key, val, 0).Err(); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// cache is another client of the case's cache: the cache server, or the
+// cluster (routing each key to its master).
+func (e *env) cache() redis.Cmdable {
+	if e.cluster {
+		return e.s.clusterC
+	}
+	return e.s.cacheC
 }
 
 // setDB writes key in another DB of the cache server.
@@ -661,6 +686,16 @@ func (e *env) useCluster() {
 	}); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// home is the server holding key: the cache server, or on a cluster the
+// key's master.
+func (e *env) home(key string) string {
+	e.t.Helper()
+	if e.cluster {
+		return e.owner(key)
+	}
+	return e.s.cache.Addr
 }
 
 // owner is the cluster master holding key now.
