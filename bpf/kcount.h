@@ -158,7 +158,7 @@ struct kc_stats {
 	__u64 rattr;      // their bytes (each reply once, whatever its key count)
 	__u64 runits;     // 64-byte units added to byte buckets (a key's share rounded up)
 	__u64 unattr[KU_MAX]; // reply bytes attributed to no key, by reason
-	// kc_bytes, reply records (design B).
+	// kc_bytes, reply records.
 	__u64 rc_unsent;  // copied request records of framed connections not delivered
 	__u64 rc_fail;    // copied replies not delivered whole (range list, ring, framing)
 	__u64 rc_records; // reply records emitted
@@ -466,7 +466,7 @@ struct kc_read {
 	__u32 pad;
 };
 
-// Reply records (design B): the ranges of a reply segment to copy.
+// Reply records: the ranges of a reply segment to copy.
 #define KC_RR 8
 #define KC_RNONE 0xffffffffU
 #define KC_RELIDE 256 // a copied reply's bulk payload longer than this is left out
@@ -511,7 +511,7 @@ struct kc_rseg {
 // and attributed to none) and whether its reply is per element (bit 1,
 // MGET). Later entries of the command are its other read keys. Bit 9 of a
 // first entry (KC_RQ_COPY) marks a command of a segment copied to user
-// space: its reply is copied too (design B, "Reply records"). The count
+// space: its reply is copied too ("Reply records" below). The count
 // has 7 bits: a command of more than 127 read keys stops the pushing
 // (rq_over) as one of more than 255 did.
 #define KC_RQ_FIRST 1ULL
@@ -1520,7 +1520,7 @@ struct kc_rflow {
 	__u8 attr;       // a top-level attribute preceded: its bytes go with the next reply
 	__u8 attr_top;   // the top-level value is such an attribute
 	__u8 pe;         // MGET per element
-	// Reply records (design B): the consumer's copy state.
+	// Reply records: the consumer's copy state.
 	__u8 ccopy;      // the reply being framed is copied
 	__u8 cskip;      // the value bytes still to skip (skip) are copied too
 	__u8 rbad;       // a copied reply could not be delivered: none copied until ann != rbad_ann
@@ -1932,7 +1932,7 @@ static __always_inline int kc_rpop1(struct kc_state *s, struct kc_rflow *rf)
 	return 0;
 }
 
-// Reply records (design B). The framer copies the replies answering the
+// Reply records. The framer copies the replies answering the
 // request segments copied to user space (queue entries with KC_RQ_COPY),
 // as ranges of the segment (s->rs.rr) that the packet path emits after it
 // (kc_emit_replies, hotsniff.c). A range opened at a reply's start carries

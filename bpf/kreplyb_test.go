@@ -18,7 +18,7 @@ import (
 	"github.com/hotsniff/hotsniff/internal/testing/replytest"
 )
 
-// Reply records (design B): with reply bytes on, the programs copy exactly
+// Reply records: with reply bytes on, the programs copy exactly
 // the replies answering the request segments they copy, so user space
 // measures the bytes of the keys it locates. The tests feed the records,
 // with their flags, to the user-space parsers the way the stream layer
