@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -550,6 +551,11 @@ func (c *Config) validate(fs *pflag.FlagSet, fromFile map[string]bool) error {
 				for _, r := range c.Detect.Rules {
 					btop = max(btop, r.HotBytes)
 				}
+				if btop > 0 && kernelReplyArch != "amd64" {
+					// The programs' reply queues rely on x86's ordering of
+					// plain loads and stores between CPUs (bpf/kcount.h).
+					return errorf("--kernel-count counts reply bytes only on x86-64 for now, not %s: remove the reply-bytes threshold (%s) or set --kernel-count=false", kernelReplyArch, HotBytesSet(c.Detect.Config))
+				}
 				if limit := float64(bpf.KernelMaxBucketCount * bpf.KernelByteUnit); btop*sub.Seconds() >= limit {
 					return errorf("--kernel-count counts at most %s reply bytes per bucket in a %s sub-window: a reply-bytes threshold of %s/s needs a shorter --window, or --kernel-count=false",
 						strconv.FormatFloat(limit, 'f', -1, 64), sub, strconv.FormatFloat(btop, 'f', -1, 64))
@@ -559,6 +565,10 @@ func (c *Config) validate(fs *pflag.FlagSet, fromFile map[string]bool) error {
 	}
 	return nil
 }
+
+// kernelReplyArch is the architecture kernel counting of reply bytes is
+// checked against (a variable for tests).
+var kernelReplyArch = runtime.GOARCH
 
 // HotBytesSet names the first reply-bytes threshold c sets, "" when none.
 func HotBytesSet(c detect.Config) string {
