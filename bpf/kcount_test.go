@@ -53,9 +53,12 @@ func openKCSub(t testing.TB, sub time.Duration) *kcEnv {
 	return &kcEnv{t: t, c: c, objs: objs, rd: rd, sub: sub, ep0: c.KernelEpoch(), port: 41000}
 }
 
+// rawRec is one ring record as the tests look at it.
 type rawRec struct {
 	payload []byte
-	kernel  uint32
+	kernel  uint32 // KC_REC_* flags
+	seq     uint32
+	reply   bool // from the server (port 6379)
 }
 
 func (e *kcEnv) drain() []rawRec {
@@ -70,8 +73,14 @@ func (e *kcEnv) drain() []rawRec {
 			if err != nil {
 				e.t.Fatal(err)
 			}
-			n := binary.LittleEndian.Uint32(rec.RawSample[offLen:])
-			out = append(out, rawRec{bytes.Clone(rec.RawSample[RecHdrSize : RecHdrSize+n]), RecordKernelFlags(rec.RawSample)})
+			raw := rec.RawSample
+			n := binary.LittleEndian.Uint32(raw[offLen:])
+			out = append(out, rawRec{
+				payload: bytes.Clone(raw[RecHdrSize : RecHdrSize+n]),
+				kernel:  RecordKernelFlags(raw),
+				seq:     binary.LittleEndian.Uint32(raw[offSeq:]),
+				reply:   binary.LittleEndian.Uint16(raw[offSport:]) == 6379,
+			})
 		}
 	}
 	return out

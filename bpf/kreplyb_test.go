@@ -2,11 +2,8 @@ package bpf
 
 import (
 	"bytes"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -26,39 +23,6 @@ import (
 // given all the traffic: equal for the keys of copied requests, nothing
 // for the others, and never bytes to a wrong key when records are lost.
 
-// frec is a ring record with what the tests need of its header.
-type frec struct {
-	payload []byte
-	seq     uint32
-	kernel  uint32
-	reply   bool
-}
-
-func (e *kcEnv) drainF() []frec {
-	var out []frec
-	for _, r := range e.rd {
-		r.SetDeadline(time.Now())
-		for {
-			rec, err := r.Read()
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				break
-			}
-			if err != nil {
-				e.t.Fatal(err)
-			}
-			raw := rec.RawSample
-			n := binary.LittleEndian.Uint32(raw[offLen:])
-			out = append(out, frec{
-				payload: bytes.Clone(raw[RecHdrSize : RecHdrSize+n]),
-				seq:     binary.LittleEndian.Uint32(raw[offSeq:]),
-				kernel:  RecordKernelFlags(raw),
-				reply:   binary.LittleEndian.Uint16(raw[offSport:]) == 6379,
-			})
-		}
-	}
-	return out
-}
-
 // bconn is a connection run through the programs, with two user-space
 // views: all (every byte, the truth) and rec (the records only, as the
 // stream layer hands them on).
@@ -72,7 +36,7 @@ type bconn struct {
 	all, rec *replytest.Conn
 	next     [2]uint32
 	nextOK   [2]bool
-	recs     []frec
+	recs     []rawRec
 	holes    int // reply bytes left out inside a skip (fed as filler)
 }
 
@@ -86,7 +50,7 @@ func newBConn(t *testing.T, e *kcEnv, prog *ebpf.Program) *bconn {
 }
 
 // req sends one request segment; its records go to rec.
-func (b *bconn) req(p []byte) []frec {
+func (b *bconn) req(p []byte) []rawRec {
 	b.t.Helper()
 	b.e.run(b.prog, pkt{src: b.c.cli, dst: b.c.srv, flags: 0x18, seq: b.c.seq, ack: b.rseq, payload: p})
 	b.c.seq += uint32(len(p))
@@ -117,9 +81,9 @@ func (b *bconn) rep(p []byte, cuts ...int) {
 // layer would: request framing before the segment, a resume on
 // KC_REC_GAP, and a hole without it only inside the parser's skip (fed as
 // filler: outside a skip the parser would choke on it).
-func (b *bconn) feed() []frec {
+func (b *bconn) feed() []rawRec {
 	b.t.Helper()
-	recs := b.e.drainF()
+	recs := b.e.drain()
 	for _, r := range recs {
 		if len(r.payload) == 0 {
 			continue
