@@ -243,23 +243,22 @@ func satMul(a, b uint32) uint32 {
 // sampling's scaling: the kernel counts reads unscaled), copied after the
 // programs counted it, on the hot entries whose kernel bucket it fell in.
 func (d *Detector) otherRead(h uint64, n uint32) {
-	k := d.def.kern
-	b := h >> k.fshift
-	if k.hot[b/64]&(1<<(b%64)) == 0 {
-		return
-	}
-	for i := range d.hot.e {
-		if e := &d.hot.e[i]; e.h>>k.fshift == b && e.h != h {
-			e.other.add(d.epoch, n)
-		}
-	}
+	d.other(h, n, func(e *hotEntry) *window { return &e.other })
 }
 
 // otherBytes is otherRead for reply bytes: n bytes (unscaled) of a key
-// that is not hot, on the hot entries whose kernel bucket it fell in.
+// that is not hot.
 func (d *Detector) otherBytes(h uint64, n uint32) {
+	if d.bdet != nil && d.bdet.kern != nil {
+		d.other(h, n, func(e *hotEntry) *window { return &e.bother })
+	}
+}
+
+// other adds n to the window which picks of every hot entry other than h's
+// in h's kernel bucket.
+func (d *Detector) other(h uint64, n uint32, which func(*hotEntry) *window) {
 	k := d.def.kern
-	if k == nil || d.bdet == nil || d.bdet.kern == nil {
+	if k == nil {
 		return
 	}
 	b := h >> k.fshift
@@ -268,34 +267,40 @@ func (d *Detector) otherBytes(h uint64, n uint32) {
 	}
 	for i := range d.hot.e {
 		if e := &d.hot.e[i]; e.h>>k.fshift == b && e.h != h {
-			e.bother.add(d.epoch, n)
+			which(e).add(d.epoch, n)
 		}
 	}
-}
-
-// kernelByteDemand is kernelDemand for reply bytes: an upper bound of hot
-// entry e's reply bytes per second over the window (the kernel's counts
-// are one already), or -1 without them.
-func (d *Detector) kernelByteDemand(e *hotEntry) float64 {
-	if d.bdet == nil || d.bdet.kern == nil {
-		return -1
-	}
-	k := d.bdet.kern
-	e.bother.advance(d.epoch)
-	n := int64(k.fine[e.h>>k.fshift]) - int64(e.bother.sum)
-	return float64(max(n, 0)) * 1e9 / float64(d.win)
 }
 
 // kernelDemand is the upper bound of hot entry e's demand the kernel's
 // counts give (reads per second over the window), or -1 without kernel
 // counting.
 func (d *Detector) kernelDemand(e *hotEntry) float64 {
-	if d.def == nil || d.def.kern == nil {
+	if d.def == nil {
 		return -1
 	}
-	k := d.def.kern
-	e.other.advance(d.epoch)
-	n := int64(k.fine[e.h>>k.fshift]) - int64(e.other.sum)
+	return demandBound(d, d.def.kern, e, &e.other)
+}
+
+// kernelByteDemand is kernelDemand for reply bytes: an upper bound of hot
+// entry e's reply bytes per second over the window (the kernel's counts
+// are one already), or -1 without them.
+func (d *Detector) kernelByteDemand(e *hotEntry) float64 {
+	if d.bdet == nil {
+		return -1
+	}
+	return demandBound(d, d.bdet.kern, e, &e.bother)
+}
+
+// demandBound is k's count of e's kernel bucket over the window less what
+// user space counted of the bucket's other keys (other), per second; -1
+// without k.
+func demandBound(d *Detector, k *kernelStage1, e *hotEntry, other *window) float64 {
+	if k == nil {
+		return -1
+	}
+	other.advance(d.epoch)
+	n := int64(k.fine[e.h>>k.fshift]) - int64(other.sum)
 	return float64(max(n, 0)) * 1e9 / float64(d.win)
 }
 
