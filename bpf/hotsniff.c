@@ -649,8 +649,8 @@ DEFINE_COPY_CHUNK(copy_chunk_xdp, struct xdp_md, emit_xdp)
 // and reply that is not a GSO/GRO super-packet), takes one direct emit call;
 // only larger segments pay for the bpf_loop state. Pure ACKs return before
 // the timestamp is read.
-static __always_inline void copy_out_x(void *ctx, int xdp, struct counters *cnt, struct rec_hdr *h,
-				       __u32 pay_off, __u32 avail, __u32 wire, __u32 uncopied);
+static __always_inline int copy_out_x(void *ctx, int xdp, struct counters *cnt, struct rec_hdr *h,
+				      __u32 pay_off, __u32 avail, __u32 wire, __u32 uncopied);
 
 static __always_inline __attribute__((unused)) void copy_out(void *ctx, int xdp, struct counters *cnt,
 							      struct rec_hdr *h, __u32 pay_off, __u32 avail,
@@ -661,9 +661,10 @@ static __always_inline __attribute__((unused)) void copy_out(void *ctx, int xdp,
 
 // copy_out_x is copy_out for a segment whose last uncopied bytes were left
 // out on purpose (reply heads): they are reported as Missing, not counted
-// as truncated.
-static __always_inline void copy_out_x(void *ctx, int xdp, struct counters *cnt, struct rec_hdr *h,
-				       __u32 pay_off, __u32 avail, __u32 wire, __u32 uncopied)
+// as truncated. Nonzero when not all of the payload reached the ring
+// (truncated, ring full, load error): reply records need to know.
+static __always_inline int copy_out_x(void *ctx, int xdp, struct counters *cnt, struct rec_hdr *h,
+				      __u32 pay_off, __u32 avail, __u32 wire, __u32 uncopied)
 {
 	__u32 n = avail;
 	if (n > wire)
@@ -672,10 +673,11 @@ static __always_inline void copy_out_x(void *ctx, int xdp, struct counters *cnt,
 		n = max_copy;
 	if (n > CHUNK * MAX_CHUNKS)
 		n = CHUNK * MAX_CHUNKS;
+	int short_ = wire > n;
 	if (wire > n)
 		cnt->truncated += wire - n;
 	if (n == 0 && !(h->flags & (F_SYN | F_FIN | F_RST)) && !(h->pad2 & REC_ANCHOR))
-		return; // a pure ACK (or a reply dropped whole) tells the stream layer nothing
+		return short_; // a pure ACK (or a reply dropped whole) tells the stream layer nothing
 	// A fine clock (CLOCK_MONOTONIC): the reader merges the per-CPU rings
 	// by it, and tick resolution would leave a flow that moved between
 	// CPUs within one tick in no defined order.
@@ -693,7 +695,7 @@ static __always_inline void copy_out_x(void *ctx, int xdp, struct counters *cnt,
 			cnt->records++;
 			cnt->bytes += n;
 		}
-		return;
+		return err || short_;
 	}
 	struct copy_state st = {
 		.ctx = ctx,
@@ -710,6 +712,7 @@ static __always_inline void copy_out_x(void *ctx, int xdp, struct counters *cnt,
 		bpf_loop(chunks, copy_chunk_xdp, &st, 0);
 	else
 		bpf_loop(chunks, copy_chunk_skb, &st, 0);
+	return st.done < st.n || short_;
 }
 
 
@@ -883,6 +886,133 @@ static __always_inline int sample_skip(struct rec_hdr *h, struct parsed *p)
 // In-kernel counting (--kernel-count): kcount.h.
 #include "kcount.h"
 
+// kc_emit_range_* emit one reply range (kcount.h "Reply records") as
+// records of at most CHUNK bytes:
+// range i of the segment framed last (kc_state.rs.rr), pay_off its
+// payload's offset in the packet. 0, or nonzero when it did
+// not reach the ring whole. Global functions with a plain loop (no
+// bpf_loop frame): the reply records' chain stays within 512 bytes of
+// stack under the cgroup programs' main frame.
+#define DEFINE_KC_EMIT(NAME, CTX, EMIT)                                                          \
+	__attribute__((noinline)) int NAME(CTX *ctx, struct rec_hdr *h0, struct counters *cnt,          \
+					   __u32 pay_off, __u32 i)                                     \
+	{                                                                                        \
+		__u32 cpu = kc_cpu();                                                            \
+		struct kc_state *s = bpf_map_lookup_elem(&kc_scratch, &cpu);                     \
+		if (!h0 || !cnt || !s)                                                           \
+			return 1;                                                                \
+		struct kc_rrange *g = &s->rs.rr[i & (KC_RR - 1)];                                \
+		__u32 off = pay_off + g->off, n = g->len, seq = h0->seq + g->off;                \
+		struct rec_hdr *h = &s->rs.rh;                                                   \
+		__builtin_memcpy(h, h0, sizeof(*h));                                             \
+		h->flags &= ~(F_SYN | F_FIN | F_RST);                                            \
+		h->pad2 = g->flags;                                                              \
+		h->missing = 0;                                                                  \
+		h->ts = s->rs.ts; /* kcount.h kc_reply_in */                                     \
+		__u32 done = 0;                                                                  \
+		for (int i = 0; i < MAX_CHUNKS; i++) {                                           \
+			if (done >= n)                                                           \
+				break;                                                           \
+			__u32 c = n - done;                                                      \
+			if (c > CHUNK)                                                           \
+				c = CHUNK;                                                       \
+			h->seq = seq + done;                                                     \
+			h->len = c;                                                              \
+			int err = EMIT(ctx, h, off + done, c);                                   \
+			if (err) {                                                               \
+				if (err == -1) {                                                 \
+					cnt->rb_full++;                                          \
+					cnt->rb_full_bytes += n - done;                          \
+				} else {                                                         \
+					cnt->load_err += n - done;                               \
+				}                                                                \
+				return 1;                                                        \
+			}                                                                        \
+			cnt->records++;                                                          \
+			cnt->bytes += c;                                                         \
+			done += c;                                                               \
+		}                                                                                \
+		return done < n;                                                                 \
+	}
+
+DEFINE_KC_EMIT(kc_emit_range_skb, struct __sk_buff, emit_skb)
+DEFINE_KC_EMIT(kc_emit_range_xdp, struct xdp_md, emit_xdp)
+
+// kc_rsent_fail: a reply record of the segment framed last (s->rs) did not
+// reach user space (kcount.h kc_rcfail for the cost).
+__attribute__((noinline)) int kc_rsent_fail(__u32 cpu)
+{
+	struct kc_state *s = bpf_map_lookup_elem(&kc_scratch, &cpu);
+	if (!s)
+		return 0;
+	struct kc_rflow *rf = bpf_map_lookup_elem(&kc_rflows, &s->rs.k);
+	if (!rf)
+		return 0;
+	s->stats.rc_fail++;
+	rf->rbad = 1;
+	rf->rbad_ann = *(volatile __u32 *)&rf->ann;
+	rf->rfails++;
+	rf->ccopy = 0;
+	rf->cskip = 0;
+	rf->cnext_ok = 0;
+	return 0;
+}
+
+// kc_emit_replies emits the reply records the framer chose for this
+// segment, in order, stopping at the first that fails: a later one would
+// pair with the wrong request. 1 when the segment lies in a copied reply.
+static __always_inline int kc_emit_replies_x(void *ctx, int xdp, struct rec_hdr *h, struct parsed *p,
+					     struct counters *cnt, __u32 wire)
+{
+	if (!h || !p || !cnt)
+		return 0;
+	__u32 cpu = kc_cpu();
+	struct kc_state *s = bpf_map_lookup_elem(&kc_scratch, &cpu);
+	if (!s)
+		return 0;
+	__u32 nrr = s->rs.nrr;
+	int quiet = s->rs.quiet || nrr;
+	if (!nrr)
+		return quiet;
+	if (sample_skip(h, p)) {
+		kc_rsent_fail(cpu);
+		return quiet;
+	}
+	for (__u32 i = 0; i < KC_RR; i++) {
+		if (i >= nrr)
+			break;
+		struct kc_rrange *g = &s->rs.rr[i];
+		__u32 off = g->off, n = g->len;
+		if (off > wire || n > wire - off) {
+			kc_rsent_fail(cpu);
+			break;
+		}
+		int err = xdp ? kc_emit_range_xdp(ctx, h, cnt, p->pay_off, i) : kc_emit_range_skb(ctx, h, cnt, p->pay_off, i);
+		if (err) {
+			kc_rsent_fail(cpu);
+			break;
+		}
+		s->stats.rc_records++;
+		s->stats.rc_bytes += n;
+	}
+	// A FIN or RST record after them, where the segment ends.
+	h->seq += wire;
+	return quiet;
+}
+
+// Global functions: the packet path's frame keeps nothing for them.
+__attribute__((noinline)) int kc_emit_replies_skb(struct __sk_buff *skb, struct rec_hdr *h, struct parsed *p,
+						  struct counters *cnt, __u32 wire)
+{
+	return kc_emit_replies_x(skb, 0, h, p, cnt, wire);
+}
+
+__attribute__((noinline)) int kc_emit_replies_xdp(struct xdp_md *ctx, struct rec_hdr *h, struct parsed *p,
+						  struct counters *cnt, __u32 wire)
+{
+	return kc_emit_replies_x(ctx, 1, h, p, cnt, wire);
+}
+
 // reply_done ends a reply segment's run early when replies are off and it
 // carries no SYN, FIN or RST: it would yield no record whatever the
 // sampling decision, so only its bytes are counted (in every flow, sampled
@@ -895,8 +1025,25 @@ static __always_inline int sample_skip(struct rec_hdr *h, struct parsed *p)
 // not copied either, a reply record (a FIN, an RST, an anchor) resumes the
 // reply stream (KC_REC_GAP) instead of landing out of the window user
 // space last knew.
-static __always_inline int reply_done(struct parsed *p, struct rec_hdr *h, struct counters *cnt, __u32 wire)
+//
+// With kc_bytes, every reply segment is first framed and paired with the
+// connection's requests (kcount.h, "Reply bytes").
+static __always_inline int reply_done(void *ctx, int xdp, struct parsed *p, struct rec_hdr *h, struct counters *cnt,
+				      __u32 wire)
 {
+	if (kc_on && kc_bytes && p->reply) {
+		if (xdp)
+			kc_reply_xdp(ctx, h, p);
+		else
+			kc_reply_skb(ctx, h, p);
+		int quiet = xdp ? kc_emit_replies_xdp(ctx, h, p, cnt, wire) : kc_emit_replies_skb(ctx, h, p, cnt, wire);
+		if (quiet && !(h->flags & (F_SYN | F_FIN | F_RST))) {
+			// In a copied reply: the records say where the stream
+			// stands; a resume or an anchor here would cut the reply.
+			cnt->reply_bytes += wire;
+			return 1;
+		}
+	}
 	if (!p->reply || replies != REPLIES_OFF)
 		return 0;
 	if (kc_on && !(h->flags & F_SYN))
@@ -998,17 +1145,21 @@ static __always_inline void handle_skb(struct __sk_buff *skb, __u32 hook)
 		return;
 	cnt->matched++;
 	h.pad2 = 0;
+	h.ifindex = skb->ifindex;
+	h.hook = hook;
 	__u32 len = skb->len;
 	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;
 	__u32 wire = p.pay_len == 0xffffffff ? avail : p.pay_len;
-	if (reply_done(&p, &h, cnt, wire))
+	if (reply_done(skb, 0, &p, &h, cnt, wire))
 		return;
 	if (kc_on && !p.reply && kc_handle(skb, 0, &h, p.pay_off, avail, wire))
 		return; // counted here, not needed in user space
-	if (sample_skip(&h, &p))
+	int framed = kc_on && kc_bytes && (h.pad2 & (KC_REC_FRAMED | KC_REC_UNFRAMED));
+	if (sample_skip(&h, &p)) {
+		if (framed)
+			kc_unsent(kc_cpu());
 		return;
-	h.ifindex = skb->ifindex;
-	h.hook = hook;
+	}
 	__u32 uncopied = 0, tail = 0;
 	if (p.reply && replies == REPLIES_HEADS) {
 		reply_heads(&h, cnt, &p.pay_off, &avail, &wire, &uncopied, &tail);
@@ -1021,7 +1172,8 @@ static __always_inline void handle_skb(struct __sk_buff *skb, __u32 hook)
 		COPY_REPLY_TAIL(skb, 0);
 		return;
 	}
-	copy_out_x(skb, 0, cnt, &h, p.pay_off, avail, wire, uncopied);
+	if (copy_out_x(skb, 0, cnt, &h, p.pay_off, avail, wire, uncopied) && framed)
+		kc_unsent(kc_cpu());
 }
 
 SEC("tc")
@@ -1059,17 +1211,21 @@ int hotsniff_xdp(struct xdp_md *ctx)
 		return XDP_PASS;
 	cnt->matched++;
 	h.pad2 = 0;
+	h.ifindex = ctx->ingress_ifindex;
+	h.hook = HOOK_XDP;
 	__u32 len = bpf_xdp_get_buff_len(ctx);
 	__u32 avail = len > p.pay_off ? len - p.pay_off : 0;
 	__u32 wire = p.pay_len == 0xffffffff ? avail : p.pay_len;
-	if (reply_done(&p, &h, cnt, wire))
+	if (reply_done(ctx, 1, &p, &h, cnt, wire))
 		return XDP_PASS;
 	if (kc_on && !p.reply && kc_handle(ctx, 1, &h, p.pay_off, avail, wire))
 		return XDP_PASS;
-	if (sample_skip(&h, &p))
+	int framed = kc_on && kc_bytes && (h.pad2 & (KC_REC_FRAMED | KC_REC_UNFRAMED));
+	if (sample_skip(&h, &p)) {
+		if (framed)
+			kc_unsent(kc_cpu());
 		return XDP_PASS;
-	h.ifindex = ctx->ingress_ifindex;
-	h.hook = HOOK_XDP;
+	}
 	__u32 uncopied = 0, tail = 0;
 	if (p.reply && replies == REPLIES_HEADS) {
 		reply_heads(&h, cnt, &p.pay_off, &avail, &wire, &uncopied, &tail);
@@ -1082,7 +1238,8 @@ int hotsniff_xdp(struct xdp_md *ctx)
 		COPY_REPLY_TAIL(ctx, 1);
 		return XDP_PASS;
 	}
-	copy_out_x(ctx, 1, cnt, &h, p.pay_off, avail, wire, uncopied);
+	if (copy_out_x(ctx, 1, cnt, &h, p.pay_off, avail, wire, uncopied) && framed)
+		kc_unsent(kc_cpu());
 	return XDP_PASS;
 }
 

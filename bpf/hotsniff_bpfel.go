@@ -49,7 +49,7 @@ type hotsniffKcCmd struct {
 	Kind    uint8
 	Fieldw  uint8
 	Session uint8
-	Pad     uint8
+	Flags   uint8
 	Arity   int16
 	First   int16
 	Last    int16
@@ -84,6 +84,53 @@ type hotsniffKcName struct {
 type hotsniffKcPart struct {
 	_ structs.HostLayout
 	C [16384]uint16
+}
+
+type hotsniffKcRflow struct {
+	_          structs.HostLayout
+	Head       uint32
+	Gen        uint32
+	Start      uint32
+	Psynced    uint8
+	Dead       uint8
+	Announced  uint8
+	Cok        uint8
+	ReqNs      uint64
+	Cfrom      uint32
+	Ann        uint32
+	RfailsSeen uint32
+	Pline      [28]uint8
+	Tail       uint32
+	Cgen       uint32
+	Rseq       uint32
+	Elem       uint32
+	RepNs      uint64
+	Skip       uint64
+	Bytes      uint64
+	ElemAt     uint64
+	Hdr        uint64
+	Csynced    uint8
+	Lost       uint8
+	RseqOk     uint8
+	Depth      uint8
+	Line       uint8
+	Hlen       uint8
+	Push       uint8
+	Attr       uint8
+	AttrTop    uint8
+	Pe         uint8
+	Ccopy      uint8
+	Cskip      uint8
+	Rbad       uint8
+	Cpad       [3]uint8
+	Rfails     uint32
+	RbadAnn    uint32
+	Cnext      uint32
+	CnextOk    uint8
+	Cpad2      [3]uint8
+	Hbuf       [16]uint8
+	Stack      [8]uint32
+	Q          [256]uint64
 }
 
 type hotsniffKcSlot struct {
@@ -127,7 +174,13 @@ type hotsniffKcState struct {
 		Pad2     [3]uint8
 		Cmd      hotsniffKcCmd
 		Nkey     hotsniffKcName
-		_        [4]byte
+		Nrq      uint32
+		RqFirst  uint32
+		RqKeys   uint16
+		RqOver   uint8
+		RqPe     uint8
+		RqDead   uint8
+		Pad3     [7]uint8
 	}
 	In struct {
 		_      structs.HostLayout
@@ -140,6 +193,8 @@ type hotsniffKcState struct {
 		Xdp    uint8
 		Unseen uint8
 		Rec    uint32
+		Frec   uint32
+		Fpad   uint32
 	}
 	Nc struct {
 		_   structs.HostLayout
@@ -158,8 +213,43 @@ type hotsniffKcState struct {
 		W   uint32
 		Pad uint32
 	}
-	Buf [4608]uint8
-	_   [1000]byte
+	Buf    [4608]uint8
+	Bslots [8]hotsniffKcSlot
+	Rs     struct {
+		_       structs.HostLayout
+		K       hotsniffSkipKey
+		Seq     uint32
+		Len     uint32
+		PayOff  uint32
+		Pos     uint32
+		Flags   uint8
+		Stop    uint8
+		Short   uint8
+		Partial uint8
+		Nrr     uint8
+		Rflag   uint8
+		Quiet   uint8
+		Fresh   uint8
+		Ra      uint32
+		Elide   uint8
+		Cl      uint8
+		Pad1    [2]uint8
+		ClAt    uint32
+		Pad2    uint32
+		Buf     [64]uint8
+		Rr      [8]struct {
+			_     structs.HostLayout
+			Off   uint32
+			Len   uint32
+			Flags uint32
+			Pad   uint32
+		}
+		_  [4]byte
+		Rh hotsniffRecHdr
+		Ts uint64
+	}
+	Rq [256]uint64
+	_  [2320]byte
 }
 
 type hotsniffKcStats struct {
@@ -176,6 +266,23 @@ type hotsniffKcStats struct {
 	CopyReport  uint64
 	Duplicate   uint64
 	Fallback    [11]uint64
+	RqCmds      uint64
+	RqLost      uint64
+	RqFull      uint64
+	RqWait      uint64
+	RqResync    uint64
+	Rsegments   uint64
+	Rbytes      uint64
+	Rdup        uint64
+	Rreplies    uint64
+	Rattr       uint64
+	Runits      uint64
+	Unattr      [12]uint64
+	RcUnsent    uint64
+	RcFail      uint64
+	RcRecords   uint64
+	RcBytes     uint64
+	RcElided    uint64
 }
 
 type hotsniffPortBitmap struct {
@@ -241,12 +348,15 @@ type hotsniffSkipRange struct {
 const (
 	hotsniffMapDecapCfg               = "decap_cfg"
 	hotsniffMapKcAnchor               = "kc_anchor"
+	hotsniffMapKcBcounts              = "kc_bcounts"
 	hotsniffMapKcCmds                 = "kc_cmds"
 	hotsniffMapKcCounts               = "kc_counts"
 	hotsniffMapKcFlows                = "kc_flows"
 	hotsniffMapKcHot                  = "kc_hot"
 	hotsniffMapKcLocated              = "kc_located"
 	hotsniffMapKcProto                = "kc_proto"
+	hotsniffMapKcRflows               = "kc_rflows"
+	hotsniffMapKcRzero                = "kc_rzero"
 	hotsniffMapKcScratch              = "kc_scratch"
 	hotsniffMapPorts                  = "ports"
 	hotsniffMapReplySkips             = "reply_skips"
@@ -260,6 +370,7 @@ const (
 	hotsniffProgHotsniffTcEgress      = "hotsniff_tc_egress"
 	hotsniffProgHotsniffTcIngress     = "hotsniff_tc_ingress"
 	hotsniffProgHotsniffXdp           = "hotsniff_xdp"
+	hotsniffVarKcBytes                = "kc_bytes"
 	hotsniffVarKcOn                   = "kc_on"
 	hotsniffVarKcSubNs                = "kc_sub_ns"
 	hotsniffVarMaxCopy                = "max_copy"
@@ -272,6 +383,7 @@ const (
 	hotsniffVarUnusedKcLocated        = "unused_kc_located"
 	hotsniffVarUnusedKcName           = "unused_kc_name"
 	hotsniffVarUnusedKcPart           = "unused_kc_part"
+	hotsniffVarUnusedKcRflow          = "unused_kc_rflow"
 	hotsniffVarUnusedKcSlot           = "unused_kc_slot"
 	hotsniffVarUnusedKcStats          = "unused_kc_stats"
 	hotsniffVarUnusedPortBitmap       = "unused_port_bitmap"
@@ -339,12 +451,15 @@ type hotsniffProgramSpecs struct {
 type hotsniffMapSpecs struct {
 	DecapCfg   *ebpf.MapSpec `ebpf:"decap_cfg"`
 	KcAnchor   *ebpf.MapSpec `ebpf:"kc_anchor"`
+	KcBcounts  *ebpf.MapSpec `ebpf:"kc_bcounts"`
 	KcCmds     *ebpf.MapSpec `ebpf:"kc_cmds"`
 	KcCounts   *ebpf.MapSpec `ebpf:"kc_counts"`
 	KcFlows    *ebpf.MapSpec `ebpf:"kc_flows"`
 	KcHot      *ebpf.MapSpec `ebpf:"kc_hot"`
 	KcLocated  *ebpf.MapSpec `ebpf:"kc_located"`
 	KcProto    *ebpf.MapSpec `ebpf:"kc_proto"`
+	KcRflows   *ebpf.MapSpec `ebpf:"kc_rflows"`
+	KcRzero    *ebpf.MapSpec `ebpf:"kc_rzero"`
 	KcScratch  *ebpf.MapSpec `ebpf:"kc_scratch"`
 	Ports      *ebpf.MapSpec `ebpf:"ports"`
 	ReplySkips *ebpf.MapSpec `ebpf:"reply_skips"`
@@ -359,6 +474,7 @@ type hotsniffMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hotsniffVariableSpecs struct {
+	KcBytes            *ebpf.VariableSpec `ebpf:"kc_bytes"`
 	KcOn               *ebpf.VariableSpec `ebpf:"kc_on"`
 	KcSubNs            *ebpf.VariableSpec `ebpf:"kc_sub_ns"`
 	MaxCopy            *ebpf.VariableSpec `ebpf:"max_copy"`
@@ -371,6 +487,7 @@ type hotsniffVariableSpecs struct {
 	UnusedKcLocated    *ebpf.VariableSpec `ebpf:"unused_kc_located"`
 	UnusedKcName       *ebpf.VariableSpec `ebpf:"unused_kc_name"`
 	UnusedKcPart       *ebpf.VariableSpec `ebpf:"unused_kc_part"`
+	UnusedKcRflow      *ebpf.VariableSpec `ebpf:"unused_kc_rflow"`
 	UnusedKcSlot       *ebpf.VariableSpec `ebpf:"unused_kc_slot"`
 	UnusedKcStats      *ebpf.VariableSpec `ebpf:"unused_kc_stats"`
 	UnusedPortBitmap   *ebpf.VariableSpec `ebpf:"unused_port_bitmap"`
@@ -405,12 +522,15 @@ func (o *hotsniffObjects) Close() error {
 type hotsniffMaps struct {
 	DecapCfg   *ebpf.Map `ebpf:"decap_cfg"`
 	KcAnchor   *ebpf.Map `ebpf:"kc_anchor"`
+	KcBcounts  *ebpf.Map `ebpf:"kc_bcounts"`
 	KcCmds     *ebpf.Map `ebpf:"kc_cmds"`
 	KcCounts   *ebpf.Map `ebpf:"kc_counts"`
 	KcFlows    *ebpf.Map `ebpf:"kc_flows"`
 	KcHot      *ebpf.Map `ebpf:"kc_hot"`
 	KcLocated  *ebpf.Map `ebpf:"kc_located"`
 	KcProto    *ebpf.Map `ebpf:"kc_proto"`
+	KcRflows   *ebpf.Map `ebpf:"kc_rflows"`
+	KcRzero    *ebpf.Map `ebpf:"kc_rzero"`
 	KcScratch  *ebpf.Map `ebpf:"kc_scratch"`
 	Ports      *ebpf.Map `ebpf:"ports"`
 	ReplySkips *ebpf.Map `ebpf:"reply_skips"`
@@ -425,12 +545,15 @@ func (m *hotsniffMaps) Close() error {
 	return _HotsniffClose(
 		m.DecapCfg,
 		m.KcAnchor,
+		m.KcBcounts,
 		m.KcCmds,
 		m.KcCounts,
 		m.KcFlows,
 		m.KcHot,
 		m.KcLocated,
 		m.KcProto,
+		m.KcRflows,
+		m.KcRzero,
 		m.KcScratch,
 		m.Ports,
 		m.ReplySkips,
@@ -446,6 +569,7 @@ func (m *hotsniffMaps) Close() error {
 //
 // It can be passed to loadHotsniffObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hotsniffVariables struct {
+	KcBytes            *ebpf.Variable `ebpf:"kc_bytes"`
 	KcOn               *ebpf.Variable `ebpf:"kc_on"`
 	KcSubNs            *ebpf.Variable `ebpf:"kc_sub_ns"`
 	MaxCopy            *ebpf.Variable `ebpf:"max_copy"`
@@ -458,6 +582,7 @@ type hotsniffVariables struct {
 	UnusedKcLocated    *ebpf.Variable `ebpf:"unused_kc_located"`
 	UnusedKcName       *ebpf.Variable `ebpf:"unused_kc_name"`
 	UnusedKcPart       *ebpf.Variable `ebpf:"unused_kc_part"`
+	UnusedKcRflow      *ebpf.Variable `ebpf:"unused_kc_rflow"`
 	UnusedKcSlot       *ebpf.Variable `ebpf:"unused_kc_slot"`
 	UnusedKcStats      *ebpf.Variable `ebpf:"unused_kc_stats"`
 	UnusedPortBitmap   *ebpf.Variable `ebpf:"unused_port_bitmap"`

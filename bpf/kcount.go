@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -91,7 +92,38 @@ const (
 	// replies are off, so that user space can confirm the requests of a
 	// connection joined mid-stream (the server acknowledges them).
 	RecAnchor = 4
+	// RecFramed (on a request record, with reply bytes counted in the
+	// kernel): the programs frame the connection's replies and copy
+	// exactly those answering the requests they copy. RecFramedFrom adds
+	// that no request copied before this one is answered by a copied
+	// reply (pairing starts here); RecUnframed, that the programs lost the
+	// framing and copy no reply until a RecFramedFrom.
+	RecFramed     = 8
+	RecFramedFrom = 16
+	RecUnframed   = 32
 )
+
+// Reply framing of a request record (Record.Replies), as
+// capture.ReplyFraming numbers it.
+const (
+	RepliesAsCaptured uint8 = iota
+	RepliesFramed
+	RepliesFramedFrom
+	RepliesUnframed
+)
+
+// replyFraming is the reply framing kernel flags kf say.
+func replyFraming(kf uint32) uint8 {
+	switch {
+	case kf&RecUnframed != 0:
+		return RepliesUnframed
+	case kf&RecFramedFrom != 0:
+		return RepliesFramedFrom
+	case kf&RecFramed != 0:
+		return RepliesFramed
+	}
+	return RepliesAsCaptured
+}
 
 // KernelCountConfig turns on in-kernel counting.
 type KernelCountConfig struct {
@@ -107,7 +139,20 @@ type KernelCountConfig struct {
 	Protos map[uint16]uint8
 	// Commands is the Redis command table (RedisCommand).
 	Commands []RedisCommand
+	// ReplyBytes turns on stage 1 of "hot by bandwidth" in the kernel, for
+	// Redis ports (kcount.h, "Reply bytes"): the programs pair replies
+	// with the read keys of the requests they counted and add each
+	// reply's bytes, in 64-byte units rounded up, to its keys' buckets
+	// (ReadKernelByteCounts). A prototype: an upper bound of what user
+	// space attributes (a multi-key reply counts whole for each key).
+	ReplyBytes bool
+	// ReplyFlows is how many connections keep a reply queue (about 2 KiB
+	// each); 0: DefaultReplyFlows. The least recently used is dropped.
+	ReplyFlows int
 }
+
+// DefaultReplyFlows is KernelCountConfig.ReplyFlows' default.
+const DefaultReplyFlows = 16384
 
 func (k *KernelCountConfig) validate() error {
 	if k.SubWindow <= 0 {
@@ -122,9 +167,9 @@ func (k *KernelCountConfig) validate() error {
 // setKernelVars sets the programs' kernel-counting constants, and sizes
 // their per-CPU arrays (kc_cpu in kcount.h) for cpus possible CPUs.
 func setKernelVars(spec *ebpf.CollectionSpec, k *KernelCountConfig, cpus int) error {
-	var on uint8
+	var on, bytes uint8
 	var sub uint64 = 1
-	for _, name := range []string{hotsniffMapKcScratch, hotsniffMapKcCounts} {
+	for _, name := range []string{hotsniffMapKcScratch, hotsniffMapKcCounts, hotsniffMapKcBcounts} {
 		spec.Maps[name].MaxEntries *= uint32(cpus)
 	}
 	if k != nil {
@@ -133,8 +178,19 @@ func setKernelVars(spec *ebpf.CollectionSpec, k *KernelCountConfig, cpus int) er
 		// Off: the programs never count; no 2 MiB of counts per CPU.
 		spec.Maps[hotsniffMapKcCounts].MaxEntries = 1
 	}
+	if k != nil && k.ReplyBytes {
+		bytes = 1
+		spec.Maps[hotsniffMapKcRflows].MaxEntries = uint32(cmp.Or(k.ReplyFlows, DefaultReplyFlows))
+	} else {
+		// No reply bytes: neither queues nor 2 MiB of byte counts per CPU.
+		spec.Maps[hotsniffMapKcBcounts].MaxEntries = 1
+		spec.Maps[hotsniffMapKcRflows].MaxEntries = 1
+	}
 	if err := spec.Variables[hotsniffVarKcOn].Set(on); err != nil {
 		return fmt.Errorf("set kc_on: %w", err)
+	}
+	if err := spec.Variables[hotsniffVarKcBytes].Set(bytes); err != nil {
+		return fmt.Errorf("set kc_bytes: %w", err)
 	}
 	if err := spec.Variables[hotsniffVarKcSubNs].Set(sub); err != nil {
 		return fmt.Errorf("set kc_sub_ns: %w", err)
@@ -150,6 +206,9 @@ const (
 	kcSession = 4
 	kcEcho    = 5
 	kcComplex = 6
+
+	kcPerElem = 1 // KC_CF_PERELEM
+	kcDead    = 2 // KC_CF_DEAD
 
 	kcSelect  = 1
 	kcMulti   = 2
@@ -208,6 +267,12 @@ func kernelCommands(cmds []RedisCommand) map[hotsniffKcName]hotsniffKcCmd {
 				cmd.Fieldw = 1
 			}
 		}
+		switch c.Name {
+		case "MGET":
+			cmd.Flags = kcPerElem
+		case "SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "MONITOR":
+			cmd.Flags = kcDead
+		}
 		var n hotsniffKcName
 		copy(n.N[:], c.Name)
 		out[n] = cmd
@@ -240,6 +305,12 @@ func (c *Capture) initKernelMaps() error {
 
 // KernelCounting reports whether the programs count in the kernel.
 func (c *Capture) KernelCounting() bool { return c.cfg.KernelCount != nil }
+
+// KernelReplyBytes reports whether the programs count reply bytes too
+// (KernelCountConfig.ReplyBytes).
+func (c *Capture) KernelReplyBytes() bool {
+	return c.cfg.KernelCount != nil && c.cfg.KernelCount.ReplyBytes
+}
 
 // KernelEpoch is the index of the current sub-window of kernel counts
 // (CLOCK_MONOTONIC_COARSE / SubWindow). The programs read the same coarse
@@ -315,7 +386,7 @@ func (c *Capture) ReadEndedKernelCountsAt(ep, now int64, dst []uint32, idx []uin
 	if _, hi := c.KernelEpochBounds(); ep >= now || hi-ep >= KernelSlots-1 {
 		return idx, false, nil
 	}
-	if idx, err = c.readKernelSlot(ep, dst, idx); err != nil {
+	if idx, err = c.readKernelSlot(ep, dst, idx, c.kcReads()); err != nil {
 		return idx, false, err
 	}
 	if _, hi := c.KernelEpochBounds(); hi-ep >= KernelSlots-1 {
@@ -324,17 +395,64 @@ func (c *Capture) ReadEndedKernelCountsAt(ep, now int64, dst []uint32, idx []uin
 	return idx, true, nil
 }
 
+// kcCountSet is one set of per-CPU bucket counts the programs keep: its
+// slots' offset in each CPU's kc_scratch entry, the memory of its parts,
+// and the buffer its slots are read into. Read counts (kc_counts, slots)
+// and reply bytes (kc_bcounts, bslots) share the layout and the reader.
+type kcCountSet struct {
+	slotsOff int
+	parts    *ebpf.Memory
+	raw      []byte
+}
+
+func (c *Capture) kcReads() kcCountSet {
+	return kcCountSet{slotsOff: kcSlotsOff, parts: c.kcCountsMem, raw: c.kcRawSlots}
+}
+
+func (c *Capture) kcBytes() kcCountSet {
+	return kcCountSet{slotsOff: kcBSlotsOff, parts: c.kcBCountsMem, raw: c.kcRawBSlots}
+}
+
+// ReadKernelByteCountsAt is ReadEndedKernelCountsAt for reply bytes
+// (KernelCountConfig.ReplyBytes): it adds every CPU's byte counts of
+// sub-window ep into dst, in 64-byte units (each reply's bytes rounded up
+// for each of its read keys: an upper bound of user space's attribution),
+// folded as ReadKernelCounts folds, and appends the buckets it made
+// non-zero to idx. complete as for ReadEndedKernelCountsAt.
+func (c *Capture) ReadKernelByteCountsAt(ep, now int64, dst []uint32, idx []uint32) (_ []uint32, complete bool, err error) {
+	if c.cfg.KernelCount == nil || !c.cfg.KernelCount.ReplyBytes {
+		return idx, false, errors.New("read kernel byte counts: reply bytes are not counted in the kernel")
+	}
+	if _, hi := c.KernelEpochBounds(); ep >= now || hi-ep >= KernelSlots-1 {
+		return idx, false, nil
+	}
+	if idx, err = c.readKernelSlot(ep, dst, idx, c.kcBytes()); err != nil {
+		return idx, false, err
+	}
+	if _, hi := c.KernelEpochBounds(); hi-ep >= KernelSlots-1 {
+		return idx, false, nil
+	}
+	return idx, true, nil
+}
+
+// KernelByteUnit is the unit of the kernel's reply byte counts.
+const KernelByteUnit = 64
+
 // kernelSlots reads every CPU's slots (KernelSlots each, CPU by CPU) from
 // the scratch map's memory into c.kcRawSlots.
 func (c *Capture) kernelSlots() ([]hotsniffKcSlot, error) {
-	cpus := len(c.kcRawSlots) / (KernelSlots * kcSlotSize)
+	return c.kernelSlotsOf(c.kcReads())
+}
+
+func (c *Capture) kernelSlotsOf(set kcCountSet) ([]hotsniffKcSlot, error) {
+	cpus := len(set.raw) / (KernelSlots * kcSlotSize)
 	for i := range cpus {
-		b := c.kcRawSlots[i*KernelSlots*kcSlotSize : (i+1)*KernelSlots*kcSlotSize]
-		if _, err := c.kcScratchMem.ReadAt(b, int64(i*kcScratchSize+kcSlotsOff)); err != nil {
+		b := set.raw[i*KernelSlots*kcSlotSize : (i+1)*KernelSlots*kcSlotSize]
+		if _, err := c.kcScratchMem.ReadAt(b, int64(i*kcScratchSize+set.slotsOff)); err != nil {
 			return nil, err
 		}
 	}
-	return unsafe.Slice((*hotsniffKcSlot)(unsafe.Pointer(&c.kcRawSlots[0])), len(c.kcRawSlots)/kcSlotSize), nil
+	return unsafe.Slice((*hotsniffKcSlot)(unsafe.Pointer(&set.raw[0])), len(set.raw)/kcSlotSize), nil
 }
 
 // KernelEpochSeen is the latest sub-window in which any CPU's programs
@@ -361,9 +479,9 @@ func (c *Capture) KernelEpochSeen() (int64, error) {
 	return seen, nil
 }
 
-// readKernelSlot adds the counts of ep's slot, as the programs left it,
-// into dst (ReadKernelCountsAt).
-func (c *Capture) readKernelSlot(ep int64, dst []uint32, idx []uint32) ([]uint32, error) {
+// readKernelSlot adds the counts of ep's slot of set, as the programs left
+// it, into dst (ReadKernelCountsAt, ReadKernelByteCountsAt).
+func (c *Capture) readKernelSlot(ep int64, dst []uint32, idx []uint32, set kcCountSet) ([]uint32, error) {
 	shift := 0
 	for n := len(dst); n < KernelBuckets; n <<= 1 {
 		if n == 0 {
@@ -377,7 +495,7 @@ func (c *Capture) readKernelSlot(ep int64, dst []uint32, idx []uint32) ([]uint32
 	// kernelParts + part; little-endian on every host that runs the
 	// programs (bpfel). Read through the maps' memory: no system call, and
 	// no copy of parts that had no reads.
-	all, err := c.kernelSlots()
+	all, err := c.kernelSlotsOf(set)
 	if err != nil {
 		return idx, fmt.Errorf("read kernel counts: %w", err)
 	}
@@ -398,7 +516,7 @@ func (c *Capture) readKernelSlot(ep int64, dst []uint32, idx []uint32) ([]uint32
 				continue
 			}
 			off := int64(((i*KernelSlots+si)*kernelParts + p) * kcPartSize)
-			if _, err := c.kcCountsMem.ReadAt(c.kcRawParts, off); err != nil {
+			if _, err := set.parts.ReadAt(c.kcRawParts, off); err != nil {
 				return idx, fmt.Errorf("read kernel counts: %w", err)
 			}
 			// Four counts a word: most words of a part are zero.
@@ -428,6 +546,7 @@ const (
 	kcPartSize    = int(unsafe.Sizeof(hotsniffKcPart{}))
 	kcScratchSize = int(unsafe.Sizeof(hotsniffKcState{}))
 	kcSlotsOff    = int(unsafe.Offsetof(hotsniffKcState{}.Slots))
+	kcBSlotsOff   = int(unsafe.Offsetof(hotsniffKcState{}.Bslots))
 	kcStatsOff    = int(unsafe.Offsetof(hotsniffKcState{}.Stats))
 	kcStatsSize   = int(unsafe.Sizeof(hotsniffKcStats{}))
 )
@@ -524,6 +643,58 @@ type KernelStats struct {
 	CopySession uint64                     // ...for a session command
 	CopyReport  uint64                     // ...for an ECHO (absorbed-demand report)
 	Duplicate   uint64                     // request segments seen again after they were counted (cgroup's second view, retransmissions), not copied
+
+	// Reply bytes (KernelCountConfig.ReplyBytes).
+	QueuedCommands uint64                   // commands pushed on reply queues
+	QueueLost      uint64                   // request segments not counted whole: replies unpaired until a quiet point
+	QueueFull      uint64                   // request segments whose commands did not fit the queue
+	QueueWait      uint64                   // counted segments not pushed, waiting for a quiet point
+	QueueResync    uint64                   // fresh starts after a quiet point
+	ReplySegments  uint64                   // reply segments with payload looked at
+	ReplyBytes     uint64                   // their payload bytes
+	ReplyDuplicate uint64                   // reply bytes seen again, not counted again
+	ReplyReplies   uint64                   // replies attributed to read keys
+	ReplyAttr      uint64                   // their bytes, each reply once
+	ReplyUnits     uint64                   // KernelByteUnit units added to byte buckets
+	Unattributed   [NumUnattrReasons]uint64 // reply bytes attributed to no key, by reason
+
+	// Reply records: the replies of the requests copied, copied too.
+	ReplyRecords     uint64 // reply records emitted
+	ReplyRecordBytes uint64 // their payload bytes
+	ReplyElided      uint64 // bulk payload bytes of copied replies left out (in user space's skip)
+	ReplyCopyFailed  uint64 // copied replies not delivered whole: the connection unpaired until the next RecFramedFrom
+	RequestsUnsent   uint64 // copied request records of framed connections not delivered (sampling, ring)
+}
+
+// UnattrReason is why reply bytes were attributed to no key (kcount.h
+// enum kc_unattr).
+type UnattrReason int
+
+// Reasons, as numbered in kcount.h.
+const (
+	UnattrNoKey UnattrReason = iota
+	UnattrPush
+	UnattrUnsynced
+	UnattrDead
+	UnattrBad
+	UnattrDepth
+	UnattrUnpaired
+	UnattrGap
+	UnattrSteps
+	UnattrNoFlow
+	UnattrLoad
+	UnattrRace
+	NumUnattrReasons
+)
+
+var unattrNames = [...]string{"nokey", "push", "unsynced", "dead", "bad", "depth", "unpaired", "gap", "steps", "noflow", "load", "race"}
+
+// String is the reason's metric label.
+func (r UnattrReason) String() string {
+	if r >= 0 && int(r) < len(unattrNames) {
+		return unattrNames[r]
+	}
+	return "other"
 }
 
 // KernelStats reads the kernel-counting counters.
@@ -553,6 +724,25 @@ func (c *Capture) KernelStats() (KernelStats, error) {
 		st.CopySession += p.CopySession
 		st.CopyReport += p.CopyReport
 		st.Duplicate += p.Duplicate
+		st.QueuedCommands += p.RqCmds
+		st.QueueLost += p.RqLost
+		st.QueueFull += p.RqFull
+		st.QueueWait += p.RqWait
+		st.QueueResync += p.RqResync
+		st.ReplySegments += p.Rsegments
+		st.ReplyBytes += p.Rbytes
+		st.ReplyDuplicate += p.Rdup
+		st.ReplyReplies += p.Rreplies
+		st.ReplyAttr += p.Rattr
+		st.ReplyUnits += p.Runits
+		for r := range st.Unattributed {
+			st.Unattributed[r] += p.Unattr[r]
+		}
+		st.ReplyRecords += p.RcRecords
+		st.ReplyRecordBytes += p.RcBytes
+		st.ReplyElided += p.RcElided
+		st.ReplyCopyFailed += p.RcFail
+		st.RequestsUnsent += p.RcUnsent
 	}
 	return st, nil
 }

@@ -52,11 +52,31 @@
 #define KC_MAX_KEYS 128
 #define KC_STEPS (KC_SCRATCH + 64)
 #define KC_NAME 16
+// Reply bytes (kc_bytes):
+//   KC_RQ       queue entries per connection (a read key, or a command
+//               without one); more outstanding: the replies go unpaired
+//               until a quiet point (kc_stats.rq_full)
+//   KC_RQ_SEG   entries one request segment pushes (more: as full)
+//   KC_RDEPTH   aggregate nesting framed in replies (deeper: KU_DEPTH)
+//   KC_RSTEPS   headers and line chunks framed per reply segment
+//   KC_QUIET_NS the quiet in both directions after which a connection's
+//               pairing starts afresh (decode.DefaultQuietNS)
+#define KC_RQ 256
+#define KC_RQ_SEG 256
+#define KC_RDEPTH 8
+#define KC_RSTEPS 4096
+#define KC_QUIET_NS 1000000ULL
 
 // Set from Go before loading. kc_on 0: the programs copy every request as
 // before (--kernel-count=false).
 volatile const __u8 kc_on = 0;
 volatile const __u64 kc_sub_ns = 100000000;
+// kc_bytes 1: stage 1 of "hot by bandwidth" in the kernel too, for Redis:
+// request segments counted here push their commands' read keys on a
+// per-connection queue (kc_rflows), the reply programs frame the replies
+// and add each reply's bytes to its read keys' buckets (kc_bcounts). See
+// "Reply bytes" below. 0: none of that code is verified or run.
+volatile const __u8 kc_bytes = 0;
 #define KC_SHIFT 47 // 64 - log2(KC_BUCKETS)
 
 // Fallback reasons: the segment is copied and its keys are counted in user
@@ -76,6 +96,24 @@ enum kc_reason {
 	KR_MAX = 11,
 };
 
+// Why reply bytes were attributed to no key (kc_stats.unattr, kc_bytes).
+// Mirrored in kcount.go.
+enum kc_unattr {
+	KU_NOKEY = 0,    // the reply of a command without read keys (writes, PING, EXEC, ...)
+	KU_PUSH = 1,     // a RESP3 push: answers no request
+	KU_UNSYNCED = 2, // the connection's replies are not paired (after a loss, until a quiet point)
+	KU_DEAD = 3,     // after SUBSCRIBE/PSUBSCRIBE/SSUBSCRIBE/MONITOR
+	KU_BAD = 4,      // not a RESP2/RESP3 reply (or a length the programs do not take)
+	KU_DEPTH = 5,    // aggregates nested deeper than KC_RDEPTH
+	KU_UNPAIRED = 6, // a reply with no command queued for it
+	KU_GAP = 7,      // reply bytes missing or out of order
+	KU_STEPS = 8,    // more headers in one segment than KC_RSTEPS
+	KU_NOFLOW = 9,   // a connection the programs keep no queue for
+	KU_LOAD = 10,    // the payload could not be read
+	KU_RACE = 11,    // the request side started afresh while a reply was framed
+	KU_MAX = 12,
+};
+
 // Why a parsed segment is copied (bits).
 #define KC_COPY_LOCATED 1 // a read in a located bucket
 #define KC_COPY_HOT 2     // a write to a hot key
@@ -85,6 +123,12 @@ enum kc_reason {
 // Record flags (rec_hdr.pad2) under kernel counting.
 #define KC_REC_COUNTED 1 // this record's reads were counted in the kernel
 #define KC_REC_GAP 2     // bytes of the flow before it were counted and not copied
+// Reply framing (kc_bytes, Redis; bpf/kcount.go RecFramed...): on a request
+// record, its commands' replies are copied (FRAMED), pairing starts at it
+// (FRAMED_FROM), or no reply is copied until a FRAMED_FROM (UNFRAMED).
+#define KC_REC_FRAMED 8
+#define KC_REC_FRAMED_FROM 16
+#define KC_REC_UNFRAMED 32
 
 // kc_stats: what every counted request writes comes first, on one line.
 struct kc_stats {
@@ -100,6 +144,26 @@ struct kc_stats {
 	__u64 copy_report;
 	__u64 duplicate;   // request segments seen again after they were counted, not copied
 	__u64 fallback[KR_MAX];
+	// kc_bytes: the request side of the reply queues.
+	__u64 rq_cmds;     // commands pushed
+	__u64 rq_lost;     // request segments not counted whole: the connection's replies unpaired until a quiet point
+	__u64 rq_full;     // request segments whose commands did not fit the queue (also unpaired from there)
+	__u64 rq_wait;     // counted segments not pushed: the connection waits for a quiet point
+	__u64 rq_resync;   // fresh starts after a quiet point
+	// kc_bytes: the reply side.
+	__u64 rsegments;  // reply segments with payload looked at
+	__u64 rbytes;     // their payload bytes
+	__u64 rdup;       // reply bytes seen again (cgroup's second view, retransmissions), not counted again
+	__u64 rreplies;   // replies attributed to read keys
+	__u64 rattr;      // their bytes (each reply once, whatever its key count)
+	__u64 runits;     // 64-byte units added to byte buckets (a key's share rounded up)
+	__u64 unattr[KU_MAX]; // reply bytes attributed to no key, by reason
+	// kc_bytes, reply records.
+	__u64 rc_unsent;  // copied request records of framed connections not delivered
+	__u64 rc_fail;    // copied replies not delivered whole (range list, ring, framing)
+	__u64 rc_records; // reply records emitted
+	__u64 rc_bytes;   // their payload bytes
+	__u64 rc_elided;  // bulk payload bytes of copied replies left out
 };
 
 // The programs' per-CPU state (kc_scratch, kc_counts) is in plain arrays
@@ -195,12 +259,16 @@ struct kc_cmd {
 	__u8 kind;
 	__u8 fieldw;  // weighted by fields: argc - 2 when argc > 3 (HMGET)
 	__u8 session; // KC_S_*
-	__u8 pad;
+	__u8 flags;   // KC_CF_*
 	__s16 arity;
 	__s16 first;
 	__s16 last;
 	__s16 step;
 };
+
+// kc_cmd.flags (kc_bytes).
+#define KC_CF_PERELEM 1 // MGET: an array reply of one element per key gives each its element
+#define KC_CF_DEAD 2    // SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE, MONITOR: replies stop answering requests
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -353,6 +421,15 @@ struct kc_st {
 	__u8 pad2[3];
 	struct kc_cmd cmd;
 	struct kc_name nkey; // the lookup key: in the map, not on the stack
+	// kc_bytes: the segment's queue entries (kc_state.rq), pushed whole
+	// once it parsed whole.
+	__u32 nrq;
+	__u32 rq_first; // entry of the current command's first read key
+	__u16 rq_keys;  // read keys of the current command so far
+	__u8 rq_over;   // more entries than KC_RQ_SEG, or keys than a command entry counts
+	__u8 rq_pe;     // the current command's reply is per element (MGET)
+	__u8 rq_dead;   // a command after which replies answer no request
+	__u8 pad3[7];
 };
 
 // kc_ncache is the last command name found in kc_cmds on this CPU (folded,
@@ -378,6 +455,8 @@ struct kc_in {
 	__u8 xdp;
 	__u8 unseen; // out: the programs did not see the connection's SYN
 	__u32 rec;   // out: KC_REC_* for the record if one is copied
+	__u32 frec;  // out (kc_bytes): KC_REC_FRAMED* / KC_REC_UNFRAMED if copied
+	__u32 fpad;
 };
 
 // kc_read is one read of a segment, counted once the whole segment parsed.
@@ -386,6 +465,61 @@ struct kc_read {
 	__u32 w; // weight
 	__u32 pad;
 };
+
+// Reply records: the ranges of a reply segment to copy.
+#define KC_RR 8
+#define KC_RNONE 0xffffffffU
+#define KC_RELIDE 256 // a copied reply's bulk payload longer than this is left out
+struct kc_rrange {
+	__u32 off, len; // in the segment's payload
+	__u32 flags;    // KC_REC_GAP: starts a reply after bytes not copied
+	__u32 pad;
+};
+
+// kc_rseg is the reply segment being framed (kc_bytes): in the scratch
+// map, not on the stack of the reply chain.
+struct kc_rseg {
+	struct skip_key k; // client to server, as kc_flows
+	__u32 seq;
+	__u32 len;     // payload bytes
+	__u32 pay_off;
+	__u32 pos;     // next payload byte to frame
+	__u8 flags;    // TCP flags
+	__u8 stop;     // KU_* + 1: the reply side lost step here
+	__u8 short_;   // the segment is not all in the packet
+	__u8 partial;  // stop: the reply framed so far is not counted yet
+	__u8 nrr;      // reply records to emit (rr)
+	__u8 rflag;    // KC_REC_GAP for the open range
+	__u8 quiet;    // the segment lies in a copied reply: no zero-length GAP record for it
+	__u8 fresh;    // kc_rstep: a reply starts at this header
+	__u32 ra;      // start of the open range, KC_RNONE: none
+	__u8 elide;    // kc_rstep: the bulk's payload is left out
+	__u8 cl;       // a copied reply ended at cl_at: its range is to be closed
+	__u8 pad1[2];
+	__u32 cl_at;
+	__u32 pad2;
+	__u8 buf[64];  // the bytes being looked at (a header, a line chunk)
+	struct kc_rrange rr[KC_RR];
+	struct rec_hdr rh; // the reply record being emitted (not on the stack)
+	__u64 ts;          // the reply records' time: taken before the framer reads cfrom
+};
+
+// A queue entry (kc_rflow.q, kc_state.rq) is a u64: bits 10-63 are the
+// read key's identity hash (its bucket is the top bits), bit 0 marks a
+// command's first entry, and that entry also holds the command's read-key
+// count (bits 2-9; 0: a command without read keys, whose reply is framed
+// and attributed to none) and whether its reply is per element (bit 1,
+// MGET). Later entries of the command are its other read keys. Bit 9 of a
+// first entry (KC_RQ_COPY) marks a command of a segment copied to user
+// space: its reply is copied too ("Reply records" below). The count
+// has 7 bits: a command of more than 127 read keys stops the pushing
+// (rq_over) as one of more than 255 did.
+#define KC_RQ_FIRST 1ULL
+#define KC_RQ_PE 2ULL
+#define KC_RQ_NK_SHIFT 2
+#define KC_RQ_NK_MAX 127
+#define KC_RQ_COPY (1ULL << 9)
+#define KC_RQ_HASH (~0x3ffULL)
 
 // kc_state (a kc_scratch entry) is a CPU's state: one segment's payload and
 // parse state (st comes first so a pointer to it is a pointer to the whole:
@@ -402,6 +536,11 @@ struct kc_state {
 	struct kc_slot slots[KC_SLOTS];
 	struct kc_read reads[KC_MAX_KEYS]; // the segment's reads
 	__u8 buf[KC_SCRATCH + 512]; // slack: masked offsets plus a key stay inside
+	// kc_bytes, after the request path's lines: the byte counts' slots,
+	// the reply segment being framed and the request segment's entries.
+	struct kc_slot bslots[KC_SLOTS];
+	struct kc_rseg rs;
+	__u64 rq[KC_RQ_SEG];
 } __attribute__((aligned(4096)));
 
 struct {
@@ -564,6 +703,61 @@ static __always_inline int kc_located_bit(__u64 h)
 	return (l->bits[b >> 6] >> (b & 63)) & 1;
 }
 
+// kc_rq_cmd starts a Redis command's queue entries (kc_bytes): its first
+// entry, which takes its first read key if it has one.
+static __always_inline void kc_rq_cmd(struct kc_st *st, __u8 flags)
+{
+	if (!kc_bytes)
+		return;
+	__u32 n = st->nrq;
+	st->rq_keys = 0;
+	st->rq_pe = flags & KC_CF_PERELEM;
+	if (flags & KC_CF_DEAD)
+		st->rq_dead = 1;
+	if (n >= KC_RQ_SEG) {
+		st->rq_over = 1;
+		return;
+	}
+	kc_buf(st)->rq[n & (KC_RQ_SEG - 1)] = KC_RQ_FIRST | (st->rq_pe ? KC_RQ_PE : 0);
+	st->rq_first = n;
+	st->nrq = n + 1;
+}
+
+// kc_rq_key adds a read key of the current Redis command (kc_bytes). A
+// global function: inlined, its registers cost the parser's callback a
+// stack slot on the deepest call chain even with kc_bytes off.
+__attribute__((noinline)) int kc_rq_key(struct kc_state *s, __u64 h)
+{
+	if (!s)
+		return 0;
+	struct kc_st *st = &s->st;
+	if (st->proto != 1 || st->rq_over)
+		return 0;
+	__u32 k = st->rq_keys;
+	if (k >= KC_RQ_NK_MAX) {
+		st->rq_over = 1;
+		return 0;
+	}
+	h &= KC_RQ_HASH;
+	if (!h)
+		h = KC_RQ_HASH & -KC_RQ_HASH; // a key entry is never 0
+	__u64 *first = &kc_buf(st)->rq[st->rq_first & (KC_RQ_SEG - 1)];
+	if (k == 0) {
+		*first |= h;
+	} else {
+		__u32 n = st->nrq;
+		if (n >= KC_RQ_SEG) {
+			st->rq_over = 1;
+			return 0;
+		}
+		kc_buf(st)->rq[n & (KC_RQ_SEG - 1)] = h;
+		st->nrq = n + 1;
+	}
+	st->rq_keys = k + 1;
+	*first = (*first & ~((__u64)KC_RQ_NK_MAX << KC_RQ_NK_SHIFT)) | (__u64)(k + 1) << KC_RQ_NK_SHIFT;
+	return 0;
+}
+
 // kc_key handles one key of len bytes at off: a read is queued for the
 // bucket counts (committed once the whole segment parsed), a write to a hot
 // key marks the segment for copying. 0, or 1 to stop.
@@ -585,6 +779,8 @@ static __always_inline int kc_key(struct kc_st *st, __u32 off, __u32 len, int wr
 	}
 	if (loc)
 		st->copy |= KC_COPY_LOCATED;
+	if (kc_bytes)
+		kc_rq_key(kc_buf(st), h);
 	__u32 n = st->nkeys;
 	if (n >= KC_MAX_KEYS) {
 		st->reason = KR_KEYS;
@@ -661,6 +857,7 @@ static __always_inline int kc_resp_name(struct kc_st *st, __u32 off, __u32 len)
 	st->reqs++;
 	__s32 argc = st->argc;
 	int arity_ok = cmd->arity >= 0 ? argc == cmd->arity : argc >= -cmd->arity;
+	kc_rq_cmd(st, arity_ok ? cmd->flags : 0);
 	st->kind = arity_ok ? cmd->kind : KC_NOKEY; // rejected by the server: no keys
 	st->session = arity_ok ? cmd->session : 0;
 	if (st->kind == KC_COMPLEX) {
@@ -930,6 +1127,7 @@ static __always_inline long kc_get(struct kc_st *st)
 		return 2;
 	st->pos = off + len + 2;
 	st->reqs++;
+	kc_rq_cmd(st, 0);
 	return kc_key(st, off, len, 0, 1);
 }
 
@@ -1251,6 +1449,1103 @@ __attribute__((noinline)) __u64 kc_commit(struct kc_state *s)
 	return reads;
 }
 
+// Reply bytes (kc_bytes): stage 1 of "hot by bandwidth" for Redis.
+//
+// Request side: a request segment counted whole at a command boundary
+// pushes its commands' entries (KC_RQ_*: a command's read keys, or one
+// entry for a command without any) on its connection's queue in
+// kc_rflows, all or none. A segment not counted whole (a fallback) or
+// whose entries do not fit stops the pushing: the replies of the entries
+// already queued are still paired, those after go to no key. Pairing
+// starts afresh at the first segment counted whole after a quiet of
+// KC_QUIET_NS in both directions, as user space does (decode/pending.go).
+//
+// Reply side: the reply programs frame RESP2/RESP3 replies across the
+// connection's segments, reading only headers from the packet (16 bytes
+// at a header, 32-byte chunks of a simple line) and skipping values by
+// their length; at each complete top-level reply they pop its command's
+// entries and add the reply's bytes, in 64-byte units rounded up, to the
+// bucket of each of its read keys in kc_bcounts (the layout of kc_counts,
+// with its own slots' dirty bits: kc_state.bslots). An upper bound of the
+// user-space attribution, which splits a reply evenly between its keys: a
+// multi-key reply gives all its bytes to each key, an MGET element its
+// bytes and the whole array header to its key. What cannot be paired is
+// counted by reason (kc_stats.unattr), never guessed.
+//
+// Concurrency: one connection's request and reply programs may run at
+// once on two CPUs. The queue is single producer (the request side: one
+// connection's request segments are not handled on two CPUs at once, the
+// assumption kc_flows makes too) and single consumer (the reply side, the
+// same for replies). The producer writes the entries, then publishes head
+// with an atomic add; the consumer reads head, then the entries. A fresh
+// start bumps gen (atomic) before the new entries are written; the
+// consumer checks gen after reading each entry and before adding bytes
+// for it, so an entry of a new start never counts for a reply of the old
+// one: a race costs the reply's bytes (KU_RACE), never a wrong key. The
+// orderings rely on the atomic add being a full barrier and on loads not
+// passing loads, which holds on x86; on arm64 the programs (BPF v1: no
+// load-acquire) would need BPF's load-acquire/store-release (kernel 6.15,
+// LLVM 20) for the same guarantee.
+struct kc_rflow {
+	// The request side's (producer) line.
+	__u32 head;      // entries pushed (wraps); published last, atomically
+	__u32 gen;       // fresh starts; bumped before their entries are written
+	__u32 start;     // head at the last fresh start
+	__u8 psynced;    // pushing: no loss since the last fresh start
+	__u8 dead;       // SUBSCRIBE and co: replies no longer answer requests
+	__u8 announced;  // a copied segment said KC_REC_FRAMED_FROM since the last (re)start
+	__u8 cok;        // replies of entries from cfrom on with KC_RQ_COPY may be copied
+	__u64 req_ns;    // last request segment with payload
+	__u32 cfrom;     // entry of the last KC_REC_FRAMED_FROM segment's first command
+	__u32 ann;       // KC_REC_FRAMED_FROM announcements (bumped after cfrom is written)
+	__u32 rfails_seen; // the reply side's rfails when the request side last looked
+	__u8 pline[28];
+	// The reply side's (consumer).
+	__u32 tail;      // entries popped; the producer reads it to see the room left
+	__u32 cgen;      // the gen the reply state belongs to
+	__u32 rseq;      // next reply byte expected
+	__u32 elem;      // MGET: the element being framed
+	__u64 rep_ns;    // last reply segment with payload
+	__u64 skip;      // value bytes still to skip before the next header
+	__u64 bytes;     // bytes of the reply being framed so far
+	__u64 elem_at;   // MGET: bytes when the current element started
+	__u64 hdr;       // MGET: bytes of the array header (and attributes before it)
+	__u8 csynced;    // framing and pairing in step
+	__u8 lost;       // the reply side lost step: the request side starts afresh after a quiet
+	__u8 rseq_ok;
+	__u8 depth;      // open aggregates
+	__u8 line;       // inside a simple line, up to its LF
+	__u8 hlen;       // bytes of a header cut by the segment's end, in hbuf
+	__u8 push;       // the reply is a RESP3 push
+	__u8 attr;       // a top-level attribute preceded: its bytes go with the next reply
+	__u8 attr_top;   // the top-level value is such an attribute
+	__u8 pe;         // MGET per element
+	// Reply records: the consumer's copy state.
+	__u8 ccopy;      // the reply being framed is copied
+	__u8 cskip;      // the value bytes still to skip (skip) are copied too
+	__u8 rbad;       // a copied reply could not be delivered: none copied until ann != rbad_ann
+	__u8 cpad[3];
+	__u32 rfails;    // copied replies not delivered (the request side announces afresh)
+	__u32 rbad_ann;
+	__u32 cnext;     // seq after the last reply byte copied (or left out inside a reply)
+	__u8 cnext_ok;
+	__u8 cpad2[3];
+	__u8 hbuf[16];
+	__u32 stack[KC_RDEPTH]; // elements left in each open aggregate
+	__u64 q[KC_RQ];
+};
+
+// Loaded with one entry unless kc_bytes (bpf/kcount.go).
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct skip_key);
+	__type(value, struct kc_rflow);
+} kc_rflows SEC(".maps");
+
+// kc_rzero is a zero kc_rflow, what a new connection's entry is made from
+// (a value this size cannot be built on the stack).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kc_rflow);
+} kc_rzero SEC(".maps");
+
+// kc_bcounts: reply bytes per bucket in 64-byte units, laid out as
+// kc_counts (16-bit, saturating: 4 MiB a bucket, CPU and sub-window).
+// Loaded with one entry unless kc_bytes.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, KC_SLOTS * KC_PARTS); // × CPUs
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct kc_part);
+} kc_bcounts SEC(".maps");
+
+const struct kc_rflow *unused_kc_rflow __attribute__((unused));
+
+// kc_rflow_new makes a connection's reply state: fresh (its SYN was seen)
+// or waiting for a quiet point.
+static __always_inline struct kc_rflow *kc_rflow_new(struct skip_key *k, int fresh)
+{
+	__u32 zero = 0;
+	struct kc_rflow *z = bpf_map_lookup_elem(&kc_rzero, &zero);
+	if (!z)
+		return 0;
+	bpf_map_update_elem(&kc_rflows, k, z, fresh ? BPF_ANY : BPF_NOEXIST);
+	struct kc_rflow *rf = bpf_map_lookup_elem(&kc_rflows, k);
+	if (rf && fresh) {
+		rf->psynced = 1;
+		__sync_fetch_and_add(&rf->gen, 1);
+	}
+	return rf;
+}
+
+// kc_rflow_syn starts a connection's reply state fresh at its SYN. A
+// global function, so that the packet path's frame keeps nothing for it.
+__attribute__((noinline)) int kc_rflow_syn(struct skip_key *k)
+{
+	if (!k)
+		return 0;
+	struct kc_flow *fl = bpf_map_lookup_elem(&kc_flows, k);
+	if (fl && fl->proto == 1)
+		kc_rflow_new(k, 1);
+	return 0;
+}
+
+// kc_badd adds n reply bytes, rounded up to 64-byte units, to the byte
+// bucket of queue entry e on this CPU's slot of the current sub-window.
+// A global function that clears a part itself with a plain loop (no
+// bpf_loop callback, no call): the reply chain (main, kc_reply_*, the step
+// callback, kc_rstep_*, kc_rdone, kc_rpop, here) stays within the
+// verifier's eight frames and 512 bytes of stack.
+__attribute__((noinline)) int kc_badd(struct kc_state *s, __u64 e, __u64 n)
+{
+	if (!s)
+		return 0;
+	__u32 u = n >= (0xffffULL << 6) ? 0xffff : (n + 63) >> 6;
+	__u64 ep = bpf_ktime_get_coarse_ns() / kc_sub_ns;
+	__u32 si = ep % KC_SLOTS;
+	__u32 cs = kc_cpu() * KC_SLOTS + si;
+	struct kc_slot *slot = &s->bslots[si & (KC_SLOTS - 1)];
+	if (slot->epoch != ep) {
+		slot->dirty = 0;
+		slot->epoch = ep;
+	}
+	__u32 b = (e >> KC_SHIFT) & (KC_BUCKETS - 1);
+	__u32 pi = b >> KC_PART_BITS;
+	__u32 key = cs * KC_PARTS + pi;
+	struct kc_part *part = bpf_map_lookup_elem(&kc_bcounts, &key);
+	if (!part)
+		return 0;
+	if (!(slot->dirty & (1ULL << pi))) {
+		// First bytes in this part since the slot was last used.
+		for (__u32 j = 0; j < KC_PART / 64; j++) {
+			__u64 *w = (__u64 *)&part->c[(j * 64) & (KC_PART - 64)];
+#pragma unroll
+			for (int k = 0; k < 16; k++)
+				*(volatile __u64 *)&w[k] = 0; // volatile: not a memset call
+		}
+		slot->dirty |= 1ULL << pi;
+	}
+	__u16 *cp = &part->c[b & (KC_PART - 1)];
+	__u32 v = (__u32)*cp + u;
+	if (v > 0xffff)
+		v = 0xffff;
+	*cp = v;
+	s->stats.runits += u;
+	return 0;
+}
+
+// kc_rq_segment updates the connection's queue after a Redis request
+// segment: ok, it was counted whole at a command boundary and its entries
+// (kc_state.rq) are pushed; else its commands are not known and pairing
+// stops until a quiet point.
+__attribute__((noinline)) int kc_rq_segment(struct kc_state *s, int ok)
+{
+	if (!s)
+		return 0;
+	struct kc_stats *cnt = &s->stats;
+	struct kc_rflow *rf = bpf_map_lookup_elem(&kc_rflows, &s->in.k);
+	if (!rf)
+		rf = kc_rflow_new(&s->in.k, 0);
+	if (!rf)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 prev = rf->req_ns;
+	rf->req_ns = now;
+	// Copied to user space: a fallback (not ok), or counted with a
+	// reason to copy (kc_request). Unless its entries are pushed below,
+	// user space is told to stop pairing (KC_REC_UNFRAMED) and the next
+	// copied segment that pushes says where pairing starts again.
+	int copied = !ok || s->st.copy;
+	if (copied)
+		s->in.frec = KC_REC_UNFRAMED; // until pushed below
+	if (!ok || s->st.rq_over) {
+		if (rf->psynced)
+			cnt->rq_lost++;
+		rf->psynced = 0;
+		goto out;
+	}
+	if (rf->dead)
+		goto out;
+	if (s->st.rq_dead) {
+		// Replies no longer answer requests one to one (user space:
+		// replyParser.dead); the replies before it are lost too.
+		rf->dead = 1;
+		goto out;
+	}
+	if (!rf->psynced || rf->lost) {
+		__u64 rep = *(volatile __u64 *)&rf->rep_ns;
+		if (now - prev < KC_QUIET_NS || now - rep < KC_QUIET_NS) {
+			cnt->rq_wait++;
+			goto out;
+		}
+		rf->announced = 0;
+		// Quiet both ways: every reply before has been seen, so this
+		// segment's commands are the next replies' (what user space
+		// assumes too). The reply side takes the new start at its next
+		// segment (gen).
+		rf->start = rf->head;
+		rf->lost = 0;
+		__sync_fetch_and_add(&rf->gen, 1);
+		rf->psynced = 1;
+		cnt->rq_resync++;
+	}
+	__u32 n = s->st.nrq;
+	if (!n)
+		goto out;
+	__u32 head = rf->head;
+	// The room left, from the consumer's tail (or the start it has yet
+	// to take up): read racily, it can only be behind, so the room only
+	// looks smaller.
+	__u32 tail = rf->cgen == rf->gen ? *(volatile __u32 *)&rf->tail : rf->start;
+	if (head - tail + n > KC_RQ || n > KC_RQ_SEG) {
+		cnt->rq_full++;
+		rf->psynced = 0;
+		goto out;
+	}
+	__u64 cbit = 0;
+	if (copied) {
+		// Its commands' replies are copied. Pairing starts here when
+		// no copied segment said so since the queue's start, or since
+		// a copied request or reply was not delivered (kc_unsent,
+		// rfails): the replies of entries before cfrom are then no
+		// longer copied, and user space clears its queue (Align).
+		// cfrom and ann are written before head is published, so a
+		// reply side that sees this segment's entries sees them too.
+		cbit = KC_RQ_COPY;
+		__u32 rfs = *(volatile __u32 *)&rf->rfails;
+		if (!rf->announced || !rf->cok || rfs != rf->rfails_seen) {
+			rf->rfails_seen = rfs;
+			rf->cfrom = head;
+			__sync_fetch_and_add(&rf->ann, 1);
+			rf->cok = 1;
+			rf->announced = 1;
+			s->in.frec = KC_REC_FRAMED | KC_REC_FRAMED_FROM;
+		} else {
+			s->in.frec = KC_REC_FRAMED;
+		}
+	}
+	for (__u32 i = 0; i < KC_RQ_SEG; i++) {
+		if (i >= n)
+			break;
+		__u64 e = s->rq[i];
+		if (e & KC_RQ_FIRST)
+			e |= cbit;
+		rf->q[(head + i) & (KC_RQ - 1)] = e;
+		if (e & KC_RQ_FIRST)
+			cnt->rq_cmds++;
+	}
+	// Publish: the entries are visible before head moves (see above).
+	__sync_fetch_and_add(&rf->head, n);
+out:
+	if (s->in.frec == KC_REC_UNFRAMED)
+		rf->announced = 0; // the next copied segment that pushes says where pairing starts
+	return 0;
+}
+
+// kc_unsent: the request record kc_handle let through (s->in) was not
+// delivered (shed by sampling, ring full, load error). Its commands'
+// entries may carry KC_RQ_COPY: no reply of the connection is copied from
+// now on (cok), and the next copied segment that pushes says where pairing
+// starts again (KC_REC_FRAMED_FROM; one that cannot, KC_REC_UNFRAMED). The
+// replies of requests user space has, still to come, are then not copied
+// either: their bytes go unattributed in user space (counted in the kernel
+// by key all the same), never to another request's key. The request stream
+// resumes at the next copied segment (KC_REC_GAP), as after one counted.
+__attribute__((noinline)) int kc_unsent(__u32 cpu)
+{
+	struct kc_state *s = bpf_map_lookup_elem(&kc_scratch, &cpu);
+	if (!s)
+		return 0;
+	struct kc_rflow *rf = bpf_map_lookup_elem(&kc_rflows, &s->in.k);
+	if (rf) {
+		rf->cok = 0;
+		rf->announced = 0;
+		s->stats.rc_unsent++;
+	}
+	struct kc_flow *fl = bpf_map_lookup_elem(&kc_flows, &s->in.k);
+	if (fl)
+		fl->gap = 1;
+	return 0;
+}
+
+static __always_inline int kc_rload(void *ctx, const int xdp, __u32 off, __u8 *dst, __u32 n)
+{
+	if (xdp)
+		return bpf_xdp_load_bytes(ctx, off, dst, n);
+	return bpf_skb_load_bytes(ctx, off, dst, n);
+}
+
+// kc_lf is the index of the first '\n' in s->rs.buf[from, n) (n <= 32), or
+// n. A global function: its result is one unknown value to the caller,
+// not a path per position.
+__attribute__((noinline)) __u32 kc_lf(struct kc_state *s, __u32 from, __u32 n)
+{
+	if (!s)
+		return n;
+	for (__u32 j = 0; j < 32; j++) {
+		if (j >= n)
+			break;
+		if (j >= from && s->rs.buf[j] == '\n')
+			return j;
+	}
+	return n;
+}
+
+// kc_rlen parses the length line of the header in s->rs.buf[0, w) (w <= 16)
+// as decode/redis parseLen does, after its type byte: -1 when malformed
+// (or more than 9 digits: beyond any length the programs take), 0 when
+// not all there, else the header's length | (value + 1) << 8.
+__attribute__((noinline)) __s64 kc_rlen(struct kc_state *s, __u32 w)
+{
+	if (!s)
+		return -1;
+	__u8 *b = s->rs.buf;
+	__u32 i = 1;
+	int neg = 0;
+	if (w > 1 && b[1] == '-') {
+		neg = 1;
+		i = 2;
+	}
+	__u32 start = i;
+	__s64 v = 0;
+	for (int k = 0; k < 10; k++) {
+		if (i >= w)
+			break;
+		__u8 c = b[i & 15];
+		if (c < '0' || c > '9')
+			break;
+		if (i - start >= 9)
+			return -1;
+		v = v * 10 + (c - '0');
+		i++;
+	}
+	if (i + 1 >= w) {
+		if (i < w && b[i & 15] != '\r')
+			return -1;
+		return 0;
+	}
+	if (i == start || (b[start & 15] == '0' && (i - start > 1 || neg)) || b[i & 15] != '\r' ||
+	    b[(i + 1) & 15] != '\n')
+		return -1;
+	if (neg)
+		v = -v;
+	if (v < -1)
+		return -1;
+	return (__s64)(i + 2) | (v + 1) << 8;
+}
+
+// kc_rentry reads queue entry i of the connection for the reply side: 0
+// when the request side started afresh since the reply state's start (the
+// entry may be the new start's).
+static __always_inline __u64 kc_rentry(struct kc_rflow *rf, __u32 i)
+{
+	__u64 e = *(volatile __u64 *)&rf->q[i & (KC_RQ - 1)];
+	if (*(volatile __u32 *)&rf->gen != rf->cgen)
+		return 0;
+	return e;
+}
+
+// kc_rpeek: whether the reply to the command at the queue's head is per
+// element (MGET) with n elements (n 0: with any count).
+__attribute__((noinline)) int kc_rpeek(struct kc_rflow *rf, __u32 n)
+{
+	if (!rf)
+		return 0;
+	__u32 t = rf->tail;
+	if (t == *(volatile __u32 *)&rf->head)
+		return 0;
+	__u64 e = kc_rentry(rf, t);
+	return (e & KC_RQ_FIRST) && (e & KC_RQ_PE) && (!n || ((e >> KC_RQ_NK_SHIFT) & KC_RQ_NK_MAX) == n);
+}
+
+// kc_relem gives an MGET element its bytes and the array header's (an
+// upper bound of user space's even share of the header).
+__attribute__((noinline)) int kc_relem(struct kc_state *s, struct kc_rflow *rf)
+{
+	if (!s || !rf)
+		return 0;
+	__u64 e = kc_rentry(rf, rf->tail + rf->elem);
+	if (!e) {
+		s->stats.unattr[KU_RACE] += rf->bytes - rf->elem_at;
+		return KU_RACE + 1;
+	}
+	kc_badd(s, e, rf->bytes - rf->elem_at + rf->hdr);
+	rf->elem++;
+	return 0;
+}
+
+// kc_rpop ends a top-level reply of rf->bytes: pops its command's entries
+// and adds the bytes to each read key (MGET: given per element already).
+// 0, or KU_* + 1 when the reply cannot be paired (its bytes then counted
+// for that reason).
+static __always_inline int kc_rpop1(struct kc_state *s, struct kc_rflow *rf);
+
+__attribute__((noinline)) int kc_rpop(struct kc_state *s, struct kc_rflow *rf)
+{
+	if (!s || !rf)
+		return 0;
+	int r = kc_rpop1(s, rf);
+	if (r)
+		s->stats.unattr[(r - 1) & 15] += rf->bytes;
+	return r;
+}
+
+static __always_inline int kc_rpop1(struct kc_state *s, struct kc_rflow *rf)
+{
+	if (!s || !rf)
+		return 0;
+	struct kc_stats *cnt = &s->stats;
+	__u64 n = rf->bytes;
+	__u32 t = rf->tail;
+	__u32 hd = *(volatile __u32 *)&rf->head;
+	if (t == hd)
+		return KU_UNPAIRED + 1; // a reply nobody asked for (as far as the queue knows)
+	__u64 e0 = kc_rentry(rf, t);
+	if (!(e0 & KC_RQ_FIRST))
+		return KU_RACE + 1;
+	__u32 nk = (e0 >> KC_RQ_NK_SHIFT) & KC_RQ_NK_MAX;
+	if (!nk) {
+		rf->tail = t + 1;
+		cnt->unattr[KU_NOKEY] += n;
+		return 0;
+	}
+	if (hd - t < nk)
+		return KU_RACE + 1;
+	if (!rf->pe) {
+		for (__u32 i = 0; i < KC_RQ_NK_MAX; i++) {
+			if (i >= nk)
+				break;
+			__u64 e = i ? kc_rentry(rf, t + i) : e0;
+			if (!e)
+				return KU_RACE + 1;
+			kc_badd(s, e, n);
+		}
+	}
+	rf->pe = 0;
+	rf->tail = t + nk;
+	cnt->rreplies++;
+	cnt->rattr += n;
+	return 0;
+}
+
+// Reply records. The framer copies the replies answering the
+// request segments copied to user space (queue entries with KC_RQ_COPY),
+// as ranges of the segment (s->rs.rr) that the packet path emits after it
+// (kc_emit_replies, hotsniff.c). A range opened at a reply's start carries
+// KC_REC_GAP when bytes of the connection before it were not copied: user
+// space restarts its reply parser there, keeping its queue. Inside a copied
+// reply a long bulk payload is left out: its bytes lie in the skip user
+// space's parser asks for, so the next range starts after it without a
+// flag. Whatever cannot be delivered whole (kc_rcfail) stops the copying
+// until the request side says where pairing starts again.
+
+// kc_rcopyable: the reply about to start answers a command whose reply is
+// copied.
+static __always_inline int kc_rcopyable(struct kc_rflow *rf)
+{
+	if (!rf)
+		return 0;
+	__u32 t = rf->tail;
+	if (t == *(volatile __u32 *)&rf->head)
+		return 0;
+	__u64 e = kc_rentry(rf, t);
+	if (!(e & KC_RQ_FIRST) || !(e & KC_RQ_COPY))
+		return 0;
+	if (!*(volatile __u8 *)&rf->cok)
+		return 0;
+	__u32 ann = *(volatile __u32 *)&rf->ann;
+	if (rf->rbad) {
+		if (ann == rf->rbad_ann)
+			return 0;
+		rf->rbad = 0;
+	}
+	return (__s32)(t - *(volatile __u32 *)&rf->cfrom) >= 0;
+}
+
+// kc_rcfail: a copied reply of the connection will not reach user space
+// whole. No reply is copied until the request side announces a new start
+// (ann moves: it sees rfails move), and the first copied after it resumes
+// the reply stream (KC_REC_GAP: cnext unknown). What user space has of the
+// reply is dropped by that resume; the replies of its queued requests are
+// not copied, and it clears them at the announcement (Align). Costs those
+// replies' bytes in user space, never another key's.
+__attribute__((noinline)) int kc_rcfail(struct kc_state *s, struct kc_rflow *rf)
+{
+	if (!s || !rf)
+		return 0;
+	if (rf->ccopy || rf->cskip || s->rs.ra != KC_RNONE || s->rs.nrr)
+		s->stats.rc_fail++;
+	rf->rbad = 1;
+	rf->rbad_ann = *(volatile __u32 *)&rf->ann;
+	rf->rfails++;
+	rf->ccopy = 0;
+	rf->cskip = 0;
+	rf->cnext_ok = 0;
+	s->rs.ra = KC_RNONE;
+	return 0;
+}
+
+// kc_ropen opens a range at segment offset at (none open); start: at a
+// reply's start, where a hole before it is a resume (KC_REC_GAP).
+static __always_inline void kc_ropen(struct kc_state *s, struct kc_rflow *rf, __u32 at, int start)
+{
+	struct kc_rseg *g = &s->rs;
+	if (g->ra != KC_RNONE)
+		return;
+	g->ra = at;
+	g->rflag = start && (!rf->cnext_ok || rf->cnext != g->seq + at) ? KC_REC_GAP : 0;
+}
+
+// kc_rcopy copies the segment's bytes [from, at) of a copied reply that
+// goes on (a range of its own, no flag: the last ended where it starts).
+__attribute__((noinline)) int kc_rcopy(struct kc_state *s, struct kc_rflow *rf, __u32 from, __u32 at);
+
+// kc_rclose ends the open range at segment offset at. 0, or 1 when the
+// list is full (the copying fails).
+__attribute__((noinline)) int kc_rclose(struct kc_state *s, struct kc_rflow *rf, __u32 at)
+{
+	if (!s || !rf)
+		return 0;
+	struct kc_rseg *g = &s->rs;
+	__u32 a = g->ra;
+	if (a == KC_RNONE)
+		return 0;
+	g->ra = KC_RNONE;
+	if (at <= a)
+		return 0;
+	__u32 n = g->nrr;
+	if (n >= KC_RR) {
+		kc_rcfail(s, rf);
+		return 1;
+	}
+	struct kc_rrange *r = &g->rr[n & (KC_RR - 1)];
+	r->off = a;
+	r->len = at - a;
+	r->flags = g->rflag;
+	g->nrr = n + 1;
+	rf->cnext = g->seq + at;
+	rf->cnext_ok = 1;
+	return 0;
+}
+
+__attribute__((noinline)) int kc_rcopy(struct kc_state *s, struct kc_rflow *rf, __u32 from, __u32 at)
+{
+	if (!s || !rf)
+		return 0;
+	kc_ropen(s, rf, from, 0);
+	if (at != KC_RNONE)
+		kc_rclose(s, rf, at);
+	return 0;
+}
+
+// kc_rstart decides whether the reply starting at segment offset p with
+// type byte t is copied (a push never: it answers no request; attributes
+// before a reply go with it). A global function, as those below: the
+// reply chain's frames stay small.
+__attribute__((noinline)) int kc_rstart(struct kc_state *s, struct kc_rflow *rf, __u32 t, __u32 p)
+{
+	if (!s || !rf)
+		return 0;
+	rf->ccopy = t != '>' && kc_rcopyable(rf);
+	if (rf->ccopy)
+		kc_ropen(s, rf, p, 1);
+	return 0;
+}
+
+// kc_rbulk: a bulk value of v bytes (header ends at p) in a copied reply.
+// 1 when its payload is left out (longer than KC_RELIDE): the range ends
+// at its header and the next starts after it, where user space's parser
+// goes on after skipping it by length.
+__attribute__((noinline)) int kc_rbulk(struct kc_state *s, struct kc_rflow *rf, __u32 p, __u64 v)
+{
+	if (!s || !rf || !rf->ccopy || v <= KC_RELIDE)
+		return 0;
+	if (kc_rclose(s, rf, p))
+		return 0;
+	rf->cnext = s->rs.seq + p + (__u32)v + 2;
+	s->stats.rc_elided += v + 2;
+	return 1;
+}
+
+// kc_rdone records that a value completed at the current depth: the
+// aggregates it completes are closed, and a completed top-level reply is
+// paired. 0, or KU_* + 1.
+__attribute__((noinline)) int kc_rdone(struct kc_state *s, struct kc_rflow *rf)
+{
+	if (!s || !rf)
+		return 0;
+	for (int i = 0; i < KC_RDEPTH; i++) {
+		__u32 d = rf->depth;
+		if (!d)
+			break;
+		if (d == 1 && rf->pe) {
+			int r = kc_relem(s, rf);
+			if (r)
+				return r;
+		}
+		__u32 *c = &rf->stack[(d - 1) & (KC_RDEPTH - 1)];
+		if (--*c > 0)
+			return 0;
+		rf->depth = d - 1;
+	}
+	if (rf->depth)
+		return 0;
+	if (rf->attr_top) {
+		rf->attr_top = 0;
+		rf->attr = 1;
+		return 0;
+	}
+	if (rf->ccopy) {
+		// A copied reply ends (its value's bytes still to come, if any,
+		// are copied as they come: cskip). Its range is closed by the
+		// next step or at the segment's end (kc_rpend): a call here
+		// would cost this frame a slot on the deepest chain.
+		rf->ccopy = 0;
+		s->rs.cl = 1;
+		s->rs.cl_at = s->rs.pos;
+	}
+	if (rf->push) {
+		s->stats.unattr[KU_PUSH] += rf->bytes;
+		return 0;
+	}
+	return kc_rpop(s, rf);
+}
+
+// kc_rstop stops framing the segment for reason: the reply framed so far
+// goes to no key too (kc_rpartial).
+static __always_inline int kc_rstop(struct kc_state *s, int reason)
+{
+	s->rs.stop = reason + 1;
+	s->rs.partial = 1;
+	return 1;
+}
+
+// kc_rpartial is the bytes of the reply being framed, seen and not yet
+// counted anywhere: framed so far (with attributes before it) and a
+// header carried over from the last segment.
+static __always_inline __u64 kc_rpartial(struct kc_rflow *rf)
+{
+	__u64 n = rf->hlen;
+	if (rf->depth || rf->line || rf->attr)
+		n += rf->bytes;
+	return n;
+}
+
+static __always_inline int kc_rfin(struct kc_state *s, int r)
+{
+	if (r) {
+		s->rs.stop = r;
+		return 1;
+	}
+	return 0;
+}
+
+// kc_rpend closes the range of a copied reply kc_rdone ended.
+static __always_inline void kc_rpend(struct kc_state *s, struct kc_rflow *rf)
+{
+	if (s->rs.cl) {
+		s->rs.cl = 0;
+		kc_rclose(s, rf, s->rs.cl_at);
+	}
+}
+
+// kc_rstep frames one header, or one chunk of a simple line, of the reply
+// segment in s->rs. 0 to go on, 1 to stop.
+static __always_inline int kc_rstep(void *ctx, const int xdp, struct kc_state *s, struct kc_rflow *rf)
+{
+	if (!s || !rf)
+		return 1;
+	struct kc_rseg *g = &s->rs;
+	kc_rpend(s, rf);
+	__u32 p = g->pos, len = g->len;
+	if (p >= len)
+		return 1;
+	__u32 rem = len - p;
+	if (rf->line) {
+		__u32 n = rem < 32 ? rem : 32;
+		n = ((n - 1) & 31) + 1;
+		if (kc_rload(ctx, xdp, g->pay_off + p, g->buf, n))
+			return kc_rstop(s, KU_LOAD);
+		__u32 at = kc_lf(s, 0, n);
+		if (at >= n) {
+			rf->bytes += n;
+			g->pos = p + n;
+			return 0;
+		}
+		rf->bytes += at + 1;
+		g->pos = p + at + 1;
+		rf->line = 0;
+		return kc_rfin(s, kc_rdone(s, rf));
+	}
+	__u32 h = rf->hlen & 15;
+	g->fresh = 0;
+	if (!h) {
+		if (!rf->depth) {
+			// A reply starts (with the bytes of attributes before it).
+			g->fresh = !rf->attr;
+			rf->push = 0;
+			rf->attr_top = 0;
+			rf->pe = 0;
+			rf->elem = 0;
+			if (!rf->attr)
+				rf->bytes = 0;
+			rf->attr = 0;
+		} else if (rf->depth == 1 && rf->pe) {
+			rf->elem_at = rf->bytes;
+		}
+	}
+	__builtin_memcpy(g->buf, rf->hbuf, 16);
+	__u32 n = 16 - h;
+	if (n > rem)
+		n = rem;
+	n = ((n - 1) & 15) + 1;
+	if (kc_rload(ctx, xdp, g->pay_off + p, g->buf + h, n))
+		return kc_rstop(s, KU_LOAD);
+	__u32 w = h + n;
+	__u8 t = g->buf[0];
+	if (g->fresh)
+		kc_rstart(s, rf, t, p);
+	switch (t) {
+	case '+': case '-': case ':': case '_': case ',': case '#': case '(': {
+		__u32 at = kc_lf(s, 1, w);
+		rf->hlen = 0;
+		if (at >= w) {
+			// The line goes on: on to its LF, a chunk a step.
+			rf->bytes += w;
+			rf->line = 1;
+			g->pos = p + n;
+			return 0;
+		}
+		rf->bytes += at + 1;
+		g->pos = p + (at + 1 - h);
+		return kc_rfin(s, kc_rdone(s, rf));
+	}
+	case '$': case '!': case '=': case '*': case '~': case '>': case '%': case '|':
+		break;
+	default:
+		return kc_rstop(s, KU_BAD);
+	}
+	__s64 r = kc_rlen(s, w);
+	if (r < 0)
+		return kc_rstop(s, KU_BAD);
+	if (r == 0) {
+		// Not all here: at the segment's end, kept for the next one.
+		if (p + n < len || w >= 16)
+			return kc_rstop(s, KU_BAD);
+		__builtin_memcpy(rf->hbuf, g->buf, 16);
+		rf->hlen = w;
+		g->pos = len;
+		return 1;
+	}
+	__u32 hl = r & 0xff;
+	__s64 v = (r >> 8) - 1;
+	if (hl <= h)
+		return kc_rstop(s, KU_BAD);
+	rf->hlen = 0;
+	rf->bytes += hl;
+	p += hl - h;
+	g->pos = p;
+	if (t == '$' || t == '!' || t == '=') {
+		if (v >= 0) {
+			__u64 total = (__u64)v + 2;
+			rf->bytes += total;
+			g->elide = kc_rbulk(s, rf, p, v);
+			if (p + total > len) {
+				rf->skip = p + total - len;
+				g->pos = len;
+				rf->cskip = rf->ccopy && !g->elide;
+			} else {
+				g->pos = p + total;
+				if (g->elide)
+					kc_ropen(s, rf, p + total, 0);
+			}
+		}
+		return kc_rfin(s, kc_rdone(s, rf));
+	}
+	if (t == '%' || t == '|')
+		v *= 2;
+	if (v <= 0) {
+		// An empty or null array answering an MGET gives its keys
+		// nothing, as in user space (no element per key).
+		if (!rf->depth && t == '*')
+			rf->pe = kc_rpeek(rf, 0);
+		return kc_rfin(s, kc_rdone(s, rf));
+	}
+	if (!rf->depth) {
+		rf->push = t == '>';
+		rf->attr_top = t == '|';
+		rf->pe = t == '*' && kc_rpeek(rf, v);
+		rf->hdr = rf->bytes;
+	}
+	__u32 d = rf->depth;
+	if (d >= KC_RDEPTH)
+		return kc_rstop(s, KU_DEPTH);
+	rf->stack[d & (KC_RDEPTH - 1)] = v;
+	rf->depth = d + 1;
+	return 0;
+}
+
+struct kc_rloop {
+	void *ctx;
+	struct kc_state *s;
+	struct kc_rflow *rf;
+};
+
+__attribute__((noinline)) int kc_rstep_skb(struct __sk_buff *skb, struct kc_state *s, struct kc_rflow *rf)
+{
+	return kc_rstep(skb, 0, s, rf);
+}
+
+__attribute__((noinline)) int kc_rstep_xdp(struct xdp_md *ctx, struct kc_state *s, struct kc_rflow *rf)
+{
+	return kc_rstep(ctx, 1, s, rf);
+}
+
+static long kc_rcb_skb(__u64 i, struct kc_rloop *l)
+{
+	return kc_rstep_skb(l->ctx, l->s, l->rf) ? 1 : 0;
+}
+
+static long kc_rcb_xdp(__u64 i, struct kc_rloop *l)
+{
+	return kc_rstep_xdp(l->ctx, l->s, l->rf) ? 1 : 0;
+}
+
+// kc_rreset starts the reply side afresh at the request side's new start.
+static __always_inline void kc_rreset(struct kc_rflow *rf, __u32 g)
+{
+	rf->cgen = g;
+	rf->tail = *(volatile __u32 *)&rf->start;
+	rf->csynced = 1;
+	rf->rseq_ok = 0;
+	rf->skip = 0;
+	rf->bytes = 0;
+	rf->depth = 0;
+	rf->line = 0;
+	rf->hlen = 0;
+	rf->push = 0;
+	rf->attr = 0;
+	rf->attr_top = 0;
+	rf->pe = 0;
+}
+
+// kc_reply frames a reply segment (s->rs) of a Redis connection.
+// kc_rpre does what comes before the framing loop: 1 to run it from
+// s->rs.pos. kc_rpre and kc_rpost are global functions, off the deepest
+// call chain (kc_reply_*, the loop's callback, kc_rstep_*, kc_rdone,
+// kc_rpop, kc_badd), whose frames stay as small as they were.
+__attribute__((noinline)) int kc_rpre(struct kc_state *s)
+{
+	if (!s)
+		return 0;
+	struct kc_stats *cnt = &s->stats;
+	struct kc_rseg *g = &s->rs;
+	__u32 len = g->len;
+	struct kc_rflow *rf = bpf_map_lookup_elem(&kc_rflows, &g->k);
+	if (len) {
+		cnt->rsegments++;
+		cnt->rbytes += len;
+	}
+	if (!rf) {
+		cnt->unattr[KU_NOFLOW] += len;
+		return 0;
+	}
+	g->nrr = 0;
+	g->ra = KC_RNONE;
+	g->quiet = 0;
+	g->cl = 0;
+	__u32 gen = *(volatile __u32 *)&rf->gen;
+	if (gen != rf->cgen) {
+		if (rf->ccopy || rf->cskip)
+			kc_rcfail(s, rf);
+		kc_rreset(rf, gen);
+	}
+	if (g->flags & F_SYN) {
+		rf->rseq = g->seq + 1;
+		rf->rseq_ok = 1;
+	}
+	if (!len)
+		return 0;
+	rf->rep_ns = bpf_ktime_get_ns();
+	// Sequence first, paired or not: a segment seen again is counted
+	// once, and a value's bytes still to come were counted with their
+	// reply, whatever happens after it.
+	int paired = rf->csynced && !rf->dead;
+	if (rf->rseq_ok && g->seq != rf->rseq) {
+		if ((__s32)(g->seq + len - rf->rseq) <= 0) {
+			cnt->rdup += len; // seen before: counted then
+			return 0;
+		}
+		// Bytes missing before this segment: what was framed of
+		// the reply at hand, and this segment, go to no key.
+		if (rf->ccopy || rf->cskip)
+			kc_rcfail(s, rf);
+		if (paired) {
+			cnt->unattr[KU_GAP] += len + kc_rpartial(rf);
+			rf->csynced = 0;
+			rf->lost = 1;
+		} else {
+			cnt->unattr[rf->dead ? KU_DEAD : KU_UNSYNCED] += len;
+		}
+		rf->skip = 0;
+		rf->rseq = g->seq + len;
+		return 0;
+	}
+	rf->rseq = g->seq + len;
+	rf->rseq_ok = 1;
+	// Inside a copied reply (its bytes copied, or a payload left out):
+	// no zero-length resume record for this segment (hotsniff.c).
+	g->quiet = rf->ccopy || (rf->skip && rf->cnext_ok && (__s32)(rf->cnext - g->seq) > 0);
+	if (rf->skip >= len) {
+		rf->skip -= len;
+		if (rf->cskip) {
+			// The rest of a copied reply's value.
+			kc_rcopy(s, rf, 0, len);
+			rf->cskip = rf->skip > 0;
+		}
+		return 0;
+	}
+	__u32 from = rf->skip;
+	rf->skip = 0;
+	if (rf->cskip) {
+		rf->cskip = 0;
+		kc_rcopy(s, rf, 0, from);
+	}
+	if (!paired) {
+		cnt->unattr[rf->dead ? KU_DEAD : KU_UNSYNCED] += len - from;
+		return 0;
+	}
+	if (g->short_) {
+		cnt->unattr[KU_LOAD] += len - from + kc_rpartial(rf);
+		rf->csynced = 0;
+		rf->lost = 1;
+		if (rf->ccopy)
+			kc_rcfail(s, rf);
+		return 0;
+	}
+	if (rf->ccopy && (rf->depth || rf->line || rf->hlen || rf->attr))
+		kc_rcopy(s, rf, from, KC_RNONE); // the copied reply goes on
+	g->pos = from;
+	g->stop = 0;
+	g->partial = 0;
+	return 1;
+}
+
+// kc_rpost does what comes after the framing loop.
+__attribute__((noinline)) int kc_rpost(struct kc_state *s)
+{
+	if (!s)
+		return 0;
+	struct kc_rflow *rf = bpf_map_lookup_elem(&kc_rflows, &s->rs.k);
+	if (!rf)
+		return 0;
+	struct kc_stats *cnt = &s->stats;
+	struct kc_rseg *g = &s->rs;
+	__u32 len = g->len;
+	if (g->cl)
+		kc_rcopy(s, rf, KC_RNONE, g->cl_at); // kc_rpend
+	g->cl = 0;
+	__u32 stop = g->stop;
+	__u64 partial = g->partial;
+	if (!stop && g->pos < len) {
+		stop = KU_STEPS + 1;
+		partial = 1;
+	}
+	if (stop) {
+		// Pairing stops until the request side starts afresh. The
+		// segment's bytes from here go to no key, and so does the
+		// reply framed so far (a reply that could not be paired was
+		// counted whole by kc_rpop).
+		__u32 pos = g->pos < len ? g->pos : len;
+		cnt->unattr[(stop - 1) & 15] += len - pos + (partial ? kc_rpartial(rf) : 0);
+		rf->csynced = 0;
+		rf->lost = 1;
+		if (rf->ccopy || g->ra != KC_RNONE)
+			kc_rcfail(s, rf);
+		return 0;
+	}
+	if (rf->ccopy)
+		kc_rclose(s, rf, len); // goes on in the next segment
+	return 0;
+}
+
+// kc_reply frames the reply segment in s->rs. Its frame is on the deepest
+// call chain: the loop's context and nothing else (s looked up once, by
+// kc_reply_in).
+static __always_inline int kc_reply(void *ctx, const int xdp, struct kc_state *s)
+{
+	if (!kc_rpre(s))
+		return 0;
+	struct kc_rflow *rf = bpf_map_lookup_elem(&kc_rflows, &s->rs.k);
+	if (!rf)
+		return 0;
+	struct kc_rloop l = {.ctx = ctx, .s = s, .rf = rf};
+	if (xdp)
+		bpf_loop(KC_RSTEPS, kc_rcb_xdp, &l, 0);
+	else
+		bpf_loop(KC_RSTEPS, kc_rcb_skb, &l, 0);
+	return kc_rpost(l.s);
+}
+
+// kc_reply_in fills s->rs for reply segment h and frames it (kc_reply).
+static __always_inline int kc_reply_in(void *ctx, const int xdp, struct rec_hdr *h, __u32 pay_off, __u32 avail,
+				       __u32 wire)
+{
+	if (!h || (!wire && !(h->flags & F_SYN)))
+		return 0;
+	__u32 cpu = kc_cpu();
+	struct kc_state *s = bpf_map_lookup_elem(&kc_scratch, &cpu);
+	if (!s)
+		return 0;
+	struct kc_rseg *g = &s->rs;
+	__builtin_memcpy(g->k.saddr, h->daddr, 16);
+	__builtin_memcpy(g->k.daddr, h->saddr, 16);
+	g->k.sport = h->dport;
+	g->k.dport = h->sport;
+	// The reply records' time, taken before the framer reads the
+	// request side's cfrom: a reply copied under the cfrom before an
+	// announcement is stamped before the announcing request record
+	// (stamped after its kc_handle wrote cfrom), so user space, merging
+	// the CPUs' rings by time, sees it before the Align, never after.
+	g->ts = bpf_ktime_get_ns();
+	g->seq = h->seq;
+	g->len = wire;
+	g->pay_off = pay_off;
+	g->flags = h->flags;
+	// Not all in the packet (a capture shorter than the segment): its
+	// headers cannot all be read.
+	g->short_ = avail < wire;
+	return kc_reply(ctx, xdp, s);
+}
+
+// kc_reply_skb and kc_reply_xdp hand a reply segment to kc_reply
+// (kc_bytes). Global functions taking what the packet path has at hand
+// (its payload length is found again here): the packet path's frame, on
+// the deepest call chain, keeps nothing more for them.
+__attribute__((noinline)) int kc_reply_skb(struct __sk_buff *skb, struct rec_hdr *h, struct parsed *p)
+{
+	if (!h || !p)
+		return 0;
+	__u32 len = skb->len;
+	__u32 avail = len > p->pay_off ? len - p->pay_off : 0;
+	__u32 wire = p->pay_len == 0xffffffff ? avail : p->pay_len;
+	return kc_reply_in(skb, 0, h, p->pay_off, avail, wire);
+}
+
+__attribute__((noinline)) int kc_reply_xdp(struct xdp_md *ctx, struct rec_hdr *h, struct parsed *p)
+{
+	if (!h || !p)
+		return 0;
+	__u32 len = bpf_xdp_get_buff_len(ctx);
+	__u32 avail = len > p->pay_off ? len - p->pay_off : 0;
+	__u32 wire = p->pay_len == 0xffffffff ? avail : p->pay_len;
+	return kc_reply_in(ctx, 1, h, p->pay_off, avail, wire);
+}
+
 // kc_keep records, after a segment that parsed whole, that the next one
 // starts on a command boundary, and the connection's DB.
 static __always_inline void kc_keep(struct kc_flow *fl, struct kc_st *st, struct kc_in *in, __u8 proto)
@@ -1358,6 +2653,8 @@ static __always_inline int kc_request(void *ctx, const int xdp)
 		kc_reseed(st);
 		reason = kc_parse(st);
 	}
+	if (kc_bytes && proto == 1)
+		kc_rq_segment(s, at_boundary && reason < 0);
 	if (!at_boundary) {
 		// Not known to start on a command boundary: copied for user space
 		// to decode and count, as a connection joined mid-stream or the
@@ -1412,6 +2709,8 @@ static __always_inline void kc_syn(struct skip_key *k, __u32 seq)
 {
 	struct kc_flow nf = {.next_seq = seq + 1, .synced = 1, .syn = 1, .proto = kc_port_proto(k->dport)};
 	bpf_map_update_elem(&kc_flows, k, &nf, BPF_ANY);
+	if (kc_bytes)
+		kc_rflow_syn(k); // pairs from the first reply
 }
 
 // The segment's details are in the scratch map (kc_scratch.in), not
@@ -1467,8 +2766,9 @@ static __always_inline int kc_handle(void *ctx, int xdp, struct rec_hdr *h, __u3
 	in->xdp = xdp;
 	in->rec = 0;
 	in->unseen = 0;
+	in->frec = 0;
 	int r = xdp ? kc_request_xdp(ctx) : kc_request_skb(ctx);
-	h->pad2 = in->rec;
+	h->pad2 = in->rec | (kc_bytes ? in->frec : 0);
 	if (!r && in->unseen)
 		kc_anchor_set(&in->k); // copied: its next reply anchors it
 	return r;

@@ -32,7 +32,7 @@ func (s *readSink) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 // slotCounts sums every CPU's counts of the current kernel sub-window.
 func slotCounts(t *testing.T, c *Capture) []uint32 {
 	out := make([]uint32, KernelBuckets)
-	if _, err := c.readKernelSlot(c.KernelEpoch(), out, nil); err != nil {
+	if _, err := c.readKernelSlot(c.KernelEpoch(), out, nil, c.kcReads()); err != nil {
 		t.Fatal(err)
 	}
 	return out

@@ -5,10 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,9 +53,12 @@ func openKCSub(t testing.TB, sub time.Duration) *kcEnv {
 	return &kcEnv{t: t, c: c, objs: objs, rd: rd, sub: sub, ep0: c.KernelEpoch(), port: 41000}
 }
 
+// rawRec is one ring record as the tests look at it.
 type rawRec struct {
 	payload []byte
-	kernel  uint32
+	kernel  uint32 // KC_REC_* flags
+	seq     uint32
+	reply   bool // from the server (port 6379)
 }
 
 func (e *kcEnv) drain() []rawRec {
@@ -68,8 +73,14 @@ func (e *kcEnv) drain() []rawRec {
 			if err != nil {
 				e.t.Fatal(err)
 			}
-			n := binary.LittleEndian.Uint32(rec.RawSample[offLen:])
-			out = append(out, rawRec{bytes.Clone(rec.RawSample[RecHdrSize : RecHdrSize+n]), RecordKernelFlags(rec.RawSample)})
+			raw := rec.RawSample
+			n := binary.LittleEndian.Uint32(raw[offLen:])
+			out = append(out, rawRec{
+				payload: bytes.Clone(raw[RecHdrSize : RecHdrSize+n]),
+				kernel:  RecordKernelFlags(raw),
+				seq:     binary.LittleEndian.Uint32(raw[offSeq:]),
+				reply:   binary.LittleEndian.Uint16(raw[offSport:]) == 6379,
+			})
 		}
 	}
 	return out
@@ -553,15 +564,21 @@ func TestKernelCountDuplicateFallback(t *testing.T) {
 // any pipeline depth that fits). The figures are logged for the docs.
 func TestKernelCountVerifier(t *testing.T) {
 	netnstest.RequireRoot(t)
+	for _, bytes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reply_bytes=%v", bytes), func(t *testing.T) { verifyKC(t, bytes) })
+	}
+}
+
+func verifyKC(t *testing.T, replyBytes bool) {
 	spec, err := loadHotsniff()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := setKernelVars(spec, &KernelCountConfig{Commands: testRedisTable(), SubWindow: 100 * time.Millisecond, Buckets: 4096}, 2); err != nil {
+	if err := setKernelVars(spec, &KernelCountConfig{Commands: testRedisTable(), SubWindow: 100 * time.Millisecond, Buckets: 4096, ReplyBytes: replyBytes}, 2); err != nil {
 		t.Fatal(err)
 	}
 	re := regexp.MustCompile(`processed (\d+) insns`)
-	for name := range spec.Programs {
+	for _, name := range slices.Sorted(maps.Keys(spec.Programs)) {
 		if !strings.HasPrefix(name, "hotsniff_") {
 			continue
 		}
@@ -655,6 +672,16 @@ func TestParseRecordKernelFlags(t *testing.T) {
 		}
 		if seg.KernelCounted != tc.counted || seg.Resumed != tc.resumed {
 			t.Errorf("flags %d: counted %v resumed %v, want %v %v", tc.flags, seg.KernelCounted, seg.Resumed, tc.counted, tc.resumed)
+		}
+	}
+	for flags, want := range map[uint32]uint8{0: RepliesAsCaptured, RecCounted | RecFramed: RepliesFramed,
+		RecFramed | RecFramedFrom: RepliesFramedFrom, RecUnframed: RepliesUnframed, RecGap | RecUnframed | RecFramed: RepliesUnframed} {
+		raw := make([]byte, RecHdrSize)
+		binary.LittleEndian.PutUint32(raw[offKernel:], flags)
+		raw[offFamily] = 4
+		var seg Record
+		if _, err := ParseRecord(raw, 0, &seg); err != nil || seg.Replies != want {
+			t.Errorf("flags %#x: replies %d (%v), want %d", flags, seg.Replies, err, want)
 		}
 	}
 }
@@ -760,7 +787,7 @@ func BenchmarkReadKernelSlot(b *testing.B) {
 			dst[i] = 0
 		}
 		var err error
-		if idx, err = e.c.readKernelSlot(ep, dst, idx[:0]); err != nil {
+		if idx, err = e.c.readKernelSlot(ep, dst, idx[:0], e.c.kcReads()); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -176,6 +176,8 @@ type Capture struct {
 	kcScratch                                   *ebpf.Map
 	kcRawSlots, kcRawParts                      []byte // every CPU's slots; one part (readKernelSlot)
 	kcScratchMem, kcCountsMem, kcLocatedMem     *ebpf.Memory
+	kcRawBSlots                                 []byte            // every CPU's byte-count slots (ReplyBytes)
+	kcBCountsMem                                *ebpf.Memory      // kc_bcounts (ReplyBytes)
 	kcLocatedLast                               hotsniffKcLocated // what kcLocatedMem holds
 	decap                                       *ebpf.Map         // tunnels followed (decap.go)
 
@@ -342,7 +344,7 @@ func (c *Capture) createMaps(online []bool) error {
 	}
 	c.kcMaps = make(map[string]*ebpf.Map)
 	for _, name := range []string{hotsniffMapKcCounts, hotsniffMapKcLocated, hotsniffMapKcHot, hotsniffMapKcCmds,
-		hotsniffMapKcProto, hotsniffMapKcFlows, hotsniffMapKcScratch} {
+		hotsniffMapKcProto, hotsniffMapKcFlows, hotsniffMapKcScratch, hotsniffMapKcBcounts, hotsniffMapKcRflows, hotsniffMapKcRzero} {
 		m, err := ebpf.NewMap(c.spec.Maps[name])
 		if err != nil {
 			return fmt.Errorf("create map %s: %w", name, err)
@@ -365,6 +367,12 @@ func (c *Capture) createMaps(online []bool) error {
 		}
 		if c.kcLocatedMem, err = c.kcLocated.Memory(); err != nil {
 			return fmt.Errorf("map located buckets: %w", err)
+		}
+		if c.cfg.KernelCount.ReplyBytes {
+			c.kcRawBSlots = make([]byte, cpus*KernelSlots*kcSlotSize)
+			if c.kcBCountsMem, err = c.kcMaps[hotsniffMapKcBcounts].Memory(); err != nil {
+				return fmt.Errorf("map kernel byte counts: %w", err)
+			}
 		}
 	}
 	c.kcCmds, c.kcProto = c.kcMaps[hotsniffMapKcCmds], c.kcMaps[hotsniffMapKcProto]

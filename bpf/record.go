@@ -57,7 +57,10 @@ type Record struct {
 	// KernelCounted: the programs counted this segment's reads already
 	// (in-kernel counting).
 	KernelCounted bool
-	Hook          Hook
+	// Replies: what the programs do with the replies of this request
+	// record's connection (Replies* constants).
+	Replies uint8
+	Hook    Hook
 }
 
 // ParseRecord fills seg from one ring record. monoOffset converts the
@@ -95,6 +98,7 @@ func ParseRecord(raw []byte, monoOffset int64, seg *Record) (Hook, error) {
 	kf := le.Uint32(raw[offKernel : offKernel+4])
 	seg.Resumed = seg.Resumed || kf&RecGap != 0
 	seg.KernelCounted = kf&RecCounted != 0
+	seg.Replies = replyFraming(kf)
 	end := RecHdrSize + int(n)
 	seg.Payload = raw[RecHdrSize:end:end]
 	seg.Hook = Hook(raw[offHook])

@@ -44,11 +44,39 @@ type Segment struct {
 	// segment's reads in their bucket counts (in-kernel counting): the
 	// detector takes them to its later stages only.
 	KernelCounted bool
+	// Replies says what the capture does with the replies of the
+	// segment's connection (in-kernel counting with reply bytes): on a
+	// request segment any of the values, on a reply only RepliesUnframed
+	// (the capture could not deliver a reply it framed); RepliesAsCaptured
+	// otherwise.
+	Replies ReplyFraming
 	// SampleLevel is the flow sampling in effect when the segment was
 	// copied: about 2^(-SampleLevel/16) of the connections are seen
 	// (SampleRate gives the exact fraction; 0: all).
 	SampleLevel uint8
 }
+
+// ReplyFraming is what the capture does with a connection's replies, said
+// on its request segments. With in-kernel counting most requests are
+// counted in the kernel and not copied; to measure the reply bytes of the
+// keys it copies requests of, the capture programs frame the connection's
+// replies themselves and copy exactly the replies answering the requests
+// they copy, so the requests and replies user space sees pair one to one.
+type ReplyFraming uint8
+
+const (
+	// RepliesAsCaptured: nothing is said; replies arrive as captured.
+	RepliesAsCaptured ReplyFraming = iota
+	// RepliesFramed: the replies copied are exactly those of the requests
+	// copied (this segment's among them).
+	RepliesFramed
+	// RepliesFramedFrom: as RepliesFramed, and no request copied before
+	// this segment is answered by a copied reply: pairing starts here.
+	RepliesFramedFrom
+	// RepliesUnframed: the capture lost the framing of the connection's
+	// replies and copies none until a RepliesFramedFrom.
+	RepliesUnframed
+)
 
 // Source yields TCP segments.
 type Source interface {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -505,10 +506,10 @@ func (c *Config) validate(fs *pflag.FlagSet, fromFile map[string]bool) error {
 		if math.IsNaN(k.MaxCPU) || k.MaxCPU < 0 || k.MaxCPU > 1024 {
 			return errorf("--max-cpu %g: want a share of one core such as 0.05 (5 %%), or 0 for no budget", k.MaxCPU)
 		}
-		// With kernel counting the programs copy no replies (a reply of a
-		// request kept in the kernel would pair with the wrong request), so
-		// --capture-replies and a reply-bytes threshold would be silently
-		// off: refused here, where --config-check sees them too.
+		// With kernel counting the programs copy no reply but those of the
+		// requests they copy (a reply of a request kept in the kernel would
+		// pair with the wrong request), so --capture-replies would be
+		// silently off: refused here, where --config-check sees it too.
 		if k.KernelCounting() && k.Replies {
 			return errorf("--kernel-count copies no replies, so --capture-replies would do nothing: remove one of them")
 		}
@@ -516,14 +517,11 @@ func (c *Config) validate(fs *pflag.FlagSet, fromFile map[string]bool) error {
 		// no reply bytes reach keys, and a reply-bytes threshold would be
 		// silently off (AF_PACKET copies whole packets and ignores it).
 		if has(SecDetect) && !k.KernelCounting() && !k.Replies && k.ReplyCopy == 0 && bpf.Mode(k.Mode) != bpf.ModeAFPacket {
-			if set := hotBytesSet(c.Detect.Config); set != "" {
+			if set := HotBytesSet(c.Detect.Config); set != "" {
 				return errorf("--reply-copy 0 copies no reply payload, so %s would never make a key hot: remove --reply-copy 0 (the default copies reply heads) or the reply-bytes threshold", set)
 			}
 		}
 		if has(SecDetect) && k.KernelCounting() {
-			if set := hotBytesSet(c.Detect.Config); set != "" {
-				return errorf("--kernel-count does not attribute reply bytes to keys, so %s would never make a key hot: remove --hot-bytes (and hot-bytes from the rules) or set --kernel-count=false", set)
-			}
 			if c.Detect.Detector == detect.DetectorTair {
 				return errorf("--kernel-count needs the default detector, not %q: remove --detector or set --kernel-count=false", c.Detect.Detector)
 			}
@@ -547,14 +545,33 @@ func (c *Config) validate(fs *pflag.FlagSet, fromFile map[string]bool) error {
 					return errorf("--kernel-count counts at most %d reads per bucket in a %s sub-window: a threshold of %s/s needs a shorter --window, or --kernel-count=false",
 						bpf.KernelMaxBucketCount, sub, strconv.FormatFloat(top, 'f', -1, 64))
 				}
+				// The same for reply bytes, counted in units of
+				// bpf.KernelByteUnit.
+				btop := c.Detect.HotBytes
+				for _, r := range c.Detect.Rules {
+					btop = max(btop, r.HotBytes)
+				}
+				if btop > 0 && kernelReplyArch != "amd64" {
+					// The programs' reply queues rely on x86's ordering of
+					// plain loads and stores between CPUs (bpf/kcount.h).
+					return errorf("--kernel-count counts reply bytes only on x86-64 for now, not %s: remove the reply-bytes threshold (%s) or set --kernel-count=false", kernelReplyArch, HotBytesSet(c.Detect.Config))
+				}
+				if limit := float64(bpf.KernelMaxBucketCount * bpf.KernelByteUnit); btop*sub.Seconds() >= limit {
+					return errorf("--kernel-count counts at most %s reply bytes per bucket in a %s sub-window: a reply-bytes threshold of %s/s needs a shorter --window, or --kernel-count=false",
+						strconv.FormatFloat(limit, 'f', -1, 64), sub, strconv.FormatFloat(btop, 'f', -1, 64))
+				}
 			}
 		}
 	}
 	return nil
 }
 
-// hotBytesSet names the first reply-bytes threshold c sets, "" when none.
-func hotBytesSet(c detect.Config) string {
+// kernelReplyArch is the architecture kernel counting of reply bytes is
+// checked against (a variable for tests).
+var kernelReplyArch = runtime.GOARCH
+
+// HotBytesSet names the first reply-bytes threshold c sets, "" when none.
+func HotBytesSet(c detect.Config) string {
 	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	if c.HotBytes > 0 {
 		return "--hot-bytes " + num(c.HotBytes)

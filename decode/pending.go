@@ -105,8 +105,11 @@ type Pending struct {
 	anon  uint32 // unkept requests ahead of ents[e0]
 	open  bool   // the last entry is still receiving keys
 
-	held    int64 // capacity of ents, keys and arena, in bytes (counted in st.Held)
-	synced  bool
+	held   int64 // capacity of ents, keys and arena, in bytes (counted in st.Held)
+	synced bool
+	// framed: the capture frames this connection's replies (Align): only
+	// the capture resynchronises the queue, never a quiet point.
+	framed  bool
 	epoch   uint32
 	lastReq int64 // packet time of the latest request
 	lastRep int64 // packet time of the latest reply bytes
@@ -124,6 +127,7 @@ func NewPending(cfg *PendingConfig, st *PendingStats) *Pending {
 func (q *Pending) Reset(synced bool) {
 	q.clear()
 	q.synced = synced
+	q.framed = false
 	q.lastReq, q.lastRep = 0, 0
 	q.epoch++
 	// A connection that once held a huge MGET should not pin its arena.
@@ -184,6 +188,39 @@ func (q *Pending) Desync() {
 	q.epoch++
 }
 
+// Align starts pairing at the request about to be pushed, whatever came
+// before: the capture frames the connection's replies itself (in-kernel
+// counting with reply bytes) and copies exactly the replies of the
+// requests it copies from here on, leaving out those of the requests it
+// counted and did not copy. The queue starts empty and in step, and from
+// now on only the capture resynchronises it (Align, Unframed): with most
+// packets left in the kernel, the silences user space sees are no quiet
+// points.
+func (q *Pending) Align() {
+	if q.Len() > 0 {
+		q.st.Desyncs++
+	}
+	q.clear()
+	q.synced = true
+	q.framed = true
+	q.epoch++
+}
+
+// Unframed stops pairing: the capture lost the framing of the connection's
+// replies and copies none until it aligns again (Align).
+func (q *Pending) Unframed() {
+	// A reset only when requests were waiting: the capture stops pairing
+	// as often as it meets a request it cannot parse (a large SET), and
+	// the bytes it then cannot attribute it counts itself.
+	if q.Len() > 0 {
+		q.st.Desyncs++
+	}
+	q.clear()
+	q.synced = false
+	q.framed = true
+	q.epoch++
+}
+
 // Synced reports whether replies pair with the queue's requests.
 func (q *Pending) Synced() bool { return q.synced }
 
@@ -230,8 +267,9 @@ func (q *Pending) Push(ts int64, r *Request) {
 	q.open = false
 	if !q.synced {
 		// Joined mid-stream or after a loss: the first request after a
-		// silence in both directions starts an aligned exchange.
-		if last == 0 || ts-last < q.cfg.QuietNS {
+		// silence in both directions starts an aligned exchange (unless
+		// the capture frames the replies: it says when, Align).
+		if q.framed || last == 0 || ts-last < q.cfg.QuietNS {
 			return
 		}
 		q.clear()

@@ -54,6 +54,7 @@ func (d *Detector) ReplyKey(f *decode.Flow, ns int32, k decode.Key, n uint64) {
 		}
 	}
 	if d.bdet != nil {
+		d.otherBytes(h, uint32(min(n, math.MaxUint32)))
 		d.bdet.observe(h, f, ns, k, c)
 	}
 }

@@ -399,6 +399,12 @@ func (d *Detector) scan() {
 				d.st.ColdHeldKernel++
 				cold = false
 			}
+			if cold && e.bthr > 0 && d.now-e.lastSeen < d.lifetime && d.kernelByteDemand(e) >= d.cfg.ColdRatio*e.bthr {
+				// The same for its reply bytes.
+				d.st.ColdHeld++
+				d.st.ColdHeldKernel++
+				cold = false
+			}
 			if cold && d.holdCold(e) {
 				cold = false
 			}

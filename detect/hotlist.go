@@ -7,7 +7,7 @@ import (
 	"github.com/hotsniff/hotsniff/decode"
 )
 
-// hotEntry is one hot key. 248 bytes plus the key.
+// hotEntry is one hot key: 1248 bytes (amd64) plus the key.
 type hotEntry struct {
 	h      uint64
 	key    []byte
@@ -21,7 +21,9 @@ type hotEntry struct {
 	// other: with kernel counting, the reads of other keys in its kernel
 	// bucket that user space counted (kernelDemand).
 	other window
-	qps   float64 // last measured rate (demand: wire reads + absorbed), for HotSet
+	// bother: the same for reply bytes (kernelByteDemand).
+	bother window
+	qps    float64 // last measured rate (demand: wire reads + absorbed), for HotSet
 	// qpsLow: qps is a lower bound, counted over less time than the span
 	// its rate is divided by (a young entry; see Event.QPSLowerBound).
 	qpsLow bool

@@ -1,5 +1,7 @@
 package detect
 
+import "math"
+
 // Stage 1 from the kernel. With in-kernel counting (bpf/kcount.h) the
 // capture programs add every read they parse to per-CPU bucket counters,
 // keyed by the same identity hash and bucket as here, and copy to user
@@ -48,7 +50,8 @@ type kernelStage1 struct {
 	// sub-window taken): reads of other keys there are counted on the hot
 	// entries (hotEntry.other), see kernelDemand.
 	hot    []uint64
-	fshift uint // identity hash >> fshift = kernel bucket
+	fshift uint     // identity hash >> fshift = kernel bucket
+	seen   []uint64 // located: buckets already set in this pass
 }
 
 // kcount is one kernel bucket's count in one sub-window.
@@ -59,10 +62,10 @@ type kcount struct{ b, n uint32 }
 // two at least Buckets) and returns the located kernel buckets as a bitmap
 // for the programs (bpf.Capture.SetLocated); see KernelCountsAt.
 func (d *Detector) KernelCounts(start, end int64, counts []uint32, complete bool) []uint64 {
-	k := d.kernStage(len(counts))
-	if k == nil {
+	if d.def == nil {
 		return nil
 	}
+	k := d.def.kernStage(len(counts))
 	k.idx = k.idx[:0]
 	for b, v := range counts {
 		if v != 0 {
@@ -78,21 +81,68 @@ func (d *Detector) KernelCounts(start, end int64, counts []uint32, complete bool
 // count plus what user space counted itself in its detector bucket
 // (fallbacks: an over-estimate, so never one located too late) reaches
 // the trigger, and stays located while it is at least the trigger (no
-// hysteresis: see locate); it is looked at when its count changes. complete false (the counts could not
-// be read whole: the reader fell behind past what the kernel keeps) marks
-// the span Incomplete: hot keys are not turned cold on it. Buckets of hot
-// keys are always located, so their reads keep reaching the hot list. The
-// returned slice is reused by the next call. Like Key, it runs on the
-// observing goroutine.
+// hysteresis: see take); it is looked at when its count changes. complete
+// false (the counts could not be read whole: the reader fell behind past
+// what the kernel keeps) marks the span Incomplete: hot keys are not
+// turned cold on it. The bitmap holds the buckets located on reads, those
+// located on reply bytes (KernelByteCountsAt, which the pipeline calls
+// first for the same sub-window), and the buckets of the hot keys, so
+// their reads keep reaching the hot list. The returned slice is reused by
+// the next call. Like Key, it runs on the observing goroutine.
 func (d *Detector) KernelCountsAt(start, end int64, counts []uint32, idx []uint32, complete bool) []uint64 {
-	w := d.def
-	k := d.kernStage(len(counts))
-	if k == nil {
+	if d.def == nil {
 		return nil
 	}
 	if !complete {
 		d.Incomplete(start, end)
 	}
+	k := d.def.kernStage(len(counts))
+	k.take(d.def, counts, idx, 1)
+	d.st.KernelSubWindows++
+	clear(k.bits)
+	k.located(k.bits)
+	if d.bdet != nil && d.bdet.kern != nil && len(d.bdet.kern.fine) == len(k.fine) {
+		d.bdet.kern.located(k.bits)
+	}
+	clear(k.hot)
+	for i := range d.hot.e {
+		b := d.hot.e[i].h >> k.fshift
+		k.bits[b/64] |= 1 << (b % 64)
+		k.hot[b/64] |= 1 << (b % 64)
+	}
+	return k.bits
+}
+
+// KernelByteUnit is the unit of the kernel's reply-byte counts: a reply's
+// bytes are counted in units of 64, rounded up (bpf.KernelByteUnit).
+const KernelByteUnit = 64
+
+// KernelByteCountsAt takes the kernel's reply-byte counts of one
+// sub-window (units of unit bytes, an upper bound of each key's bytes:
+// rounded up, and a multi-key reply counted whole to each of its keys),
+// like KernelCountsAt takes its reads: the hot-by-bandwidth stage locates
+// buckets on them, and KernelCountsAt, called next for the same
+// sub-window, adds them to the bitmap for the programs. The reads of those
+// buckets are then copied, and their replies with them, so user space
+// measures each key's own bytes exactly. Without a reply-bytes threshold
+// it does nothing.
+func (d *Detector) KernelByteCountsAt(start, end int64, counts []uint32, idx []uint32, unit uint32, complete bool) {
+	w := d.bdet
+	if w == nil {
+		return
+	}
+	if !complete {
+		d.Incomplete(start, end)
+	}
+	w.kernStage(len(counts)).take(w, counts, idx, max(unit, 1))
+	// Every reply user space is given from now on was counted in these
+	// counts first (the programs copy replies only of what they framed).
+	w.counted = true
+}
+
+// take adds one kernel sub-window (counts × unit) to the ring of w's
+// kernel stage and locates or releases the buckets whose sums changed.
+func (k *kernelStage1) take(w *windowed, counts []uint32, idx []uint32, unit uint32) {
 	// The sub-window leaving the ring, then the one entering it: both
 	// change the sums of their buckets, which are looked at below.
 	old := k.ring[k.next]
@@ -105,14 +155,13 @@ func (d *Detector) KernelCountsAt(start, end int64, counts []uint32, idx []uint3
 		if int(b) >= len(k.fine) || counts[b] == 0 {
 			continue
 		}
-		v := counts[b]
+		v := satMul(counts[b], unit)
 		k.fine[b] = satAdd(k.fine[b], v)
 		k.sum[b>>k.shift] = satAdd(k.sum[b>>k.shift], v)
 		cur = append(cur, kcount{b, v})
 	}
 	k.ring[k.next] = cur
 	k.next = (k.next + 1) % numSub
-	d.st.KernelSubWindows++
 	locate := func(b uint32) {
 		c := b >> k.shift
 		total := uint64(k.fine[b]) + uint64(w.prev[c]) + uint64(w.cur[c])
@@ -148,23 +197,30 @@ func (d *Detector) KernelCountsAt(start, end int64, counts []uint32, idx []uint3
 	for _, e := range cur {
 		locate(e.b)
 	}
-	clear(k.bits)
+}
+
+// located sets the bits of k's located buckets in bits, and drops the
+// released ones (and repeats) from k.on.
+func (k *kernelStage1) located(bits []uint64) {
 	on := k.on[:0]
 	for _, b := range k.on {
-		if k.active[b] && k.bits[b/64]&(1<<(b%64)) == 0 {
-			// Still located (and listed once): its bit for the programs.
-			k.bits[b/64] |= 1 << (b % 64)
+		if k.active[b] && k.seen[b/64]&(1<<(b%64)) == 0 {
+			k.seen[b/64] |= 1 << (b % 64)
+			bits[b/64] |= 1 << (b % 64)
 			on = append(on, b)
 		}
 	}
 	k.on = on
-	clear(k.hot)
-	for i := range d.hot.e {
-		b := d.hot.e[i].h >> k.fshift
-		k.bits[b/64] |= 1 << (b % 64)
-		k.hot[b/64] |= 1 << (b % 64)
+	for _, b := range on {
+		k.seen[b/64] = 0
 	}
-	return k.bits
+}
+
+func satMul(a, b uint32) uint32 {
+	if v := uint64(a) * uint64(b); v <= math.MaxUint32 {
+		return uint32(v)
+	}
+	return math.MaxUint32
 }
 
 // Unknown is not cold, with the kernel's counts. The programs count every
@@ -187,14 +243,31 @@ func (d *Detector) KernelCountsAt(start, end int64, counts []uint32, idx []uint3
 // sampling's scaling: the kernel counts reads unscaled), copied after the
 // programs counted it, on the hot entries whose kernel bucket it fell in.
 func (d *Detector) otherRead(h uint64, n uint32) {
+	d.other(h, n, func(e *hotEntry) *window { return &e.other })
+}
+
+// otherBytes is otherRead for reply bytes: n bytes (unscaled) of a key
+// that is not hot.
+func (d *Detector) otherBytes(h uint64, n uint32) {
+	if d.bdet != nil && d.bdet.kern != nil {
+		d.other(h, n, func(e *hotEntry) *window { return &e.bother })
+	}
+}
+
+// other adds n to the window which picks of every hot entry other than h's
+// in h's kernel bucket.
+func (d *Detector) other(h uint64, n uint32, which func(*hotEntry) *window) {
 	k := d.def.kern
+	if k == nil {
+		return
+	}
 	b := h >> k.fshift
 	if k.hot[b/64]&(1<<(b%64)) == 0 {
 		return
 	}
 	for i := range d.hot.e {
 		if e := &d.hot.e[i]; e.h>>k.fshift == b && e.h != h {
-			e.other.add(d.epoch, n)
+			which(e).add(d.epoch, n)
 		}
 	}
 }
@@ -203,29 +276,44 @@ func (d *Detector) otherRead(h uint64, n uint32) {
 // counts give (reads per second over the window), or -1 without kernel
 // counting.
 func (d *Detector) kernelDemand(e *hotEntry) float64 {
-	if d.def == nil || d.def.kern == nil {
+	if d.def == nil {
 		return -1
 	}
-	k := d.def.kern
-	e.other.advance(d.epoch)
-	n := int64(k.fine[e.h>>k.fshift]) - int64(e.other.sum)
+	return demandBound(d, d.def.kern, e, &e.other)
+}
+
+// kernelByteDemand is kernelDemand for reply bytes: an upper bound of hot
+// entry e's reply bytes per second over the window (the kernel's counts
+// are one already), or -1 without them.
+func (d *Detector) kernelByteDemand(e *hotEntry) float64 {
+	if d.bdet == nil {
+		return -1
+	}
+	return demandBound(d, d.bdet.kern, e, &e.bother)
+}
+
+// demandBound is k's count of e's kernel bucket over the window less what
+// user space counted of the bucket's other keys (other), per second; -1
+// without k.
+func demandBound(d *Detector, k *kernelStage1, e *hotEntry, other *window) float64 {
+	if k == nil {
+		return -1
+	}
+	other.advance(d.epoch)
+	n := int64(k.fine[e.h>>k.fshift]) - int64(other.sum)
 	return float64(max(n, 0)) * 1e9 / float64(d.win)
 }
 
-// kernStage returns the kernel stage-1 state for n kernel buckets, made at
-// the first call; nil without the default detector.
-func (d *Detector) kernStage(n int) *kernelStage1 {
-	w := d.def
-	if w == nil {
-		return nil
-	}
+// kernStage returns w's kernel stage-1 state for n kernel buckets, made
+// at the first call.
+func (w *windowed) kernStage(n int) *kernelStage1 {
 	n = max(n, len(w.cur))
 	if k := w.kern; k != nil && len(k.fine) == n {
 		return k
 	}
 	k := &kernelStage1{sum: make([]uint32, len(w.cur)), fine: make([]uint32, n), active: make([]bool, n),
 		shift: uint(bitsLen(n) - bitsLen(len(w.cur))), bits: make([]uint64, (n+63)/64),
-		hot: make([]uint64, (n+63)/64), fshift: uint(64 - bitsLen(n))}
+		hot: make([]uint64, (n+63)/64), seen: make([]uint64, (n+63)/64), fshift: uint(64 - bitsLen(n))}
 	w.kern = k
 	return k
 }

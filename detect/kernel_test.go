@@ -2,10 +2,12 @@ package detect
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/hotsniff/hotsniff/decode"
+	"github.com/hotsniff/hotsniff/event"
 )
 
 // kernelSim plays the capture programs with in-kernel counting: every read
@@ -28,6 +30,12 @@ type kernelSim struct {
 	// and nothing reports the loss.
 	lose func(key string) bool
 	tick bool // Tick the detector after each kernel sub-window, as the pipeline does
+	// size, when set, is the reply size of a read of key (0: none): the
+	// programs count it in units of KernelByteUnit, rounded up, into
+	// bcounts, and copy the reply with its read when the read is copied.
+	size    func(key string) uint64
+	bcounts []uint32
+	bidx    []uint32
 }
 
 func newKernelSim(d *Detector) *kernelSim {
@@ -50,9 +58,19 @@ func (k *kernelSim) read(ts int64, key string) {
 		// The pipeline reads the sub-window that ended.
 		start := k.ep*k.sub + k.phase
 		if k.feedKern {
+			if k.bcounts != nil {
+				k.bidx = k.bidx[:0]
+				for b, v := range k.bcounts {
+					if v != 0 {
+						k.bidx = append(k.bidx, uint32(b))
+					}
+				}
+				k.d.KernelByteCountsAt(start, start+k.sub, k.bcounts, k.bidx, KernelByteUnit, k.complete(k.ep))
+			}
 			copy(k.located, k.d.KernelCounts(start, start+k.sub, k.counts, k.complete(k.ep)))
 		}
 		clear(k.counts)
+		clear(k.bcounts)
 		k.ep++
 		if k.tick {
 			k.d.Tick(start + k.sub)
@@ -63,6 +81,14 @@ func (k *kernelSim) read(ts int64, key string) {
 	h := Identity(srvA, decode.ProtoRedis, 0, []byte(key))
 	b := Bucket(h, k.buckets)
 	k.counts[b]++
+	var size uint64
+	if k.size != nil {
+		if k.bcounts == nil {
+			k.bcounts = make([]uint32, k.buckets)
+		}
+		size = k.size(key)
+		k.bcounts[b] += uint32((size + KernelByteUnit - 1) / KernelByteUnit)
+	}
 	if k.located[b/64]&(1<<(b%64)) == 0 {
 		return // counted in the kernel only
 	}
@@ -70,7 +96,12 @@ func (k *kernelSim) read(ts int64, key string) {
 		return
 	}
 	k.copied++
-	k.d.Key(&f, &decode.Request{Op: "GET"}, decode.Key{Bytes: []byte(key), Weight: 1})
+	dk := decode.Key{Bytes: []byte(key), Weight: 1}
+	k.d.Key(&f, &decode.Request{Op: "GET"}, dk)
+	if size > 0 {
+		f.TS += 50_000 // the reply 50 µs later
+		k.d.ReplyKey(&f, 0, dk, size)
+	}
 }
 
 // run reads a hot key at hotQPS and nCold keys at coldQPS each, evenly,
@@ -336,5 +367,130 @@ func TestKernelBucketNoHysteresis(t *testing.T) {
 	}
 	if bits := feed(uint32(trig/numSub) + 1); !located(bits) {
 		t.Fatalf("bucket back at the trigger not located again")
+	}
+}
+
+// kernelBytesSim reads "hot" (the run's hot key) with 100 kB replies and
+// every other key with 200-byte ones.
+func kernelBytesSim(d *Detector) *kernelSim {
+	k := newKernelSimBuckets(d, 65536)
+	k.size = func(key string) uint64 {
+		if key == "hot" {
+			return 100_000
+		}
+		return 200
+	}
+	return k
+}
+
+// TestKernelStage1Bytes: with the reply bytes counted in the kernel too, a
+// key hot by bandwidth only (50 reads/s of 100 kB, at 5× a 1 MB/s
+// threshold and a twentieth of the reads threshold) is located on its
+// bytes, its reads and replies copied, and found at its true rates; the
+// 2000 keys beside it at 5 reads/s of 200 bytes stay in the kernel.
+// Without the byte counts it is never found: its reads locate nothing.
+func TestKernelStage1Bytes(t *testing.T) {
+	for _, bytes := range []bool{true, false} {
+		t.Run(fmt.Sprint("bytes=", bytes), func(t *testing.T) {
+			d, rec := newDet(t, Config{HotQPS: T, HotBytes: 1e6, RefreshEvery: 250 * time.Millisecond})
+			k := kernelBytesSim(d)
+			k.tick = true
+			if !bytes {
+				k.size = nil
+			}
+			k.run(0, 3*time.Second, 50, 2000, 5)
+			e, ok := lastHot(rec, "hot")
+			if !bytes {
+				if ok {
+					t.Fatalf("found without the kernel's byte counts: %+v", e)
+				}
+				return
+			}
+			if !ok {
+				t.Fatalf("not found; events %v", rec.ev)
+			}
+			if e.Reason != event.ReasonBytes || math.Abs(e.BytesPS-5e6)/5e6 > 0.1 || math.Abs(e.QPS-50)/50 > 0.1 {
+				t.Errorf("event %+v, want reason bytes at ~5e6 B/s and ~50/s", e)
+			}
+			for _, ev := range rec.ev {
+				if string(ev.Key) != "hot" {
+					t.Errorf("another key reported: %+v", ev)
+				}
+			}
+			if frac := float64(k.copied) / float64(k.reads); frac > 0.1 {
+				t.Errorf("%d of %d reads copied, want most left in the kernel", k.copied, k.reads)
+			}
+			t.Logf("%d of %d reads reached user space", k.copied, k.reads)
+			k.run(3*time.Second, 5*time.Second, 0, 2000, 5)
+			if got := rec.of("hot"); got[len(got)-1] != "cold" {
+				t.Fatalf("events %v, want cold after the key stopped", got)
+			}
+		})
+	}
+}
+
+// TestKernelStage1BytesUnseenNotCold: a key hot by bandwidth whose copies
+// are lost (while the kernel still counts its reads and reply bytes) is
+// not turned cold: the kernel's byte count is evidence of its demand. Once
+// its reads stop, the verdict comes.
+func TestKernelStage1BytesUnseenNotCold(t *testing.T) {
+	d, rec := newDet(t, Config{HotQPS: T, HotBytes: 1e6})
+	k := kernelBytesSim(d)
+	k.tick = true
+	k.run(0, 2*time.Second, 50, 200, 5)
+	if _, ok := lastHot(rec, "hot"); !ok {
+		t.Fatal("not hot")
+	}
+	held := d.Stats().ColdHeldKernel
+	k.lose = func(key string) bool { return key == "hot" }
+	k.run(2*time.Second, 4*time.Second, 50, 200, 5)
+	if n := rec.count("hot", "cold"); n != 0 {
+		t.Fatalf("cold while the kernel counted its bytes at 5× and only the copies were lost: %v", rec.of("hot"))
+	}
+	if d.Stats().ColdHeldKernel == held {
+		t.Fatal("no verdict held on the kernel's counts: the test does not exercise them")
+	}
+	k.run(4*time.Second, 6*time.Second, 0, 200, 5)
+	if got := rec.of("hot"); len(got) == 0 || got[len(got)-1] != "cold" {
+		t.Fatalf("events %v, want cold once the kernel counts no bytes either", got)
+	}
+}
+
+// TestKernelStage1BytesOtherKey: a bytes-hot key stops while a key of its
+// kernel bucket goes on at 0.8× the bytes threshold (above the cold line),
+// all of it seen by user space: the bucket's bytes are the other key's, so
+// the hot key turns cold, and the other key is not reported.
+func TestKernelStage1BytesOtherKey(t *testing.T) {
+	d, rec := newDet(t, Config{HotQPS: T, HotBytes: 1e6})
+	k := kernelBytesSim(d)
+	hb := Bucket(Identity(srvA, decode.ProtoRedis, 0, []byte("hot")), k.buckets)
+	other := ""
+	for i := 0; other == ""; i++ {
+		if c := fmt.Sprintf("twin:%d", i); Bucket(Identity(srvA, decode.ProtoRedis, 0, []byte(c)), k.buckets) == hb {
+			other = c
+		}
+	}
+	size := k.size
+	k.size = func(key string) uint64 {
+		if key == other {
+			return 20_000
+		}
+		return size(key)
+	}
+	k.tick = true
+	k.run(0, 2*time.Second, 50, 200, 5)
+	if _, ok := lastHot(rec, "hot"); !ok {
+		t.Fatal("not hot")
+	}
+	step := int64(1e9 / 40) // 40 reads/s of 20 kB: 0.8 MB/s
+	for ts := int64(2 * time.Second); ts < int64(4*time.Second); ts += step {
+		k.read(base+ts, other)
+		k.read(base+ts+step/2, fmt.Sprintf("cold:%d", ts/step%200))
+	}
+	if got := rec.of("hot"); len(got) == 0 || got[len(got)-1] != "cold" {
+		t.Fatalf("events %v, want cold: the bucket's other bytes were seen, the key's own are gone", got)
+	}
+	if n := rec.count(other, "hot"); n != 0 {
+		t.Fatalf("%s reported hot at 0.8× the bytes threshold", other)
 	}
 }

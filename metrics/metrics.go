@@ -121,6 +121,12 @@ type Snapshot struct {
 	// when off. Requests counted in the kernel and not copied are not in
 	// requests_total.
 	KernelCounted map[string]uint64
+	// KernelReply counts the reply bytes the eBPF programs framed
+	// themselves (--kernel-count with a reply-bytes threshold), by what:
+	// seen (reply payload bytes looked at), attributed (to read keys),
+	// duplicate (seen again); KernelUnattributed the bytes they attributed
+	// to no key, by reason. nil when off.
+	KernelReply, KernelUnattributed map[string]uint64
 	// KernelCopied counts the decoded requests (in Requests) of segments
 	// the programs had counted already: counted once, in all, are the
 	// programs' requests plus Requests minus these.
@@ -168,6 +174,7 @@ type Collector struct {
 	sampleRate, sampledOut, sampleRaises, cpuShare, cpuBudget, reportable                        *prometheus.Desc
 	pubMsgs, pubOverflow                                                                         *prometheus.Desc
 	incomplete, coldHeld, coldHeldKernel, kernelFallback, kernelCounted, rejected, rejectedBytes *prometheus.Desc
+	kernelReply, kernelUnattr                                                                    *prometheus.Desc
 	incompleteSecs, shed, shedBytes, droppedBytes                                                *prometheus.Desc
 	channelUp, adopted                                                                           *prometheus.Desc
 	absReports, absHits, absRejected, lateReads                                                  *prometheus.Desc
@@ -227,6 +234,10 @@ func New() *Collector {
 			"Request segments the eBPF programs copied without counting them in the kernel (--kernel-count), by reason.", "reason"),
 		kernelCounted: d("kernel_counted_total",
 			"What the eBPF programs counted in the kernel themselves (--kernel-count): what=segments (request segments parsed whole), requests, keys, duplicates (segments seen a second time, not counted again), copied (segments counted and copied anyway: a read in a located bucket, a write to a hot key, a session command). Requests counted only there are not in requests_total.", "what"),
+		kernelReply: d("kernel_reply_bytes_total",
+			"Reply bytes the eBPF programs framed themselves (--kernel-count with a reply-bytes threshold): what=seen (reply payload bytes looked at), attributed (to the read keys they answer, in the kernel's byte counts), duplicate (seen a second time, not counted again).", "what"),
+		kernelUnattr: d("kernel_reply_unattributed_bytes_total",
+			"Reply bytes the eBPF programs attributed to no key (--kernel-count with a reply-bytes threshold), by reason: nokey (a command that reads no key), push, unsynced (the connection's requests were not all counted in the kernel, until a quiet point), dead (pub/sub, MONITOR), bad, depth, unpaired, gap (a reply segment missed), steps, noflow (no reply state: memcached, the table full), load, race.", "reason"),
 		kernelCopied: d("kernel_copied_requests_total",
 			"Decoded requests (in requests_total) of segments the eBPF programs had counted themselves and copied anyway (--kernel-count): every request is counted once in kernel_counted_total{what=\"requests\"} + requests_total - this.", "proto", "op"),
 		pubMsgs:     d("publish_messages_total", "Channel messages sent (one PUBLISH each; a v2 message carries a batch of events)."),
@@ -258,7 +269,7 @@ func (c *Collector) Update(fn func(s *Snapshot)) {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.dropped, c.truncated, c.requests, c.keys, c.decodeErrs, c.gaps, c.lost, c.dup, c.flows, c.buffered, c.evicted, c.hot, c.published, c.pubErrs, c.pubDropped, c.pubLag, c.absReports, c.absHits, c.absRejected, c.lateReads, c.pubMsgs, c.pubOverflow, c.replyBytes, c.replyUnpaired, c.pendingDropped, c.pendingDesyncs, c.pendingHeld,
-		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable, c.incomplete, c.coldHeld, c.coldHeldKernel, c.incompleteSecs, c.shed, c.shedBytes, c.droppedBytes, c.kernelFallback, c.kernelCounted, c.kernelCopied, c.rejected, c.rejectedBytes, c.channelUp, c.adopted} {
+		c.sampleRate, c.sampledOut, c.sampleRaises, c.cpuShare, c.cpuBudget, c.reportable, c.incomplete, c.coldHeld, c.coldHeldKernel, c.incompleteSecs, c.shed, c.shedBytes, c.droppedBytes, c.kernelFallback, c.kernelCounted, c.kernelReply, c.kernelUnattr, c.kernelCopied, c.rejected, c.rejectedBytes, c.channelUp, c.adopted} {
 		ch <- d
 	}
 	c.lat.Describe(ch)
@@ -367,6 +378,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, r := range sortedKeys(s.KernelFallback) {
 		counter(c.kernelFallback, float64(s.KernelFallback[r]), r)
+	}
+	for _, w := range sortedKeys(s.KernelReply) {
+		counter(c.kernelReply, float64(s.KernelReply[w]), w)
+	}
+	for _, r := range sortedKeys(s.KernelUnattributed) {
+		counter(c.kernelUnattr, float64(s.KernelUnattributed[r]), r)
 	}
 	gauge(c.cpuShare, s.Sampling.CPUShare)
 	gauge(c.cpuBudget, s.Sampling.Budget)

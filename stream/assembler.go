@@ -308,6 +308,17 @@ func (a *Assembler) Add(seg *capture.Segment) {
 				a.resume(fl, h, seq)
 			}
 			fl.f.KernelCounted = seg.KernelCounted
+			if q := fl.f.Pending; q != nil {
+				// What the capture says of the connection's replies (in-kernel
+				// counting with reply bytes): pairing starts on a request,
+				// and stops on a request or a reply.
+				switch {
+				case seg.Replies == capture.RepliesFramedFrom && dir == decode.ToServer:
+					q.Align()
+				case seg.Replies == capture.RepliesUnframed:
+					q.Unframed()
+				}
+			}
 			a.segment(fl, h, seq, seg.Payload, seg.Missing, seg.TS)
 		}
 		if seg.Flags&capture.FlagFIN != 0 {

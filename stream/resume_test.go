@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/hotsniff/hotsniff/capture"
+	"github.com/hotsniff/hotsniff/decode"
 )
 
 // A connection skipped by flow sampling and resumed jumps ahead in sequence
@@ -29,5 +30,54 @@ func TestSampleResumeIsNotALoss(t *testing.T) {
 	fx.a.Add(&seg)
 	if st := fx.a.Stats(); st.SampleResumes != 1 || p.stream() != "GET a\r\n|GET z\r\nGET y\r\n" {
 		t.Errorf("in-order resumed segment: stats %+v, stream %q", st, p.stream())
+	}
+}
+
+// TestReplyFramingFromCapture: a request segment's Replies mark moves its
+// connection's reply pairing: RepliesFramedFrom starts it there (a
+// connection joined mid-stream included), RepliesUnframed stops it, and
+// neither a plain RepliesFramed nor a mark on a reply restarts it.
+func TestReplyFramingFromCapture(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Replies = true
+	fx := newFixture(t, cfg, consumeAll)
+	fx.send(1, true, 100, 0, "GET a\r\n") // joined mid-stream: not paired
+	var q *decode.Pending
+	for _, fl := range fx.a.flows {
+		q = fl.f.Pending
+	}
+	if q == nil || q.Synced() {
+		t.Fatalf("queue %v: want one, not pairing yet", q)
+	}
+	seq := uint32(107)
+	add := func(toServer bool, r capture.ReplyFraming) {
+		seg := capture.Segment{TS: 2, Src: cliAddr, Dst: srvAddr, Seq: seq, Flags: capture.FlagACK, Payload: []byte("GET b\r\n"), Replies: r}
+		if !toServer {
+			seg.Src, seg.Dst, seg.Seq = srvAddr, cliAddr, 1000
+		}
+		fx.a.Add(&seg)
+		if toServer {
+			seq += 7
+		}
+	}
+	steps := []struct {
+		toServer bool
+		r        capture.ReplyFraming
+		synced   bool
+	}{
+		{true, capture.RepliesFramed, false},
+		{true, capture.RepliesFramedFrom, true},
+		{true, capture.RepliesFramed, true},
+		{true, capture.RepliesAsCaptured, true},
+		{true, capture.RepliesUnframed, false},
+		{false, capture.RepliesFramedFrom, false},
+		{true, capture.RepliesFramed, false},
+		{true, capture.RepliesFramedFrom, true},
+	}
+	for i, s := range steps {
+		add(s.toServer, s.r)
+		if q.Synced() != s.synced {
+			t.Fatalf("step %d (%+v): synced %v", i, s, q.Synced())
+		}
 	}
 }

@@ -148,7 +148,7 @@ func (s *Source) Next(seg *capture.Segment) error {
 		}
 		r := &s.rec
 		*seg = capture.Segment{TS: r.TS, Src: r.Src, Dst: r.Dst, Seq: r.Seq, Ack: r.Ack, Flags: r.Flags,
-			Payload: r.Payload, Missing: r.Missing, Resumed: r.Resumed, SampleLevel: r.SampleLevel, KernelCounted: r.KernelCounted}
+			Payload: r.Payload, Missing: r.Missing, Resumed: r.Resumed, SampleLevel: r.SampleLevel, KernelCounted: r.KernelCounted, Replies: capture.ReplyFraming(r.Replies)}
 		s.segments.Add(1)
 		return nil
 	}

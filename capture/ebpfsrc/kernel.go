@@ -13,6 +13,9 @@ import (
 // stays below the detector.
 type Stage1 interface {
 	KernelCountsAt(start, end int64, counts []uint32, idx []uint32, complete bool) []uint64
+	// KernelByteCountsAt takes a sub-window's reply-byte counts (units of
+	// unit bytes), before KernelCountsAt takes its reads.
+	KernelByteCountsAt(start, end int64, counts []uint32, idx []uint32, unit uint32, complete bool)
 	HotHashes(dst []uint64) []uint64
 }
 
@@ -34,6 +37,9 @@ type KernelReader struct {
 	next   int64           // the next kernel sub-window to read
 	counts []uint32        // zero between sub-windows but for idx
 	idx    []uint32        // the non-zero buckets of counts
+	bytes  bool            // the programs count reply bytes: read them too
+	bcount []uint32        // as counts, for reply bytes
+	bidx   []uint32
 	hot    map[uint64]bool // hashes in the programs' hot set
 	seen   map[uint64]bool
 	hh     []uint64
@@ -52,8 +58,12 @@ type KernelReaderStats struct {
 // kernel's finer buckets (bpf.KernelBuckets), which it locates on.
 func NewKernelReader(c *bpf.Capture, d Stage1, b int) *KernelReader {
 	b = max(b, bpf.KernelBuckets)
-	return &KernelReader{c: c, d: d, next: c.KernelEpoch(), counts: make([]uint32, b),
-		hot: make(map[uint64]bool), seen: make(map[uint64]bool)}
+	k := &KernelReader{c: c, d: d, next: c.KernelEpoch(), counts: make([]uint32, b),
+		hot: make(map[uint64]bool), seen: make(map[uint64]bool), bytes: c.KernelReplyBytes()}
+	if k.bytes {
+		k.bcount = make([]uint32, b)
+	}
+	return k
 }
 
 // dueMargin is how long after a sub-window's end Due sets the next Step:
@@ -109,6 +119,9 @@ func (k *KernelReader) Step() error {
 		// holds its verdicts over them.
 		start, end := k.c.KernelEpochStart(k.next), k.c.KernelEpochStart(k.next+lost)
 		for range min(lost, 8) {
+			if k.bytes {
+				k.d.KernelByteCountsAt(start, end, k.bcount, nil, bpf.KernelByteUnit, false)
+			}
 			bits = k.d.KernelCountsAt(start, end, k.counts, nil, false)
 		}
 		k.st.Lost += uint64(lost)
@@ -126,12 +139,25 @@ func (k *KernelReader) Step() error {
 		if err != nil {
 			return fmt.Errorf("read kernel counts: %w", err)
 		}
+		start, end := k.c.KernelEpochStart(k.next), k.c.KernelEpochStart(k.next+1)
+		if k.bytes {
+			for _, b := range k.bidx {
+				k.bcount[b] = 0
+			}
+			var bcomplete bool
+			k.bidx, bcomplete, err = k.c.ReadKernelByteCountsAt(k.next, now, k.bcount, k.bidx[:0])
+			if err != nil {
+				return fmt.Errorf("read kernel reply bytes: %w", err)
+			}
+			complete = complete && bcomplete
+			k.d.KernelByteCountsAt(start, end, k.bcount, k.bidx, bpf.KernelByteUnit, bcomplete)
+		}
 		if complete {
 			k.st.SubWindows++
 		} else {
 			k.st.Lost++
 		}
-		bits = k.d.KernelCountsAt(k.c.KernelEpochStart(k.next), k.c.KernelEpochStart(k.next+1), k.counts, k.idx, complete)
+		bits = k.d.KernelCountsAt(start, end, k.counts, k.idx, complete)
 	}
 	if err := k.c.SetLocated(bits); err != nil {
 		return err

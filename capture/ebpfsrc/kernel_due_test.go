@@ -15,7 +15,8 @@ func (n *nopStage1) KernelCountsAt(start, end int64, counts, idx []uint32, compl
 	n.subs++
 	return make([]uint64, bpf.KernelBuckets/64)
 }
-func (n *nopStage1) HotHashes(dst []uint64) []uint64 { return dst[:0] }
+func (n *nopStage1) KernelByteCountsAt(int64, int64, []uint32, []uint32, uint32, bool) {}
+func (n *nopStage1) HotHashes(dst []uint64) []uint64                                   { return dst[:0] }
 
 // TestKernelReaderDue: at the time Due gives, the sub-window has ended by
 // the clock the programs count by (the coarse clock, a tick behind the

@@ -151,7 +151,7 @@ func (c *Capture) ReplySkips() ReplySkipper {
 // RequestsOnly reports whether the capture carries no reply payload at all
 // (eBPF without reply copies): the reply parsers must then stay off.
 func (c *Capture) RequestsOnly() bool {
-	return c.bpf != nil && !c.bpf.ReplyHeads() && !c.bpf.CopiesReplies()
+	return c.bpf != nil && !c.bpf.ReplyHeads() && !c.bpf.CopiesReplies() && !c.bpf.KernelReplyBytes()
 }
 
 // Open attaches eBPF at the cgroup root or on the interfaces, or opens
@@ -188,7 +188,9 @@ func (d *opener) open() error {
 		KernelCount: d.cfg.KernelCount}
 	if cfg.KernelCount != nil {
 		// Replies of requests the programs keep would pair with the wrong
-		// requests: no reply bytes with kernel counting (yet).
+		// requests: with kernel counting the programs copy only the
+		// replies of the requests they copy, and only when they count
+		// reply bytes themselves (KernelCountConfig.ReplyBytes).
 		cfg.Replies, cfg.ReplyHeads = false, false
 	}
 	if d.mode != bpf.ModeAFPacket {

@@ -86,17 +86,18 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 }
 
-// TestRunKernelCountHotBytes: `run` refuses --kernel-count with a
-// reply-bytes threshold before capturing (exit 2, one line), and
-// --config-check says so too; without --hot-bytes, or on afpacket, the
-// settings pass. The refused run names a missing interface so that, were
-// the check gone, it would fail at once on the interface instead of
-// capturing.
+// TestRunKernelCountHotBytes: --kernel-count takes a reply-bytes threshold
+// (the programs count reply bytes too), but refuses one whose bytes in a
+// sub-window would saturate a kernel bucket (65 535 units of 64 bytes:
+// 4 194 240 bytes), before capturing (exit 2, one line), and
+// --config-check says so too. The refused run names a missing interface
+// so that, were the check gone, it would fail at once on the interface
+// instead of capturing.
 func TestRunKernelCountHotBytes(t *testing.T) {
-	const want = "hotsniff: --kernel-count does not attribute reply bytes to keys, so --hot-bytes 1000000 would never make a key hot: remove --hot-bytes (and hot-bytes from the rules) or set --kernel-count=false\n"
+	const want = "hotsniff: --kernel-count counts at most 4194240 reply bytes per bucket in a 100ms sub-window: a reply-bytes threshold of 50000000/s needs a shorter --window, or --kernel-count=false\n"
 	for _, args := range [][]string{
-		{"run", "--kernel-count", "--hot-bytes", "1000000", "--capture", "tc", "--iface", "hsnone0", "--listen", ""},
-		{"run", "--kernel-count", "--hot-bytes", "1000000", "--config-check"},
+		{"run", "--kernel-count", "--hot-bytes", "50000000", "--capture", "tc", "--iface", "hsnone0", "--listen", ""},
+		{"run", "--kernel-count", "--hot-bytes", "50000000", "--config-check"},
 	} {
 		_, errOut, code := runCLI(t, args...)
 		if code != 2 || errOut != want {
@@ -105,7 +106,8 @@ func TestRunKernelCountHotBytes(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"run", "--kernel-count", "--config-check"},
-		{"run", "--kernel-count", "--capture", "afpacket", "--hot-bytes", "1000000", "--config-check"},
+		{"run", "--kernel-count", "--hot-bytes", "1000000", "--config-check"},
+		{"run", "--kernel-count", "--capture", "afpacket", "--hot-bytes", "50000000", "--config-check"},
 	} {
 		out, errOut, code := runCLI(t, args...)
 		if code != 0 || !strings.Contains(out, "config ok") {

@@ -96,7 +96,7 @@ func (e *evidence) sampling(st bpf.Sampling) bool {
 
 // noteEvidence copies the loss counters to the metrics, every full tick.
 func (d *daemon) noteEvidence(det *detect.Detector) {
-	var fallback, counted map[string]uint64
+	var fallback, counted, reply, unattr map[string]uint64
 	if bc := d.cap.KernelCounting(); bc != nil && d.kc.r != nil {
 		if ks, err := bc.KernelStats(); err == nil {
 			fallback = make(map[string]uint64, len(ks.Fallback))
@@ -105,6 +105,13 @@ func (d *daemon) noteEvidence(det *detect.Detector) {
 			}
 			counted = map[string]uint64{"segments": ks.Counted, "requests": ks.Requests, "keys": ks.Keys, "duplicates": ks.Duplicate,
 				"copied": ks.Counted - ks.Skipped}
+			if bc.KernelReplyBytes() {
+				reply = map[string]uint64{"seen": ks.ReplyBytes, "attributed": ks.ReplyAttr, "duplicate": ks.ReplyDuplicate}
+				unattr = make(map[string]uint64, len(ks.Unattributed))
+				for r, v := range ks.Unattributed {
+					unattr[bpf.UnattrReason(r).String()] = v
+				}
+			}
 		}
 	}
 	ds := det.Stats()
@@ -113,5 +120,6 @@ func (d *daemon) noteEvidence(det *detect.Detector) {
 		s.IncompleteSeconds = float64(ds.IncompleteNs) / 1e9
 		s.ShedSegments, s.ShedBytes = d.ev.shedSegs, d.ev.shedBytes
 		s.KernelFallback, s.KernelCounted = fallback, counted
+		s.KernelReply, s.KernelUnattributed = reply, unattr
 	})
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/hotsniff/hotsniff/bpf"
 	"github.com/hotsniff/hotsniff/capture/ebpfsrc"
+	"github.com/hotsniff/hotsniff/config"
 	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/decode/redis"
 	"github.com/hotsniff/hotsniff/detect"
@@ -23,8 +24,7 @@ type kernelCount struct {
 // built yet: a probe of the same configuration gives its sub-window and
 // buckets. The settings were validated already (config.Load): with kernel
 // counting the detector is the default one, its buckets at most
-// bpf.KernelBuckets, no threshold saturates a bucket and none counts
-// reply bytes.
+// bpf.KernelBuckets and no threshold saturates a bucket.
 func (d *daemon) kernelCountConfig() (*bpf.KernelCountConfig, error) {
 	if !d.cfg.Capture.KernelCounting() {
 		return nil, nil
@@ -41,7 +41,11 @@ func (d *daemon) kernelCountConfig() (*bpf.KernelCountConfig, error) {
 			protos[port] = uint8(p)
 		}
 	}
-	return &bpf.KernelCountConfig{SubWindow: sub, Buckets: b, Protos: protos, Commands: kernelRedisTable()}, nil
+	// A reply-bytes threshold (--hot-bytes, a rule's hot_bytes): the
+	// programs frame Redis replies and count their bytes too, and copy
+	// the replies of the requests they copy (bpf/kcount.h).
+	bytes := config.HotBytesSet(d.cfg.Detect.Config) != ""
+	return &bpf.KernelCountConfig{SubWindow: sub, Buckets: b, Protos: protos, Commands: kernelRedisTable(), ReplyBytes: bytes}, nil
 }
 
 // kernelRedisTable is the decoder's command table in the loader's terms.

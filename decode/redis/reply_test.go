@@ -260,3 +260,53 @@ func TestReplyTotalBound(t *testing.T) {
 		t.Errorf("held %d after Release", st.Held)
 	}
 }
+
+// TestReplyFramedByCapture: with the capture framing replies (in-kernel
+// counting with reply bytes), it copies only some requests and exactly
+// their replies, back to back with no quiet point: pairing starts where it
+// says (Align), goes on across the requests and replies it left out
+// (Resume: no loss), stops when it says it lost the framing (Unframed),
+// and a silence then does not restart it. Without Align nothing pairs.
+func TestReplyFramedByCapture(t *testing.T) {
+	for _, align := range []bool{true, false} {
+		conn := replytest.NewConn(New(Config{}), decode.PendingConfig{})
+		q := conn.F.Pending
+		q.Desync() // joined mid-stream
+		us := int64(1e3)
+		if align {
+			q.Align()
+		}
+		conn.Requests(10*us, []byte(respCmd("GET", "a")+respCmd("MGET", "b", "c")))
+		conn.Replies(20*us, []byte(bulk("aa")+"*2\r\n"+bulk("bb")+"$-1\r\n"))
+		// GET x counted in the kernel and not copied, nor its reply.
+		conn.Resume(0)
+		conn.Requests(40*us, []byte(respCmd("GET", "d")))
+		conn.Resume(1)
+		conn.Replies(50*us, []byte(bulk(big)))
+		want := map[string]uint64{"0/a": 8, "0/b": 2 + 8, "0/c": 2 + 5, "0/d": uint64(len(bulk(big)))}
+		if !align {
+			if len(conn.S.Bytes) != 0 {
+				t.Fatalf("without Align: attributed %v before any quiet point", conn.S.Bytes)
+			}
+			continue
+		}
+		if fmt.Sprint(conn.S.Bytes) != fmt.Sprint(want) || conn.S.Unpaired != 0 {
+			t.Fatalf("bytes %v unpaired %d, want %v and none", conn.S.Bytes, conn.S.Unpaired, want)
+		}
+		q.Unframed()
+		conn.Requests(60*us, []byte(respCmd("GET", "e")))
+		// 10 ms of silence: no quiet point when the capture frames.
+		conn.Requests(10_060*us, []byte(respCmd("GET", "f")))
+		if q.Synced() {
+			t.Fatal("pairing restarted at a silence while the capture had lost the framing")
+		}
+		q.Align()
+		conn.Requests(10_070*us, []byte(respCmd("GET", "g")))
+		conn.Resume(1)
+		conn.Replies(10_080*us, []byte(bulk("g")))
+		want["0/g"] = 7
+		if fmt.Sprint(conn.S.Bytes) != fmt.Sprint(want) {
+			t.Fatalf("after Align again: %v, want %v", conn.S.Bytes, want)
+		}
+	}
+}

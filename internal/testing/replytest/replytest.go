@@ -144,6 +144,18 @@ func (c *Conn) Requests(ts int64, b []byte) { c.feed(0, ts, b) }
 // Replies feeds server bytes at packet time ts.
 func (c *Conn) Replies(ts int64, b []byte) { c.feed(1, ts, b) }
 
+// Resume restarts direction dir after bytes the capture left out on
+// purpose (flow sampling; in-kernel counting), as the stream layer does:
+// the parser resynchronises, the queue is kept.
+func (c *Conn) Resume(dir int) {
+	c.tail[dir], c.skip[dir] = c.tail[dir][:0], 0
+	if dir == 0 {
+		c.Req.Gap()
+	} else {
+		c.Rep.Gap()
+	}
+}
+
 // Gap tells the reply direction bytes were lost, as the stream layer does.
 func (c *Conn) Gap(dir int) {
 	c.tail[dir], c.skip[dir] = nil, 0
