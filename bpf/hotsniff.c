@@ -949,12 +949,7 @@ __attribute__((noinline)) int kc_rsent_fail(__u32 cpu)
 	if (!rf)
 		return 0;
 	s->stats.rc_fail++;
-	rf->rbad = 1;
-	rf->rbad_ann = *(volatile __u32 *)&rf->ann;
-	rf->rfails++;
-	rf->ccopy = 0;
-	rf->cskip = 0;
-	rf->cnext_ok = 0;
+	kc_rblock(rf);
 	return 0;
 }
 

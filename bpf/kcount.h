@@ -1966,6 +1966,19 @@ static __always_inline int kc_rcopyable(struct kc_rflow *rf)
 	return (__s32)(t - *(volatile __u32 *)&rf->cfrom) >= 0;
 }
 
+// kc_rblock stops copying connection rf's replies until its requests
+// announce a fresh start (rfails moves, ann is noted): the one place a
+// failure to deliver them is recorded.
+static __always_inline void kc_rblock(struct kc_rflow *rf)
+{
+	rf->rbad = 1;
+	rf->rbad_ann = *(volatile __u32 *)&rf->ann;
+	rf->rfails++;
+	rf->ccopy = 0;
+	rf->cskip = 0;
+	rf->cnext_ok = 0;
+}
+
 // kc_rcfail: a copied reply of the connection will not reach user space
 // whole. No reply is copied until the request side announces a new start
 // (ann moves: it sees rfails move), and the first copied after it resumes
@@ -1979,12 +1992,7 @@ __attribute__((noinline)) int kc_rcfail(struct kc_state *s, struct kc_rflow *rf)
 		return 0;
 	if (rf->ccopy || rf->cskip || s->rs.ra != KC_RNONE || s->rs.nrr)
 		s->stats.rc_fail++;
-	rf->rbad = 1;
-	rf->rbad_ann = *(volatile __u32 *)&rf->ann;
-	rf->rfails++;
-	rf->ccopy = 0;
-	rf->cskip = 0;
-	rf->cnext_ok = 0;
+	kc_rblock(rf);
 	s->rs.ra = KC_RNONE;
 	return 0;
 }

@@ -125,11 +125,19 @@ func (e *kcEnv) send(prog *ebpf.Program, c *conn, payload []byte) []rawRec {
 // their bucket counts.
 func (e *kcEnv) counts() []uint32 {
 	e.t.Helper()
+	return e.sumEnded(func(ep, _ int64, out []uint32) (bool, error) { return e.c.ReadKernelCounts(ep, out) })
+}
+
+// sumEnded waits for the sub-windows since the last call (or since the env
+// opened) to end and sums them with read.
+func (e *kcEnv) sumEnded(read func(ep, now int64, out []uint32) (bool, error)) []uint32 {
+	e.t.Helper()
 	last := e.c.KernelEpoch()
 	time.Sleep(e.sub + 20*time.Millisecond)
 	out := make([]uint32, KernelBuckets)
+	now := e.c.KernelEpoch()
 	for ep := e.ep0; ep <= last; ep++ {
-		ok, err := e.c.ReadKernelCounts(ep, out)
+		ok, err := read(ep, now, out)
 		if err != nil {
 			e.t.Fatal(err)
 		}

@@ -151,21 +151,10 @@ func (x *bexpect) none(key string) { x.never[bucketOf(0, key)] = key }
 // their byte counts.
 func (e *kcEnv) bcounts() []uint32 {
 	e.t.Helper()
-	last := e.c.KernelEpoch()
-	time.Sleep(e.sub + 20*time.Millisecond)
-	out := make([]uint32, KernelBuckets)
-	now := e.c.KernelEpoch()
-	for ep := e.ep0; ep <= last; ep++ {
+	return e.sumEnded(func(ep, now int64, out []uint32) (bool, error) {
 		_, ok, err := e.c.ReadKernelByteCountsAt(ep, now, out, nil)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		if !ok {
-			e.t.Fatalf("sub-window %d not complete", ep)
-		}
-	}
-	e.ep0 = last + 1
-	return out
+		return ok, err
+	})
 }
 
 func (x *bexpect) check(t testing.TB, got []uint32) {

@@ -34,11 +34,11 @@ type Stage1 interface {
 type KernelReader struct {
 	c      *bpf.Capture
 	d      Stage1
-	next   int64           // the next kernel sub-window to read
-	counts []uint32        // zero between sub-windows but for idx
-	idx    []uint32        // the non-zero buckets of counts
-	bytes  bool            // the programs count reply bytes: read them too
-	bcount []uint32        // as counts, for reply bytes
+	next   int64    // the next kernel sub-window to read
+	counts []uint32 // zero between sub-windows but for idx
+	idx    []uint32 // the non-zero buckets of counts
+	bytes  bool     // the programs count reply bytes: read them too
+	bcount []uint32 // as counts, for reply bytes
 	bidx   []uint32
 	hot    map[uint64]bool // hashes in the programs' hot set
 	seen   map[uint64]bool
