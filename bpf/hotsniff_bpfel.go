@@ -88,18 +88,21 @@ type hotsniffKcPart struct {
 
 type hotsniffKcRflow struct {
 	_          structs.HostLayout
+	Lost       uint8
+	Rpad       [63]uint8
 	Head       uint32
-	Gen        uint32
-	Start      uint32
+	Ptail      uint32
 	Psynced    uint8
 	Dead       uint8
 	Announced  uint8
 	Cok        uint8
+	Gen        uint32
 	ReqNs      uint64
+	Start      uint32
 	Cfrom      uint32
 	Ann        uint32
 	RfailsSeen uint32
-	Pline      [28]uint8
+	Pline      [64]uint8
 	Tail       uint32
 	Cgen       uint32
 	Rseq       uint32
@@ -110,7 +113,7 @@ type hotsniffKcRflow struct {
 	ElemAt     uint64
 	Hdr        uint64
 	Csynced    uint8
-	Lost       uint8
+	Cpad0      uint8
 	RseqOk     uint8
 	Depth      uint8
 	Line       uint8

@@ -1477,29 +1477,52 @@ __attribute__((noinline)) __u64 kc_commit(struct kc_state *s)
 // connection's request segments are not handled on two CPUs at once, the
 // assumption kc_flows makes too) and single consumer (the reply side, the
 // same for replies). The producer writes the entries, then publishes head
-// with an atomic add; the consumer reads head, then the entries. A fresh
-// start bumps gen (atomic) before the new entries are written; the
-// consumer checks gen after reading each entry and before adding bytes
-// for it, so an entry of a new start never counts for a reply of the old
-// one: a race costs the reply's bytes (KU_RACE), never a wrong key. The
-// orderings rely on the atomic add being a full barrier and on loads not
-// passing loads, which holds on x86; on arm64 the programs (BPF v1: no
-// load-acquire) would need BPF's load-acquire/store-release (kernel 6.15,
-// LLVM 20) for the same guarantee.
+// with a plain store after a compiler barrier; the consumer reads head,
+// then the entries. A fresh start bumps gen (atomic) before the new
+// entries are written; the consumer checks gen after reading each entry
+// and before adding bytes for it, so an entry of a new start never counts
+// for a reply of the old one: a race costs the reply's bytes (KU_RACE),
+// never a wrong key. The orderings rely on stores not passing stores and
+// loads not passing loads, which holds on x86 (the JIT keeps the program's
+// order); on arm64 the programs (BPF v1: no load-acquire) would need BPF's
+// load-acquire/store-release (kernel 6.15, LLVM 20) for the same
+// guarantee. head was published with an atomic add before: on x86 a
+// locked add also waits for every earlier store to leave the store buffer,
+// the entries' line among them, which the reply side's CPU had read last;
+// that wait was a fifth of the request program's time at -P 1.
+//
+// The fields are grouped by writer, a cache line each: the rare line
+// (either side, seldom), the request side's, the reply side's. The
+// request side reads the reply side's line only when the queue looks
+// full (ptail) or the connection restarts, so a request and its reply on
+// two CPUs move the request side's line and the entries between them,
+// not the reply side's too.
 struct kc_rflow {
-	// The request side's (producer) line.
-	__u32 head;      // entries pushed (wraps); published last, atomically
-	__u32 gen;       // fresh starts; bumped before their entries are written
-	__u32 start;     // head at the last fresh start
+	// The map's element holds the key just before the value, and the
+	// value's alignment to cache lines depends on the kernel: fields two
+	// sides write apart are 64 bytes apart, so that they never share a
+	// line, whatever the alignment.
+	//
+	// Written rarely by either side, read by both; first, so that the
+	// line the element shares with the end of its key is one neither side
+	// writes per segment (each side's lookup compares the key).
+	__u8 lost;       // the reply side lost step: the request side starts afresh after a quiet
+	__u8 rpad[63];
+	// The request side's (producer): what each request segment touches
+	// first.
+	__u32 head;      // entries pushed (wraps); published last
+	__u32 ptail;     // the consumer's tail when the request side last looked (never ahead of it)
 	__u8 psynced;    // pushing: no loss since the last fresh start
 	__u8 dead;       // SUBSCRIBE and co: replies no longer answer requests
 	__u8 announced;  // a copied segment said KC_REC_FRAMED_FROM since the last (re)start
 	__u8 cok;        // replies of entries from cfrom on with KC_RQ_COPY may be copied
+	__u32 gen;       // fresh starts; bumped before their entries are written
 	__u64 req_ns;    // last request segment with payload
+	__u32 start;     // head at the last fresh start
 	__u32 cfrom;     // entry of the last KC_REC_FRAMED_FROM segment's first command
 	__u32 ann;       // KC_REC_FRAMED_FROM announcements (bumped after cfrom is written)
 	__u32 rfails_seen; // the reply side's rfails when the request side last looked
-	__u8 pline[28];
+	__u8 pline[64];  // a line between the two sides' fields
 	// The reply side's (consumer).
 	__u32 tail;      // entries popped; the producer reads it to see the room left
 	__u32 cgen;      // the gen the reply state belongs to
@@ -1511,7 +1534,7 @@ struct kc_rflow {
 	__u64 elem_at;   // MGET: bytes when the current element started
 	__u64 hdr;       // MGET: bytes of the array header (and attributes before it)
 	__u8 csynced;    // framing and pairing in step
-	__u8 lost;       // the reply side lost step: the request side starts afresh after a quiet
+	__u8 cpad0;
 	__u8 rseq_ok;
 	__u8 depth;      // open aggregates
 	__u8 line;       // inside a simple line, up to its LF
@@ -1688,6 +1711,7 @@ __attribute__((noinline)) int kc_rq_segment(struct kc_state *s, int ok)
 		// assumes too). The reply side takes the new start at its next
 		// segment (gen).
 		rf->start = rf->head;
+		rf->ptail = rf->start;
 		rf->lost = 0;
 		__sync_fetch_and_add(&rf->gen, 1);
 		rf->psynced = 1;
@@ -1699,8 +1723,14 @@ __attribute__((noinline)) int kc_rq_segment(struct kc_state *s, int ok)
 	__u32 head = rf->head;
 	// The room left, from the consumer's tail (or the start it has yet
 	// to take up): read racily, it can only be behind, so the room only
-	// looks smaller.
-	__u32 tail = rf->cgen == rf->gen ? *(volatile __u32 *)&rf->tail : rf->start;
+	// looks smaller. The tail last read is read again only when the
+	// room looks short: the consumer's line is then not pulled to this
+	// CPU on every segment.
+	__u32 tail = rf->ptail;
+	if (head - tail + n > KC_RQ) {
+		tail = rf->cgen == rf->gen ? *(volatile __u32 *)&rf->tail : rf->start;
+		rf->ptail = tail;
+	}
 	if (head - tail + n > KC_RQ || n > KC_RQ_SEG) {
 		cnt->rq_full++;
 		rf->psynced = 0;
@@ -1739,7 +1769,8 @@ __attribute__((noinline)) int kc_rq_segment(struct kc_state *s, int ok)
 			cnt->rq_cmds++;
 	}
 	// Publish: the entries are visible before head moves (see above).
-	__sync_fetch_and_add(&rf->head, n);
+	asm volatile("" ::: "memory");
+	*(volatile __u32 *)&rf->head = head + n;
 out:
 	if (s->in.frec == KC_REC_UNFRAMED)
 		rf->announced = 0; // the next copied segment that pushes says where pairing starts

@@ -410,6 +410,32 @@ func TestKernelReplyBytesLimits(t *testing.T) {
 		}
 	}
 
+	// The request side looks at the reply side's tail only when the
+	// queue looks full from the tail it saw last: a queue the replies
+	// have drained since is not full (and the entries are paired).
+	c = e.newRConn(prog)
+	before = e.stats()
+	for s, n := range []int{200, 100, 200} {
+		var rep []byte
+		for half := 0; half < n; half += 100 { // 100 GETs a segment
+			var req []byte
+			for i := half; i < half+100 && i < n; i++ {
+				req = append(req, resp("GET", fmt.Sprintf("d%d:%d", s, i))...)
+				rep = append(rep, bulkS("v")...)
+			}
+			c.req(req)
+		}
+		c.rep(rep, every(len(rep), 1000)...)
+	}
+	if d := e.stats().QueueFull - before.QueueFull; d != 0 {
+		t.Errorf("queue full %d after the replies drained it, want 0", d)
+	}
+	for s, n := range []int{200, 100, 200} {
+		for i := range n {
+			x.exact(t, c, fmt.Sprintf("d%d:%d", s, i))
+		}
+	}
+
 	// Nesting deeper than the programs follow.
 	c = e.newRConn(prog)
 	before = e.stats()
