@@ -152,6 +152,8 @@ type ev struct {
 	Key  string  `json:"key"`
 	QPS  float64 `json:"qps"`
 	Samp float64 `json:"sample"`
+	// Reason is why a hot key is hot: "qps", "bytes" or "qps+bytes".
+	Reason string `json:"reason"`
 }
 
 // subscriber collects every event published on the channel, batched (v2)
@@ -359,6 +361,23 @@ func stopProc(cmd *exec.Cmd) {
 	if cmd.ProcessState == nil && cmd.Process != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+	}
+}
+
+// setKey sets key to value on srv.
+func setKey(t *testing.T, srv netip.AddrPort, key, value string) {
+	t.Helper()
+	c, err := net.Dial("tcp", srv.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write(netnstest.RESP("SET", key, value)); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "+OK\r\n" {
+		t.Fatalf("SET %s: %q %v", key, line, err)
 	}
 }
 

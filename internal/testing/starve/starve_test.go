@@ -48,35 +48,63 @@ const (
 // reaches user space in that mode): its requests are rejected as
 // unconfirmed until it closes. The kernel still counts them, and the
 // detector holds the key's cold verdict on those counts.
+//
+// TestStarvedStop also runs a planted key hot by its reply bytes only
+// (a 20 000-byte value, --hot-bytes, a reads threshold no key reaches)
+// with --kernel-count: the kernel counts its reply bytes by bucket, and
+// the bytes it counted hold the cold verdict as its reads do.
 func TestStarvedStop(t *testing.T) {
-	for _, kc := range []bool{false, true} {
-		t.Run(mode(kc), func(t *testing.T) { starved(t, stopEvery5s, kc) })
+	for _, a := range []arm{copyPath, kernelCount, kernelBytes} {
+		t.Run(a.String(), func(t *testing.T) { starved(t, stopEvery5s, a) })
 	}
 }
 
 func TestStarvedHogs(t *testing.T) {
-	for _, kc := range []bool{false, true} {
-		t.Run(mode(kc), func(t *testing.T) { starved(t, hogs, kc) })
+	for _, a := range []arm{copyPath, kernelCount} {
+		t.Run(a.String(), func(t *testing.T) { starved(t, hogs, a) })
 	}
 }
 
-func mode(kc bool) string {
-	if kc {
-		return "kernel-count"
-	}
-	return "copy"
+// arm is how the daemon counts, and by what the planted key is hot.
+type arm int
+
+const (
+	copyPath    arm = iota // every request copied to user space; hot by reads
+	kernelCount            // --kernel-count; hot by reads
+	kernelBytes            // --kernel-count; hot by reply bytes only
+)
+
+func (a arm) String() string {
+	return [...]string{"copy", "kernel-count", "kernel-count-bytes"}[a]
 }
 
-func starved(t *testing.T, how stress, kernelCount bool) {
+const (
+	// The bytes arm: the planted key's value, and a bytes threshold its
+	// reads pass at a fraction of their rate here (thousands a second)
+	// while the reads threshold is far above any key's reads.
+	plantedValue = 20000
+	hotBytes     = 4_000_000
+	bytesArmQPS  = 50000
+)
+
+func starved(t *testing.T, how stress, a arm) {
 	netnstest.RequireRoot(t)
 	netnstest.Need(t, "redis-benchmark")
 	p := netnstest.NewPair(t)
 	cache := p.StartRedis(t, 6379)
 	ch := p.StartRedis(t, 6380)
 	sub := subscribe(t, ch, "hotsniff:hotkeys")
+	// thr is the planted key's reads per second at which it is hot.
+	thr := float64(hotQPS)
 	args := []string{"--port", "redis=6379", "--hot-qps", strconv.Itoa(hotQPS)}
-	if kernelCount {
+	switch a {
+	case kernelCount:
 		args = append(args, "--kernel-count")
+	case kernelBytes:
+		setKey(t, cache, planted, strings.Repeat("v", plantedValue))
+		args = []string{"--port", "redis=6379", "--hot-qps", strconv.Itoa(bytesArmQPS),
+			"--hot-bytes", strconv.Itoa(hotBytes), "--kernel-count"}
+		thr = float64(hotBytes) / plantedValue
 	}
 	d := startDaemon(t, p, ch, args...)
 
@@ -96,6 +124,13 @@ func starved(t *testing.T, how stress, kernelCount bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	hotAt := time.Now()
+	if a == kernelBytes {
+		for _, e := range sub.events() {
+			if e.Key == planted && e.Type == "hot" && e.Reason != "bytes" {
+				t.Fatalf("planted key hot for %q, want by its bytes only: %+v", e.Reason, e)
+			}
+		}
+	}
 	before := d.scrape(t)
 	from := time.Now()
 	switch how {
@@ -131,15 +166,15 @@ func starved(t *testing.T, how stress, kernelCount bool) {
 	after := d.scrape(t)
 
 	lo := rd.minRate(from, to)
-	t.Logf("planted key: %d reads in all over 2 connections (reconnected every 3 s), lowest 1-s rate during the run %.0f/s (threshold %d)", rd.total.Load(), lo, hotQPS)
-	if lo < hotQPS {
+	t.Logf("planted key: %d reads in all over 2 connections (reconnected every 3 s), lowest 1-s rate during the run %.0f/s (hot at %.0f/s)", rd.total.Load(), lo, thr)
+	if lo < thr {
 		t.Logf("warning: the planted key's rate fell under the threshold for a while: cold verdicts are judged only where it stayed above")
 	}
 	colds, falseHot := 0, map[string]int{}
 	for _, e := range sub.events() {
 		switch {
 		case e.Key == planted && e.Type == "cold" && !e.at.Before(hotAt) && !e.at.After(to):
-			if rd.minRate(e.at.Add(-2*time.Second), e.at) >= hotQPS {
+			if rd.minRate(e.at.Add(-2*time.Second), e.at) >= thr {
 				colds++
 				t.Errorf("cold for the planted key at +%.1fs while it was read at ≥ %.0f/s: %+v", e.at.Sub(from).Seconds(), rd.minRate(e.at.Add(-2*time.Second), e.at), e)
 			}
