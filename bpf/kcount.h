@@ -2373,29 +2373,38 @@ static __always_inline void kc_rreset(struct kc_rflow *rf, __u32 g)
 }
 
 // kc_reply frames a reply segment (s->rs) of a Redis connection.
+// kc_rnoflow counts a reply segment of a connection with no reply state.
+__attribute__((noinline)) int kc_rnoflow(struct kc_state *s)
+{
+	if (!s)
+		return 0;
+	__u32 len = s->rs.len;
+	if (len) {
+		s->stats.rsegments++;
+		s->stats.rbytes += len;
+	}
+	s->stats.unattr[KU_NOFLOW] += len;
+	return 0;
+}
+
 // kc_rpre does what comes before the framing loop: 1 to run it from
-// s->rs.pos. kc_rpre and kc_rpost are global functions, off the deepest
+// s->rs.pos. rf is the connection's reply state. kc_rpre and kc_rpost are global functions, off the deepest
 // call chain (kc_reply_*, the loop's callback, kc_rstep_*, kc_rdone,
 // kc_rpop, kc_badd), whose frames stay as small as they were.
-__attribute__((noinline)) int kc_rpre(struct kc_state *s)
+__attribute__((noinline)) int kc_rpre(struct kc_state *s, struct kc_rflow *rf)
 {
 	if (!s)
 		return 0;
 	struct kc_stats *cnt = &s->stats;
 	struct kc_rseg *g = &s->rs;
 	__u32 len = g->len;
-	struct kc_rflow *rf = bpf_map_lookup_elem(&kc_rflows, &g->k);
+	if (!rf)
+		return 0;
 	if (len) {
 		cnt->rsegments++;
 		cnt->rbytes += len;
 	}
-	if (!rf) {
-		cnt->unattr[KU_NOFLOW] += len;
-		return 0;
-	}
-	g->nrr = 0;
 	g->ra = KC_RNONE;
-	g->quiet = 0;
 	g->cl = 0;
 	__u32 gen = *(volatile __u32 *)&rf->gen;
 	if (gen != rf->cgen) {
@@ -2475,12 +2484,9 @@ __attribute__((noinline)) int kc_rpre(struct kc_state *s)
 }
 
 // kc_rpost does what comes after the framing loop.
-__attribute__((noinline)) int kc_rpost(struct kc_state *s)
+__attribute__((noinline)) int kc_rpost(struct kc_state *s, struct kc_rflow *rf)
 {
-	if (!s)
-		return 0;
-	struct kc_rflow *rf = bpf_map_lookup_elem(&kc_rflows, &s->rs.k);
-	if (!rf)
+	if (!s || !rf)
 		return 0;
 	struct kc_stats *cnt = &s->stats;
 	struct kc_rseg *g = &s->rs;
@@ -2514,33 +2520,42 @@ __attribute__((noinline)) int kc_rpost(struct kc_state *s)
 
 // kc_reply frames the reply segment in s->rs. Its frame is on the deepest
 // call chain: the loop's context and nothing else (s looked up once, by
-// kc_reply_in).
+// kc_reply_in, and the connection's reply state once, here: a lookup is a
+// hash of the 36-byte key and a compare of it).
 static __always_inline int kc_reply(void *ctx, const int xdp, struct kc_state *s)
 {
-	if (!kc_rpre(s))
-		return 0;
 	struct kc_rflow *rf = bpf_map_lookup_elem(&kc_rflows, &s->rs.k);
-	if (!rf)
+	if (!rf) {
+		kc_rnoflow(s);
+		return 0;
+	}
+	if (!kc_rpre(s, rf))
 		return 0;
 	struct kc_rloop l = {.ctx = ctx, .s = s, .rf = rf};
 	if (xdp)
 		bpf_loop(KC_RSTEPS, kc_rcb_xdp, &l, 0);
 	else
 		bpf_loop(KC_RSTEPS, kc_rcb_skb, &l, 0);
-	return kc_rpost(l.s);
+	return kc_rpost(l.s, l.rf);
 }
 
 // kc_reply_in fills s->rs for reply segment h and frames it (kc_reply).
 static __always_inline int kc_reply_in(void *ctx, const int xdp, struct rec_hdr *h, __u32 pay_off, __u32 avail,
 				       __u32 wire)
 {
-	if (!h || (!wire && !(h->flags & F_SYN)))
-		return 0;
 	__u32 cpu = kc_cpu();
 	struct kc_state *s = bpf_map_lookup_elem(&kc_scratch, &cpu);
 	if (!s)
 		return 0;
 	struct kc_rseg *g = &s->rs;
+	// The ranges the framer chose for the last reply segment on this CPU
+	// are that segment's: hotsniff.c emits g's ranges after this call
+	// whatever it did, and a segment the framer does not take (no
+	// payload, no reply state) must emit none, nor fail them.
+	g->nrr = 0;
+	g->quiet = 0;
+	if (!h || (!wire && !(h->flags & F_SYN)))
+		return 0;
 	__builtin_memcpy(g->k.saddr, h->daddr, 16);
 	__builtin_memcpy(g->k.daddr, h->saddr, 16);
 	g->k.sport = h->dport;

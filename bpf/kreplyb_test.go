@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -372,6 +373,58 @@ func TestKernelReplyRecordsFailures(t *testing.T) {
 			if len(b.rec.S.Errors) > 0 {
 				t.Errorf("user space errors on the records: %v", b.rec.S.Errors)
 			}
+		})
+	}
+}
+
+// TestKernelReplyRecordsStale: the reply ranges the framer chose for one
+// reply segment are emitted for that segment only. A later segment the
+// framer does not look at (a pure ACK or a FIN of the server, a reply of
+// a connection with no reply state: a memcached port, a connection whose
+// requests were never seen) emits nothing and blocks nothing: neither
+// the previous segment's ranges cut out of its own bytes, nor a delivery
+// failure charged to the previous connection.
+func TestKernelReplyRecordsStale(t *testing.T) {
+	e := openKCBytes(t)
+	locateKeys(t, e, "hot")
+	for pname, prog := range progsKC(e.objs) {
+		t.Run(pname, func(t *testing.T) {
+			e.t = t
+			b := newBConn(t, e, prog)
+			if recs := b.req(resp("GET", "hot")); len(recs) != 1 {
+				t.Fatalf("the request of a located key: %d records, want 1", len(recs))
+			}
+			b.rep([]byte(bulkS(strings.Repeat("v", 40))))
+			var replies int
+			for _, r := range b.recs {
+				if r.reply {
+					replies++
+				}
+			}
+			if replies != 1 {
+				t.Fatalf("%d reply records for the located key's reply, want 1", replies)
+			}
+			before := e.stats()
+			// The server's pure ACK, and a FIN without payload.
+			e.run(prog, pkt{src: b.c.srv, dst: b.c.cli, flags: 0x10, seq: b.rseq, ack: b.c.seq})
+			// A reply on a connection whose requests were never seen
+			// (no reply state), and one on a memcached port.
+			other := e.newConn(srv4, prog, false)
+			e.run(prog, pkt{src: other.srv, dst: other.cli, flags: 0x18, seq: 5000, ack: other.seq, payload: []byte(bulkS(strings.Repeat("w", 60)))})
+			mc := e.newConn(netip.AddrPortFrom(srv4.Addr(), 11211), prog, false)
+			e.run(prog, pkt{src: mc.srv, dst: mc.cli, flags: 0x18, seq: 6000, ack: mc.seq, payload: []byte("VALUE k 0 60\r\n" + strings.Repeat("m", 60) + "\r\nEND\r\n")})
+			for _, r := range e.drain() {
+				if r.reply && len(r.payload) > 0 {
+					t.Errorf("reply record of %d bytes at seq %d from a segment the framer did not take: %q", len(r.payload), r.seq, r.payload)
+				}
+			}
+			if d := e.stats().ReplyCopyFailed - before.ReplyCopyFailed; d != 0 {
+				t.Errorf("%d reply copies failed, want 0", d)
+			}
+			// The connection's next copied reply still reaches user space.
+			b.req(resp("GET", "hot"))
+			b.rep([]byte(bulkS(strings.Repeat("x", 30))))
+			b.check([]string{"hot"}, nil)
 		})
 	}
 }
