@@ -1491,8 +1491,8 @@ __attribute__((noinline)) __u64 kc_commit(struct kc_state *s)
 // the entries' line among them, which the reply side's CPU had read last;
 // that wait was a fifth of the request program's time at -P 1.
 //
-// The fields are grouped by writer, a cache line each: the rare line
-// (either side, seldom), the request side's, the reply side's. The
+// The fields are grouped by writer, the groups 64 bytes apart: the rare
+// group (either side, seldom), the request side's, the reply side's. The
 // request side reads the reply side's line only when the queue looks
 // full (ptail) or the connection restarts, so a request and its reply on
 // two CPUs move the request side's line and the entries between them,
@@ -2372,7 +2372,6 @@ static __always_inline void kc_rreset(struct kc_rflow *rf, __u32 g)
 	rf->pe = 0;
 }
 
-// kc_reply frames a reply segment (s->rs) of a Redis connection.
 // kc_rnoflow counts a reply segment of a connection with no reply state.
 __attribute__((noinline)) int kc_rnoflow(struct kc_state *s)
 {
@@ -2387,10 +2386,12 @@ __attribute__((noinline)) int kc_rnoflow(struct kc_state *s)
 	return 0;
 }
 
+// kc_reply frames a reply segment (s->rs) of a Redis connection.
 // kc_rpre does what comes before the framing loop: 1 to run it from
-// s->rs.pos. rf is the connection's reply state. kc_rpre and kc_rpost are global functions, off the deepest
-// call chain (kc_reply_*, the loop's callback, kc_rstep_*, kc_rdone,
-// kc_rpop, kc_badd), whose frames stay as small as they were.
+// s->rs.pos; rf is the connection's reply state. kc_rpre and kc_rpost are
+// global functions, off the deepest call chain (kc_reply_*, the loop's
+// callback, kc_rstep_*, kc_rdone, kc_rpop, kc_badd), whose frames stay as
+// small as they were.
 __attribute__((noinline)) int kc_rpre(struct kc_state *s, struct kc_rflow *rf)
 {
 	if (!s)
