@@ -364,19 +364,26 @@ func stopProc(cmd *exec.Cmd) {
 	}
 }
 
-// setKey sets key to value on srv.
-func setKey(t *testing.T, srv netip.AddrPort, key, value string) {
+// command sends one command to srv on a new connection, closed at the
+// test's end, and returns the reader of its reply.
+func command(t *testing.T, srv netip.AddrPort, args ...string) *bufio.Reader {
 	t.Helper()
 	c, err := net.Dial("tcp", srv.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write(netnstest.RESP("SET", key, value)); err != nil {
+	if _, err := c.Write(netnstest.RESP(args...)); err != nil {
 		t.Fatal(err)
 	}
-	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "+OK\r\n" {
+	return bufio.NewReader(c)
+}
+
+// setKey sets key to value on srv.
+func setKey(t *testing.T, srv netip.AddrPort, key, value string) {
+	t.Helper()
+	if line, err := command(t, srv, "SET", key, value).ReadString('\n'); err != nil || line != "+OK\r\n" {
 		t.Fatalf("SET %s: %q %v", key, line, err)
 	}
 }
@@ -384,16 +391,7 @@ func setKey(t *testing.T, srv netip.AddrPort, key, value string) {
 // serverGets is the server's count of GET calls (INFO commandstats).
 func serverGets(t *testing.T, srv netip.AddrPort) int64 {
 	t.Helper()
-	c, err := net.Dial("tcp", srv.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write(netnstest.RESP("INFO", "commandstats")); err != nil {
-		t.Fatal(err)
-	}
-	rd := bufio.NewReader(c)
+	rd := command(t, srv, "INFO", "commandstats")
 	h, err := rd.ReadString('\n')
 	if err != nil || h[0] != '$' {
 		t.Fatalf("INFO: %q %v", h, err)
