@@ -222,3 +222,42 @@ func wantRefusal(t *testing.T, args []string, what, want string) {
 		t.Errorf("%v: %v; want one line containing %q", args, err, want)
 	}
 }
+
+// TestKernelCountBytesWarning: with kernel counting and a reply-bytes
+// threshold, the memcached and Tair ports' keys cannot be hot by their
+// bytes (the programs frame Redis replies only): Load says so in one
+// warning naming those ports, and says nothing when there are none, or
+// when the kernel counts nothing.
+func TestKernelCountBytesWarning(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // "" for no warning
+	}{
+		{[]string{"--kernel-count", "--hot-bytes", "1000000"}, "keys on tair=5191, memcache=11211 can be"}, // the default ports
+		{[]string{"--kernel-count", "--hot-bytes", "1000000", "--port", "redis=6379", "--port", "memcache=11211"}, "keys on memcache=11211 can be hot by their reads but not by their bytes (--hot-bytes 1000000)"},
+		{[]string{"--kernel-count", "--hot-bytes", "1000000", "--port", "redis=6379"}, ""},
+		{[]string{"--kernel-count", "--port", "memcache=11211"}, ""},
+		{[]string{"--hot-bytes", "1000000", "--port", "memcache=11211"}, ""},
+		{[]string{"--kernel-count", "--capture", "afpacket", "--hot-bytes", "1000000", "--port", "tair=5191"}, ""},
+	} {
+		c := Default()
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		Register(fs, &c, Section(SecCapture)...)
+		Register(fs, &c, Section(SecDetect)...)
+		Register(fs, &c, Section(SecStream)...)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		warnings, err := Load(fs, &c, nil, nil)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		got := strings.Join(warnings, "\n")
+		switch {
+		case tc.want == "" && got != "":
+			t.Errorf("%v: warned %q; want none", tc.args, got)
+		case tc.want != "" && (!strings.Contains(got, tc.want) || len(warnings) != 1):
+			t.Errorf("%v: warned %q; want one warning containing %q", tc.args, got, tc.want)
+		}
+	}
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hotsniff/hotsniff/bpf"
 	"github.com/hotsniff/hotsniff/capture/tunnel"
+	"github.com/hotsniff/hotsniff/decode"
 	"github.com/hotsniff/hotsniff/detect"
 	"github.com/hotsniff/hotsniff/publish"
 	"github.com/hotsniff/hotsniff/stream"
@@ -138,7 +139,43 @@ func Load(fs *pflag.FlagSet, c *Config, environ, commandFlags []string) (warning
 	if fs.Lookup("node") != nil && c.Detect.Node == "" {
 		c.Detect.Node, _ = os.Hostname()
 	}
-	return warnings, c.validate(fs, fromFile)
+	if err := c.validate(fs, fromFile); err != nil {
+		return warnings, err
+	}
+	if w := c.kernelBytesWarning(); w != "" {
+		warnings = append(warnings, w)
+	}
+	return warnings, nil
+}
+
+// kernelBytesWarning says which ports lose hot-by-bandwidth detection
+// under kernel counting: the programs frame only Redis replies, so the
+// keys of memcached and Tair ports can be hot by their reads only. Not an
+// error: a node with Redis and memcached ports may want the cheaper
+// counting for both and bandwidth for Redis alone.
+func (c *Config) kernelBytesWarning() string {
+	if !c.Capture.KernelCounting() {
+		return ""
+	}
+	set := HotBytesSet(c.Detect.Config)
+	if set == "" {
+		return ""
+	}
+	ports, err := c.Stream.PortMap()
+	if err != nil {
+		return ""
+	}
+	var others []string
+	for _, p := range ports.List() {
+		if pr := ports.Lookup(p); pr == decode.ProtoMemcache || pr == decode.ProtoTair {
+			others = append(others, fmt.Sprintf("%s=%d", pr, p))
+		}
+	}
+	if len(others) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("--kernel-count measures reply bytes on Redis ports only: keys on %s can be hot by their reads but not by their bytes (%s); set --kernel-count=false to measure them, or list only Redis ports with --port",
+		strings.Join(others, ", "), set)
 }
 
 // EnvName is the environment variable of a setting: HOTSNIFF_HOT_QPS.
