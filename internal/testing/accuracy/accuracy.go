@@ -102,7 +102,12 @@ func (r Result) FPRate() float64 {
 }
 
 // Workloads lists the workload names in table order.
-var Workloads = []string{"zipf-0.99", "zipf-1.2", "band-0.8x-1.2x", "dense-10x", "uniform-1M", "uniform-0.5x", "step-2x", "multi-10x1.5x"}
+var Workloads = []string{"zipf-0.99", "zipf-1.2", "band-0.8x-1.2x", "dense-10x", "uniform-1M", "uniform-0.5x", "step-2x", "multi-10x1.5x", "bytes-band-0.8x-1.2x"}
+
+// BytesWorkload reports whether workload name is hot by reply bytes: its
+// truth is bytes per second against a reply-bytes threshold, and only the
+// detectors with a bytes stage run it (not Tair's).
+func BytesWorkload(name string) bool { return strings.HasPrefix(name, "bytes-") }
 
 // Run runs every workload on both detectors, and on the kernel path with
 // p.Kernel.
@@ -114,6 +119,9 @@ func Run(p Params) ([]Result, error) {
 	var out []Result
 	for _, w := range Workloads {
 		for _, det := range dets {
+			if det == detect.DetectorTair && BytesWorkload(w) {
+				continue
+			}
 			r, err := RunOne(p, w, det)
 			if err != nil {
 				return nil, err
@@ -144,6 +152,10 @@ type workload struct {
 	// bgTruth: background keys count toward recall (the steady workloads;
 	// the onset workloads measure their sources only).
 	bgTruth bool
+	// The bytes workloads: each background key's reply size (bytes per
+	// read), and the reply-bytes threshold its truth is judged against.
+	size     []uint32
+	hotBytes float64
 }
 
 const t0 = int64(1_700_000_000) * 1e9 // packet time origin: a realistic epoch
@@ -175,6 +187,27 @@ func build(p Params, name string, rng *rand.Rand) (*workload, error) {
 			prob[i] = rest
 		}
 		return &workload{bgRate: p.Rate, bg: newAlias(prob), bgProb: prob, dur: dur, bgTruth: true}, nil
+	case "bytes-band-0.8x-1.2x":
+		// The edge of the statistics by reply bytes: 100 keys at exactly
+		// 1.2× a reply-bytes threshold (must be found) and 100 at exactly
+		// 0.8× (must not), each read at a tenth of the reads threshold or
+		// less with a 20 000-byte value, over a uniform rest of 100-byte
+		// replies. No key is near the reads threshold.
+		const big, small = 20000, 100
+		hb := 0.1 * T * big
+		prob := make([]float64, p.Keys)
+		size := make([]uint32, p.Keys)
+		for i := range 100 {
+			prob[i] = 1.2 * hb / big / p.Rate
+			prob[100+i] = 0.8 * hb / big / p.Rate
+			size[i], size[100+i] = big, big
+		}
+		rest := (1 - 200*hb/big/p.Rate) / float64(p.Keys-200)
+		for i := 200; i < p.Keys; i++ {
+			prob[i] = rest
+			size[i] = small
+		}
+		return &workload{bgRate: p.Rate, bg: newAlias(prob), bgProb: prob, dur: dur, bgTruth: true, size: size, hotBytes: hb}, nil
 	case "dense-10x":
 		// Ten times the rate, uniform over the key space, so that every
 		// bucket is located and its Space-Saving table churns, plus 10 keys
@@ -258,7 +291,10 @@ func RunOne(p Params, name, det string) (Result, error) {
 	if det == DetectorKernel {
 		cfgDet = detect.DetectorDefault
 	}
-	d, err := detect.New(detect.Config{HotQPS: p.HotQPS, Detector: cfgDet, Window: p.Window}, col)
+	if w.size != nil && det == detect.DetectorTair {
+		return Result{}, fmt.Errorf("run %s: the Tair detector has no reply-bytes stage", name)
+	}
+	d, err := detect.New(detect.Config{HotQPS: p.HotQPS, HotBytes: w.hotBytes, Detector: cfgDet, Window: p.Window}, col)
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s: %w", name, err)
 	}
@@ -318,7 +354,7 @@ func RunOne(p Params, name, det string) (Result, error) {
 			buf = append(buf[:0], s.key...)
 			reads++
 			if kern != nil {
-				if kern.count(s.next, &flow, req.NS, buf, 1) {
+				if kern.count(s.next, &flow, req.NS, buf, 1, 0) {
 					d.Key(&flow, &req, decode.Key{Bytes: buf, Weight: 1})
 					obs++
 				}
@@ -336,10 +372,19 @@ func RunOne(p Params, name, det string) (Result, error) {
 		}
 		flow.TS = t0 + ts
 		buf = strconv.AppendInt(append(buf[:0], "k:"...), int64(k), 10)
-		if kern != nil && !kern.count(ts, &flow, req.NS, buf, 1) {
+		var size uint32
+		if w.size != nil {
+			size = w.size[k]
+		}
+		if kern != nil && !kern.count(ts, &flow, req.NS, buf, 1, size) {
 			continue
 		}
 		d.Key(&flow, &req, decode.Key{Bytes: buf, Weight: 1})
+		if size > 0 {
+			// The reply, right after its request: user space pairs it
+			// and gives its bytes to the key.
+			d.ReplyKey(&flow, req.NS, decode.Key{Bytes: buf, Weight: 1}, uint64(size))
+		}
 		obs++
 	}
 	if kern != nil {
@@ -349,8 +394,14 @@ func RunOne(p Params, name, det string) (Result, error) {
 
 	r := Result{Workload: name, Detector: det, Events: col.events, Obs: obs, Reads: reads}
 	T := p.HotQPS
+	if w.size != nil {
+		T = w.hotBytes
+	}
 	for k, pk := range w.bgProb {
 		rate := pk * w.bgRate
+		if w.size != nil {
+			rate *= float64(w.size[k]) // bytes per second
+		}
 		_, hot := col.first["k:"+strconv.Itoa(k)]
 		switch {
 		case rate >= 1.2*T:

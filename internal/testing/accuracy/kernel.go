@@ -37,9 +37,13 @@ type kernelFeed struct {
 	read   int64    // when the reader runs next (ns since t0)
 	cur    []uint32 // the counting sub-window's counts
 	curIdx []uint32 // its non-zero buckets
-	ended  []kernelSub
-	counts []uint32 // handed to KernelCountsAt; zero but for idx between calls
-	bits   []uint64 // the located set the programs hold (nil: none yet)
+	// The same for reply bytes, in units of detect.KernelByteUnit
+	// rounded up (as the reply programs count them).
+	curB    []uint32
+	curBIdx []uint32
+	ended   []kernelSub
+	counts  []uint32 // handed to KernelCountsAt; zero but for idx between calls
+	bits    []uint64 // the located set the programs hold (nil: none yet)
 	// stepFn, when set, replaces the detector for tests: it gets each
 	// sub-window read and the time it was read at.
 	stepFn func(s kernelSub, at int64)
@@ -49,6 +53,7 @@ type kernelFeed struct {
 type kernelSub struct {
 	start, end int64
 	idx, n     []uint32
+	bidx, bn   []uint32 // reply-byte units
 }
 
 func newKernelFeed(d *detect.Detector, every int64) *kernelFeed {
@@ -57,7 +62,8 @@ func newKernelFeed(d *detect.Detector, every int64) *kernelFeed {
 	// apart.
 	phase := sub * 3 / 8
 	k := &kernelFeed{d: d, sub: sub, phase: phase, every: every, start: phase - sub,
-		cur: make([]uint32, bpf.KernelBuckets), counts: make([]uint32, bpf.KernelBuckets)}
+		cur: make([]uint32, bpf.KernelBuckets), counts: make([]uint32, bpf.KernelBuckets),
+		curB: make([]uint32, bpf.KernelBuckets)}
 	k.read = k.start + sub
 	if every > 0 {
 		k.read = every
@@ -83,13 +89,18 @@ func (k *kernelFeed) advance(ts int64) {
 
 // close ends the counting sub-window at end.
 func (k *kernelFeed) close(end int64) {
-	s := kernelSub{start: k.start, end: end, idx: k.curIdx, n: make([]uint32, len(k.curIdx))}
+	s := kernelSub{start: k.start, end: end, idx: k.curIdx, n: make([]uint32, len(k.curIdx)),
+		bidx: k.curBIdx, bn: make([]uint32, len(k.curBIdx))}
 	for i, b := range k.curIdx {
 		s.n[i] = k.cur[b]
 		k.cur[b] = 0
 	}
+	for i, b := range k.curBIdx {
+		s.bn[i] = k.curB[b]
+		k.curB[b] = 0
+	}
 	k.ended = append(k.ended, s)
-	k.curIdx = nil
+	k.curIdx, k.curBIdx = nil, nil
 	k.start = end
 	if k.every == 0 {
 		k.read = end
@@ -103,6 +114,14 @@ func (k *kernelFeed) step(at int64) {
 		if k.stepFn != nil {
 			k.stepFn(s, at)
 			continue
+		}
+		// The reply bytes first, as the daemon's reader hands them.
+		for i, b := range s.bidx {
+			k.counts[b] = s.bn[i]
+		}
+		k.d.KernelByteCountsAt(t0+s.start, t0+s.end, k.counts, s.bidx, detect.KernelByteUnit, true)
+		for _, b := range s.bidx {
+			k.counts[b] = 0
 		}
 		for i, b := range s.idx {
 			k.counts[b] = s.n[i]
@@ -120,15 +139,21 @@ func (k *kernelFeed) step(at int64) {
 	}
 }
 
-// count counts one read at ts (ns since t0) as the programs do and says
-// whether they copy it.
-func (k *kernelFeed) count(ts int64, f *decode.Flow, ns int32, key []byte, weight uint32) bool {
+// count counts one read at ts (ns since t0), and its reply of size bytes,
+// as the programs do and says whether they copy it (and so its reply).
+func (k *kernelFeed) count(ts int64, f *decode.Flow, ns int32, key []byte, weight, size uint32) bool {
 	k.advance(ts)
 	b := uint32(detect.Bucket(detect.Identity(f.Server, f.Proto, ns, key), bpf.KernelBuckets))
 	if k.cur[b] == 0 {
 		k.curIdx = append(k.curIdx, b)
 	}
 	k.cur[b] += weight
+	if size > 0 {
+		if k.curB[b] == 0 {
+			k.curBIdx = append(k.curBIdx, b)
+		}
+		k.curB[b] += (size + detect.KernelByteUnit - 1) / detect.KernelByteUnit
+	}
 	return k.bits != nil && k.bits[b/64]&(1<<(b%64)) != 0
 }
 
