@@ -177,6 +177,16 @@ func (x *bexpect) check(t testing.TB, got []uint32) {
 
 func bulkS(v string) string { return fmt.Sprintf("$%d\r\n%s\r\n", len(v), v) }
 
+// getsV is a pipeline of GETs of keys prefix:from .. prefix:to-1, and their
+// replies (each the value "v").
+func getsV(prefix string, from, to int) (req, rep []byte) {
+	for i := from; i < to; i++ {
+		req = append(req, resp("GET", fmt.Sprintf("%s:%d", prefix, i))...)
+		rep = append(rep, bulkS("v")...)
+	}
+	return req, rep
+}
+
 // TestKernelReplyBytes: the cases of the brief, per program.
 func TestKernelReplyBytes(t *testing.T) {
 	e := openKCBytes(t)
@@ -389,12 +399,9 @@ func TestKernelReplyBytesLimits(t *testing.T) {
 	before = e.stats()
 	var replies []byte
 	for s := range 3 {
-		var req []byte
-		for i := range 100 {
-			req = append(req, resp("GET", fmt.Sprintf("q%d:%d", s, i))...)
-			replies = append(replies, bulkS("v")...)
-		}
+		req, rep := getsV(fmt.Sprintf("q%d", s), 0, 100)
 		c.req(req)
+		replies = append(replies, rep...)
 	}
 	c.rep(replies, every(len(replies), 1000)...)
 	if d := e.stats().QueueFull - before.QueueFull; d != 1 {
@@ -416,16 +423,13 @@ func TestKernelReplyBytesLimits(t *testing.T) {
 	c = e.newRConn(prog)
 	before = e.stats()
 	for s, n := range []int{200, 100, 200} {
-		var rep []byte
-		for half := 0; half < n; half += 100 { // 100 GETs a segment
-			var req []byte
-			for i := half; i < half+100 && i < n; i++ {
-				req = append(req, resp("GET", fmt.Sprintf("d%d:%d", s, i))...)
-				rep = append(rep, bulkS("v")...)
-			}
+		var replies []byte
+		for from := 0; from < n; from += 100 { // 100 GETs a segment
+			req, rep := getsV(fmt.Sprintf("d%d", s), from, min(from+100, n))
 			c.req(req)
+			replies = append(replies, rep...)
 		}
-		c.rep(rep, every(len(rep), 1000)...)
+		c.rep(replies, every(len(replies), 1000)...)
 	}
 	if d := e.stats().QueueFull - before.QueueFull; d != 0 {
 		t.Errorf("queue full %d after the replies drained it, want 0", d)

@@ -79,15 +79,7 @@ func TestErrors(t *testing.T) {
 		{[]string{"--nice", "40"}, "must be between -20 and 19"},
 		{[]string{"--hot-qps", "-1"}, "hot-qps"},
 	} {
-		c := Default()
-		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-		Register(fs, &c, Section(SecPublish)...)
-		Register(fs, &c, Section(SecCapture)...)
-		Register(fs, &c, Section(SecDetect)...)
-		if err := fs.Parse(tc.args); err != nil {
-			t.Fatal(err)
-		}
-		_, err := Load(fs, &c, nil, nil)
+		_, err := loadSections(t, tc.args, SecPublish, SecCapture, SecDetect)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%v: %v; want one line containing %q", tc.args, err, tc.want)
 		}
@@ -175,15 +167,23 @@ func TestKernelCountRefusesCaptureReplies(t *testing.T) {
 // detection flags of `run`, and returns Load's verdict.
 func loadCaptureDetect(t *testing.T, args []string) error {
 	t.Helper()
+	_, err := loadSections(t, args, SecCapture, SecDetect)
+	return err
+}
+
+// loadSections loads the defaults with args given as the flags of the
+// sections named, and returns Load's warnings and verdict.
+func loadSections(t *testing.T, args []string, secs ...string) ([]string, error) {
+	t.Helper()
 	c := Default()
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-	Register(fs, &c, Section(SecCapture)...)
-	Register(fs, &c, Section(SecDetect)...)
+	for _, sec := range secs {
+		Register(fs, &c, Section(sec)...)
+	}
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Load(fs, &c, nil, nil)
-	return err
+	return Load(fs, &c, nil, nil)
 }
 
 // TestReplyCopyZeroRefusesHotBytes: on eBPF capture --reply-copy 0 passes
@@ -240,15 +240,7 @@ func TestKernelCountBytesWarning(t *testing.T) {
 		{[]string{"--hot-bytes", "1000000", "--port", "memcache=11211"}, ""},
 		{[]string{"--kernel-count", "--capture", "afpacket", "--hot-bytes", "1000000", "--port", "tair=5191"}, ""},
 	} {
-		c := Default()
-		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-		Register(fs, &c, Section(SecCapture)...)
-		Register(fs, &c, Section(SecDetect)...)
-		Register(fs, &c, Section(SecStream)...)
-		if err := fs.Parse(tc.args); err != nil {
-			t.Fatal(err)
-		}
-		warnings, err := Load(fs, &c, nil, nil)
+		warnings, err := loadSections(t, tc.args, SecCapture, SecDetect, SecStream)
 		if err != nil {
 			t.Fatalf("%v: %v", tc.args, err)
 		}

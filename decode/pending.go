@@ -196,27 +196,23 @@ func (q *Pending) Desync() {
 // now on only the capture resynchronises it (Align, Unframed): with most
 // packets left in the kernel, the silences user space sees are no quiet
 // points.
-func (q *Pending) Align() {
-	if q.Len() > 0 {
-		q.st.Desyncs++
-	}
-	q.clear()
-	q.synced = true
-	q.framed = true
-	q.epoch++
-}
+func (q *Pending) Align() { q.reframe(true) }
 
 // Unframed stops pairing: the capture lost the framing of the connection's
 // replies and copies none until it aligns again (Align).
-func (q *Pending) Unframed() {
-	// A reset only when requests were waiting: the capture stops pairing
-	// as often as it meets a request it cannot parse (a large SET), and
-	// the bytes it then cannot attribute it counts itself.
+func (q *Pending) Unframed() { q.reframe(false) }
+
+// reframe empties the queue for the capture's framing (Align, Unframed),
+// pairing from now on or not. A reset is counted only when requests were
+// waiting: the capture stops pairing as often as it meets a request it
+// cannot parse (a large SET), and the bytes it then cannot attribute it
+// counts itself.
+func (q *Pending) reframe(synced bool) {
 	if q.Len() > 0 {
 		q.st.Desyncs++
 	}
 	q.clear()
-	q.synced = false
+	q.synced = synced
 	q.framed = true
 	q.epoch++
 }
