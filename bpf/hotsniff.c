@@ -584,6 +584,23 @@ static __always_inline __u64 wake_flags(void *rb, __u64 size, __u64 now)
 DEFINE_EMIT(emit_skb, struct __sk_buff, bpf_skb_load_bytes)
 DEFINE_EMIT(emit_xdp, struct xdp_md, bpf_xdp_load_bytes)
 
+// count_emit counts an emit of c payload bytes by its result err: a record
+// sent, or (ring full, load error) the left bytes of the payload, this
+// record's and those after it, lost. It returns err.
+static __always_inline int count_emit(struct counters *cnt, int err, __u32 c, __u32 left)
+{
+	if (err == -1) {
+		cnt->rb_full++;
+		cnt->rb_full_bytes += left;
+	} else if (err) {
+		cnt->load_err += left;
+	} else {
+		cnt->records++;
+		cnt->bytes += c;
+	}
+	return err;
+}
+
 static __always_inline struct counters *counters_for(__u32 hook)
 {
 	__u32 i = bpf_get_smp_processor_id() * HOOK_MAX + hook;
@@ -623,17 +640,8 @@ struct copy_state {
 		st->h.len = c;                                                        \
 		st->h.missing = last ? st->missing : 0;                               \
 		int err = EMIT((CTX *)st->ctx, &st->h, st->pay_off + st->done, c);    \
-		if (err) {                                                            \
-			if (err == -1) {                                              \
-				st->cnt->rb_full++;                                   \
-				st->cnt->rb_full_bytes += st->n - st->done;           \
-			} else {                                                      \
-				st->cnt->load_err += st->n - st->done;                \
-			}                                                             \
+		if (count_emit(st->cnt, err, c, st->n - st->done))                    \
 			return 1;                                                     \
-		}                                                                     \
-		st->cnt->records++;                                                   \
-		st->cnt->bytes += c;                                                  \
 		st->done += c;                                                        \
 		return last;                                                          \
 	}
@@ -686,16 +694,7 @@ static __always_inline int copy_out_x(void *ctx, int xdp, struct counters *cnt, 
 		h->len = n;
 		h->missing = wire - n + uncopied;
 		int err = xdp ? emit_xdp(ctx, h, pay_off, n) : emit_skb(ctx, h, pay_off, n);
-		if (err == -1) {
-			cnt->rb_full++;
-			cnt->rb_full_bytes += n;
-		} else if (err) {
-			cnt->load_err += n;
-		} else {
-			cnt->records++;
-			cnt->bytes += n;
-		}
-		return err || short_;
+		return count_emit(cnt, err, n, n) || short_;
 	}
 	struct copy_state st = {
 		.ctx = ctx,
@@ -887,7 +886,9 @@ static __always_inline int sample_skip(struct rec_hdr *h, struct parsed *p)
 #include "kcount.h"
 
 // kc_emit_range_* emit one reply range (kcount.h "Reply records") as
-// records of at most CHUNK bytes:
+// records of at most CHUNK bytes (their counting spelled out, not
+// count_emit: inlined here it cost the function 24 bytes of stack, past
+// the cgroup programs' 512 on the reply chain):
 // range i of the segment framed last (kc_state.rs.rr), pay_off its
 // payload's offset in the packet. 0, or nonzero when it did
 // not reach the ring whole. Global functions with a plain loop (no

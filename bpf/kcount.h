@@ -1880,16 +1880,22 @@ static __always_inline __u64 kc_rentry(struct kc_rflow *rf, __u32 i)
 	return e;
 }
 
+// kc_rnext is the entry at t, the queue's tail, or 0 when the queue is
+// empty (or a fresh start raced it: kc_rentry).
+static __always_inline __u64 kc_rnext(struct kc_rflow *rf, __u32 t)
+{
+	if (t == *(volatile __u32 *)&rf->head)
+		return 0;
+	return kc_rentry(rf, t);
+}
+
 // kc_rpeek: whether the reply to the command at the queue's head is per
 // element (MGET) with n elements (n 0: with any count).
 __attribute__((noinline)) int kc_rpeek(struct kc_rflow *rf, __u32 n)
 {
 	if (!rf)
 		return 0;
-	__u32 t = rf->tail;
-	if (t == *(volatile __u32 *)&rf->head)
-		return 0;
-	__u64 e = kc_rentry(rf, t);
+	__u64 e = kc_rnext(rf, rf->tail);
 	return (e & KC_RQ_FIRST) && (e & KC_RQ_PE) && (!n || ((e >> KC_RQ_NK_SHIFT) & KC_RQ_NK_MAX) == n);
 }
 
@@ -1981,9 +1987,7 @@ static __always_inline int kc_rcopyable(struct kc_rflow *rf)
 	if (!rf)
 		return 0;
 	__u32 t = rf->tail;
-	if (t == *(volatile __u32 *)&rf->head)
-		return 0;
-	__u64 e = kc_rentry(rf, t);
+	__u64 e = kc_rnext(rf, t);
 	if (!(e & KC_RQ_FIRST) || !(e & KC_RQ_COPY))
 		return 0;
 	if (!*(volatile __u8 *)&rf->cok)
@@ -2372,17 +2376,12 @@ static __always_inline void kc_rreset(struct kc_rflow *rf, __u32 g)
 	rf->pe = 0;
 }
 
-// kc_rnoflow counts a reply segment of a connection with no reply state.
+// kc_rnoflow counts the bytes of a reply segment of a connection with no
+// reply state.
 __attribute__((noinline)) int kc_rnoflow(struct kc_state *s)
 {
-	if (!s)
-		return 0;
-	__u32 len = s->rs.len;
-	if (len) {
-		s->stats.rsegments++;
-		s->stats.rbytes += len;
-	}
-	s->stats.unattr[KU_NOFLOW] += len;
+	if (s)
+		s->stats.unattr[KU_NOFLOW] += s->rs.len;
 	return 0;
 }
 
@@ -2401,10 +2400,6 @@ __attribute__((noinline)) int kc_rpre(struct kc_state *s, struct kc_rflow *rf)
 	__u32 len = g->len;
 	if (!rf)
 		return 0;
-	if (len) {
-		cnt->rsegments++;
-		cnt->rbytes += len;
-	}
 	g->ra = KC_RNONE;
 	g->cl = 0;
 	__u32 gen = *(volatile __u32 *)&rf->gen;
@@ -2492,9 +2487,7 @@ __attribute__((noinline)) int kc_rpost(struct kc_state *s, struct kc_rflow *rf)
 	struct kc_stats *cnt = &s->stats;
 	struct kc_rseg *g = &s->rs;
 	__u32 len = g->len;
-	if (g->cl)
-		kc_rcopy(s, rf, KC_RNONE, g->cl_at); // kc_rpend
-	g->cl = 0;
+	kc_rpend(s, rf);
 	__u32 stop = g->stop;
 	__u64 partial = g->partial;
 	if (!stop && g->pos < len) {
@@ -2569,6 +2562,10 @@ static __always_inline int kc_reply_in(void *ctx, const int xdp, struct rec_hdr 
 	g->ts = bpf_ktime_get_ns();
 	g->seq = h->seq;
 	g->len = wire;
+	if (wire) {
+		s->stats.rsegments++;
+		s->stats.rbytes += wire;
+	}
 	g->pay_off = pay_off;
 	g->flags = h->flags;
 	// Not all in the packet (a capture shorter than the segment): its
