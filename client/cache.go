@@ -1,6 +1,8 @@
 package client
 
 import (
+	"encoding/binary"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +53,47 @@ func (v *value) bytes(key string) int64 {
 	return n
 }
 
+// sumSeed keys value fingerprints: random per process, so no value can be
+// crafted to match another's.
+var sumSeed = maphash.MakeSeed()
+
+// sum fingerprints v as a value of kind: what the server held, compared
+// with what a tracking registration read (regCheck). A hash's fields are
+// summed in any order.
+func (v *value) sum(kind uint8) uint64 {
+	var h maphash.Hash
+	h.SetSeed(sumSeed)
+	if kind != kindHash {
+		if v.exists {
+			h.WriteByte(1)
+		} else {
+			h.WriteByte(0)
+		}
+		h.WriteString(v.str)
+		return h.Sum64()
+	}
+	n := uint64(len(v.hash))
+	var lb [8]byte
+	for f, x := range v.hash {
+		h.Reset()
+		binary.LittleEndian.PutUint64(lb[:], uint64(len(f)))
+		h.Write(lb[:])
+		h.WriteString(f)
+		h.WriteString(x)
+		n += h.Sum64()
+	}
+	return n
+}
+
+// regCheck is what a tracking registration read, for a fetch that was in
+// flight then: a fetch sent before done stores its value only if it is what
+// the registration saw (sum), since a write between the two was reported to
+// no one.
+type regCheck struct {
+	done int64
+	sum  uint64
+}
+
 // setVal swaps e's value and keeps the byte count (callers hold e.mu or
 // own e outright).
 func (s *Shim) setVal(e *cacheEntry, v *value) {
@@ -87,14 +130,15 @@ type cacheEntry struct {
 	gen atomic.Uint64
 	// mu orders stores against invalidations (never taken on a hit).
 	mu sync.Mutex
+	// check: the latest tracking registration's read, for fetches sent
+	// before it (guarded by mu).
+	check regCheck
 	// uncacheable: the hash is larger than MaxHashFields.
 	uncacheable atomic.Bool
 	// sized: HLEN showed the hash small enough to fetch whole.
 	sized atomic.Bool
 	// rep counts local reads for the absorbed-demand report (report.go).
 	rep absorbed
-	// trackedOnce: registered for server-assisted invalidation before.
-	trackedOnce atomic.Bool
 }
 
 // action is what a read of one key does.
@@ -370,7 +414,13 @@ func (s *Shim) store(t ticket, v *value) {
 			v = nil
 		}
 		e.mu.Lock()
-		if e.gen.Load() == t.gen {
+		switch {
+		case e.gen.Load() != t.gen:
+		case v != nil && t.token < e.check.done && v.sum(e.kind) != e.check.sum:
+			// Sent before a tracking registration that read another
+			// value: a write in between was reported to no one.
+			s.m.invalidations[invalTracking].Add(1)
+		default:
 			s.setVal(e, v)
 		}
 		e.mu.Unlock()
@@ -406,31 +456,56 @@ func (s *Shim) invalidateEntry(e *cacheEntry) {
 	e.mu.Unlock()
 }
 
+// probeKind is how a registration of key should read it (newProbe): as the
+// kind cached, so tracked can tell whether a value fetched before the
+// registration missed a write; 0 (EXISTS alone) when there is nothing to
+// check.
+func (s *Shim) probeKind(key string) uint8 {
+	s.mu.RLock()
+	e := s.entries[key]
+	s.mu.RUnlock()
+	if e == nil || e.uncacheable.Load() {
+		return 0
+	}
+	if e.val.Load() == nil && e.refreshing.Load() == 0 {
+		return 0
+	}
+	return e.kind
+}
+
 // tracked is told that key is now tracked at one master, by a registration
-// whose reply arrived at done. When it is registered again (after its
-// invalidation, or at a cluster master its slot moved to), a value fetched
-// before that, or a fetch still in flight, may have missed a write there.
-// The first registration only races the admission's own first fetch, as any
-// write may within LocalTTL.
-func (s *Shim) tracked(key string, done int64, rearmed bool) {
+// whose reply arrived at done. A write that landed between a fetch and the
+// registration was reported to no one (it would stand until LocalTTL): a
+// value fetched before done is kept only if it is what the registration
+// read (kind: the registration read the key as that kind; sum: what it
+// read), and a fetch in flight stores only under that same condition
+// (store). Without a read to compare with (kind 0), both are dropped and
+// the next read fetches again. That holds for the first registration (the
+// admission's own fetch races it), after an invalidation, and at a cluster
+// master a slot moved to.
+func (s *Shim) tracked(key string, done int64, kind uint8, sum uint64) {
 	s.mu.RLock()
 	e := s.entries[key]
 	s.mu.RUnlock()
 	if e == nil {
 		return
 	}
-	first := !e.trackedOnce.Swap(true)
-	// Re-registered after its invalidation here, or on a cluster at a new
-	// owner (a ring's shards and a plain server register each key once per
-	// master from the start: nothing moved).
-	if !rearmed && (first || s.topo.kind != topoCluster) {
-		return
-	}
+	// Under mu, so a store either ran before (its value is checked here) or
+	// runs after (and sees check).
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	compared := kind != 0 && kind == e.kind
 	v := e.val.Load()
-	if v == nil || v.expires-int64(s.opt.LocalTTL) < done || e.refreshing.Load() != 0 {
+	inFlight := e.refreshing.Load() != 0
+	switch {
+	case v != nil && v.expires-int64(s.opt.LocalTTL) < done && (!compared || v.sum(kind) != sum),
+		inFlight && !compared:
 		// gen moves too, so a fetch in flight does not store.
-		s.invalidateEntry(e)
+		e.gen.Add(1)
+		s.setVal(e, nil)
 		s.m.invalidations[invalTracking].Add(1)
+	case inFlight:
+		e.check = regCheck{done: done, sum: sum}
 	}
 }
 

@@ -22,8 +22,9 @@ const invalidateChannel = "__redis__:invalidate"
 //
 //   - sub, subscribed to __redis__:invalidate: it receives the invalidations;
 //   - ctl, which runs CLIENT TRACKING ON REDIRECT <sub's id> (default mode)
-//     and then reads each tracked key once (EXISTS k), which makes the
-//     server remember that key for this client.
+//     and then reads each tracked key once (EXISTS k, with the value when
+//     one is cached: probe), which makes the server remember that key for
+//     this client.
 //
 // Default mode costs the server one lookup per write whatever the number of
 // tracked keys, where BCAST prefixes cost a scan of every prefix on every
@@ -201,7 +202,7 @@ func (t *tracker) listen(ctx context.Context) {
 	}
 }
 
-// registerBatch bounds one pipeline of EXISTS, so registering many keys
+// registerBatch bounds one pipeline of registrations, so registering many keys
 // never holds the server's event loop for long.
 const registerBatch = 256
 
@@ -239,10 +240,8 @@ func (t *tracker) sync(ctx context.Context) {
 		}
 	}
 	t.rearmMu.Lock()
-	rearmed := make(map[string]struct{}, len(t.rearm))
 	for k := range t.rearm {
 		delete(t.registered, k)
-		rearmed[k] = struct{}{}
 	}
 	clear(t.rearm)
 	t.rearmMu.Unlock()
@@ -261,12 +260,12 @@ func (t *tracker) sync(ctx context.Context) {
 			room--
 		}
 	}
+	probes := make([]probe, registerBatch)
 	for len(add) > 0 {
 		n := min(len(add), registerBatch)
-		sent := nanotime()
 		cmds, err := t.cn.Pipelined(cctx, func(p redis.Pipeliner) error {
-			for _, k := range add[:n] {
-				p.Exists(cctx, k)
+			for i, k := range add[:n] {
+				probes[i] = t.s.newProbe(cctx, p, k)
 			}
 			return nil
 		})
@@ -275,16 +274,17 @@ func (t *tracker) sync(ctx context.Context) {
 		}
 		// A read sent after the registrations' replies came back runs
 		// after them at the server; one sent before may not.
-		sent = nanotime()
-		for i, c := range cmds {
-			if c.Err() == nil {
-				t.registered[add[i]] = struct{}{}
-				// A value fetched before the key was tracked here again (after
-				// an invalidation, or at a new owner after a slot moved) may
-				// have missed a write: drop it, the next read refreshes.
-				_, re := rearmed[add[i]]
-				t.s.tracked(add[i], sent, re)
+		sent := nanotime()
+		for i := range n {
+			kind, sum, ok := probes[i].result()
+			if !ok {
+				// An error reply or a lost connection: not registered, and
+				// what is cached cannot be checked.
+				t.s.invalidate(add[i], invalTracking)
+				continue
 			}
+			t.registered[add[i]] = struct{}{}
+			t.s.tracked(add[i], sent, kind, sum)
 		}
 		if err != nil && (len(cmds) == 0 || isConnErr(err)) {
 			t.established.Store(false)
@@ -304,6 +304,58 @@ func (t *tracker) sync(ctx context.Context) {
 		// Writes made while tracking was off went unreported.
 		t.s.invalidateAll(invalFlush)
 	}
+}
+
+// probe is one key's registration: EXISTS registers a key (any read does),
+// and reading a cached key in full as well tells whether the value cached
+// missed a write (tracked). The full reads are not GET and HGETALL, so the
+// server's command statistics keep telling the application's reads from
+// the shim's; an ACL that denies them only costs the comparison.
+type probe struct {
+	kind uint8
+	ex   *redis.IntCmd    // EXISTS: registers; for a string, tells "" from missing
+	str  *redis.StringCmd // GETRANGE k 0 -1: the whole string
+	scan *redis.ScanCmd   // HSCAN k 0 COUNT n: the whole hash (cursor 0)
+}
+
+// newProbe queues key's registration on p, reading it as what it is cached
+// as when there is a value or a fetch to check (probeKind).
+func (s *Shim) newProbe(ctx context.Context, p redis.Pipeliner, key string) probe {
+	pr := probe{kind: s.probeKind(key), ex: p.Exists(ctx, key)}
+	switch pr.kind {
+	case kindString:
+		pr.str = p.GetRange(ctx, key, 0, -1)
+	case kindHash:
+		// A hash not yet sized may be big: the scan then stops after
+		// about MaxHashFields fields, short of the whole (no match).
+		pr.scan = p.HScan(ctx, key, 0, "", int64(s.opt.MaxHashFields)+1)
+	}
+	return pr
+}
+
+// result reads a probe's replies: whether it registered the key, and what
+// it read as a value of kind (kind 0: nothing to compare, which tracked
+// treats as a mismatch).
+func (pr probe) result() (kind uint8, sum uint64, ok bool) {
+	n, err := pr.ex.Result()
+	if err != nil {
+		return 0, 0, false
+	}
+	switch {
+	case pr.str != nil && pr.str.Err() == nil:
+		return kindString, (&value{exists: n == 1, str: pr.str.Val()}).sum(kindString), true
+	case pr.scan != nil && pr.scan.Err() == nil:
+		fields, cursor := pr.scan.Val()
+		if cursor != 0 || len(fields)%2 != 0 {
+			break // not the whole hash in one reply
+		}
+		m := make(map[string]string, len(fields)/2)
+		for i := 0; i < len(fields); i += 2 {
+			m[fields[i]] = fields[i+1]
+		}
+		return kindHash, (&value{exists: len(m) > 0, hash: m}).sum(kindHash), true
+	}
+	return 0, 0, true // EXISTS alone, or WRONGTYPE: no value to compare
 }
 
 // resetConn drops ctl's connection (tracking ends with it).

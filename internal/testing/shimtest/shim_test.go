@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +34,13 @@ type shimEnv struct {
 
 func newShimEnv(t testing.TB, opt client.ShimOptions) *shimEnv {
 	t.Helper()
+	return newShimEnvDial(t, opt, nil)
+}
+
+// newShimEnvDial is newShimEnv with dialer as the application client's
+// Dialer (nil: the default), which the shim's own connections use too.
+func newShimEnvDial(t testing.TB, opt client.ShimOptions, dialer func(context.Context, string, string) (net.Conn, error)) *shimEnv {
+	t.Helper()
 	cache := testutil.StartRedis(t)
 	chanSrv := testutil.StartRedis(t)
 	chc := dial(t, chanSrv.Addr)
@@ -40,7 +49,7 @@ func newShimEnv(t testing.TB, opt client.ShimOptions) *shimEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pub.Close(context.Background()) })
-	app := redis.NewClient(&redis.Options{Addr: cache.Addr, DialTimeout: time.Second})
+	app := redis.NewClient(&redis.Options{Addr: cache.Addr, DialTimeout: time.Second, Dialer: dialer})
 	t.Cleanup(func() { app.Close() })
 	plain := redis.NewClient(&redis.Options{Addr: cache.Addr, DialTimeout: time.Second})
 	t.Cleanup(func() { plain.Close() })
@@ -411,6 +420,152 @@ func TestTrackingInvalidates(t *testing.T) {
 	}
 	if n := e.shim.Stats().Invalidations["tracking"]; n == 0 {
 		t.Error("no tracking invalidations counted")
+	}
+}
+
+// gates holds a shim's connections at chosen points: a write of an EXISTS
+// (the shim's tracking registration) until regOpen is closed, and, once
+// armed, the reply to the next GET written until replyOpen is closed. Each
+// hold is announced once on regHeld or replyHeld.
+type gates struct {
+	regHeld, replyHeld chan struct{}
+	regOpen, replyOpen chan struct{}
+	armed              atomic.Bool
+	once               [2]sync.Once
+}
+
+func newGates(t testing.TB) *gates {
+	g := &gates{regHeld: make(chan struct{}, 1), replyHeld: make(chan struct{}, 1),
+		regOpen: make(chan struct{}), replyOpen: make(chan struct{})}
+	t.Cleanup(func() { g.openReg(); g.openReply() })
+	return g
+}
+
+func (g *gates) openReg()   { g.once[0].Do(func() { close(g.regOpen) }) }
+func (g *gates) openReply() { g.once[1].Do(func() { close(g.replyOpen) }) }
+
+func (g *gates) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &gatedConn{Conn: c, g: g}, nil
+}
+
+type gatedConn struct {
+	net.Conn
+	g         *gates
+	holdReply bool
+}
+
+func (c *gatedConn) Write(b []byte) (int, error) {
+	cmd := strings.ToLower(string(b))
+	if strings.Contains(cmd, "exists") {
+		announce(c.g.regHeld)
+		<-c.g.regOpen
+	}
+	if strings.Contains(cmd, "$3\r\nget\r\n") && c.g.armed.CompareAndSwap(true, false) {
+		c.holdReply = true
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *gatedConn) Read(b []byte) (int, error) {
+	if c.holdReply {
+		c.holdReply = false
+		announce(c.g.replyHeld)
+		<-c.g.replyOpen
+	}
+	return c.Conn.Read(b)
+}
+
+func announce(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func waitHeld(t testing.TB, ch chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("never held: %s", what)
+	}
+}
+
+// TestTrackingFirstRegistration: a write that lands after the admission's
+// fetch and before the key's first registration is never reported by the
+// server. The fetched value must not outlive the registration: the next read
+// after it sees the write (it once stood until LocalTTL).
+func TestTrackingFirstRegistration(t *testing.T) {
+	g := newGates(t)
+	e := newShimEnvDial(t, client.ShimOptions{LocalTTL: time.Minute}, g.dial)
+	ctx := context.Background()
+	e.plain.Set(ctx, "k", "v0", 0)
+	e.makeHot(t, "k")
+	eventually(t, "tracking", func() bool { return e.shim.Stats().Tracking })
+	e.app.Get(ctx, "k")                            // seen
+	if v := e.app.Get(ctx, "k").Val(); v != "v0" { // admitted and fetched
+		t.Fatalf("GET k = %q", v)
+	}
+	waitHeld(t, g.regHeld, "the registration of k")
+	if v := e.app.Get(ctx, "k").Val(); v != "v0" {
+		t.Fatalf("GET k = %q before any write", v)
+	}
+	if err := e.plain.Set(ctx, "k", "v1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	g.openReg()
+	seesWrite(t, e, "v1")
+	if n := e.shim.Stats().Invalidations["tracking"]; n != 1 {
+		t.Errorf("%d tracking invalidations, want 1 (the value fetched before the registration)", n)
+	}
+}
+
+// TestTrackingRegistrationInFlight: the admission's fetch is read at the
+// server, a write follows, then the key's first registration, and only then
+// does the fetch's reply arrive. It must not be stored.
+func TestTrackingRegistrationInFlight(t *testing.T) {
+	g := newGates(t)
+	e := newShimEnvDial(t, client.ShimOptions{LocalTTL: time.Minute}, g.dial)
+	ctx := context.Background()
+	e.plain.Set(ctx, "k", "v0", 0)
+	e.makeHot(t, "k")
+	eventually(t, "tracking", func() bool { return e.shim.Stats().Tracking })
+	e.app.Get(ctx, "k") // seen
+	resetStats(t, e.plain)
+	g.armed.Store(true)
+	fetched := make(chan string, 1)
+	go func() { fetched <- e.app.Get(ctx, "k").Val() }() // admitted: the fetch
+	waitHeld(t, g.replyHeld, "the admission's reply")
+	eventually(t, "the fetch read at the server", func() bool { return calls(t, e.plain, "get") == 1 })
+	if err := e.plain.Set(ctx, "k", "v1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, g.regHeld, "the registration of k")
+	g.openReg()
+	eventually(t, "the registration read at the server", func() bool { return calls(t, e.plain, "getrange") == 1 })
+	g.openReply()
+	if v := <-fetched; v != "v0" {
+		t.Fatalf("the fetch read %q, want v0 (sent before the write)", v)
+	}
+	seesWrite(t, e, "v1")
+}
+
+// seesWrite waits until the application reads want for k: a round trip away
+// for a registration, where LocalTTL is a minute.
+func seesWrite(t testing.TB, e *shimEnv, want string) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(5 * time.Second)
+	for v := e.app.Get(ctx, "k").Val(); v != want; v = e.app.Get(ctx, "k").Val() {
+		if time.Now().After(deadline) {
+			t.Fatalf("GET k = %q 5 s after the registration, want %s: a value fetched before it missed the write", v, want)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
