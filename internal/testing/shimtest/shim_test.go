@@ -496,18 +496,27 @@ func waitHeld(t testing.TB, ch chan struct{}, what string) {
 	}
 }
 
-// TestTrackingFirstRegistration: a write that lands after the admission's
-// fetch and before the key's first registration is never reported by the
-// server. The fetched value must not outlive the registration: the next read
-// after it sees the write (it once stood until LocalTTL).
-func TestTrackingFirstRegistration(t *testing.T) {
+// gatedSeen is a shim env on gated connections with tracking established
+// and k = v0 hot and read once (the next read admits and fetches it).
+func gatedSeen(t testing.TB) (*shimEnv, *gates) {
+	t.Helper()
 	g := newGates(t)
 	e := newShimEnvDial(t, client.ShimOptions{LocalTTL: time.Minute}, g.dial)
 	ctx := context.Background()
 	e.plain.Set(ctx, "k", "v0", 0)
 	e.makeHot(t, "k")
 	eventually(t, "tracking", func() bool { return e.shim.Stats().Tracking })
-	e.app.Get(ctx, "k")                            // seen
+	e.app.Get(ctx, "k")
+	return e, g
+}
+
+// TestTrackingFirstRegistration: a write that lands after the admission's
+// fetch and before the key's first registration is never reported by the
+// server. The fetched value must not outlive the registration: the next read
+// after it sees the write (it once stood until LocalTTL).
+func TestTrackingFirstRegistration(t *testing.T) {
+	e, g := gatedSeen(t)
+	ctx := context.Background()
 	if v := e.app.Get(ctx, "k").Val(); v != "v0" { // admitted and fetched
 		t.Fatalf("GET k = %q", v)
 	}
@@ -529,13 +538,8 @@ func TestTrackingFirstRegistration(t *testing.T) {
 // server, a write follows, then the key's first registration, and only then
 // does the fetch's reply arrive. It must not be stored.
 func TestTrackingRegistrationInFlight(t *testing.T) {
-	g := newGates(t)
-	e := newShimEnvDial(t, client.ShimOptions{LocalTTL: time.Minute}, g.dial)
+	e, g := gatedSeen(t)
 	ctx := context.Background()
-	e.plain.Set(ctx, "k", "v0", 0)
-	e.makeHot(t, "k")
-	eventually(t, "tracking", func() bool { return e.shim.Stats().Tracking })
-	e.app.Get(ctx, "k") // seen
 	resetStats(t, e.plain)
 	g.armed.Store(true)
 	fetched := make(chan string, 1)
