@@ -75,11 +75,94 @@ func (w *windowed) take(h uint64) (slot, bool) {
 	for i := lo; i < lo+slotsPerBucket; i++ {
 		if w.sh[i] == h {
 			s := w.slots[i]
+			if w.long != nil {
+				s.reads = w.long[i].ownReads(&s)
+			}
 			w.sh[i], w.se[i] = 0, 0
 			return s, true
 		}
 	}
 	return slot{}, false
+}
+
+// The bytes stage weighs its evidence. The window is sized for the reads
+// threshold: a key at it adds about countsAtHotRate reads a window, so the
+// window's count is a solid estimate (W/2 holds evidenceReads of them). A
+// key hot by its bytes with a large value is read far less often (a
+// 20 000-byte value at 4 MB/s: 200 reads a second, 80 a 400 ms window), and
+// at a few dozen reads the window's count varies by one part in eight: a
+// key at 0.8× of the bytes threshold crosses it now and then, and a test
+// on the window alone reports it. So each slot of the bytes stage also
+// keeps a long view: its bytes and its reads over numSub coarse
+// sub-windows of one window each (8 W). A key whose reads at the
+// threshold's rate would not reach evidenceReads in W/2 (at its own mean
+// value size) is judged on the long view, over its span there (from when
+// it entered its slot, at most 8 W, at least W/2): its bytes must reach
+// the threshold over the span, as on the window, and its reads must be
+// more than a key at quietRatio of the threshold would make over the same
+// span by evidenceZ standard deviations (Poisson: the square root of that
+// count). A key far above the threshold passes within a few dozen reads; a
+// key just above waits for about a hundred reads at the threshold; once the
+// span reaches half the long view (4 W), the rate alone decides, as far as
+// the view reaches. Memory: 96 bytes a slot, 768 a bucket, for the bytes
+// stage only.
+
+// longShift: a coarse sub-window of the long view is 1<<longShift
+// sub-windows (one window).
+const longShift = 3
+
+// evidenceReads is how many reads at the threshold's rate make a count the
+// window can be trusted with: the reads stage's W/2 at countsAtHotRate.
+const evidenceReads = countsAtHotRate / 2
+
+// quietRatio and evidenceZ: a key judged on the long view must be
+// evidenceZ standard deviations above what a key at quietRatio × its
+// threshold would read (the edge below which no key may be reported).
+const quietRatio, evidenceZ = 0.8, 5.0
+
+// longView is a bytes-stage slot's bytes and weighted reads over the long
+// view.
+type longView struct{ b, r window }
+
+// thin reports whether a key of threshold thr is read too seldom for the
+// window: its reads at the threshold's rate reach evidenceReads only after
+// more than W/2. lv nil (the reads stage): never.
+func (w *windowed) thin(lv *longView, thr float64) bool {
+	if lv == nil {
+		return false
+	}
+	if lv.r.sum == 0 || !(thr > 0) {
+		return true
+	}
+	need := evidenceReads * float64(lv.b.sum) / float64(lv.r.sum) / thr * 1e9
+	return need > float64(w.d.win/2)
+}
+
+// confirms reports whether the long view shows a key of threshold thr,
+// counted since since, hot (see above).
+func (lv *longView) confirms(d *Detector, since int64, thr float64) bool {
+	start := max(since, (lv.b.epoch-numSub+1)<<longShift*d.sub)
+	span := max(d.now-start, d.win/2)
+	b, r := float64(lv.b.sum), float64(lv.r.sum)
+	if b*1e9 < thr*float64(span) || r == 0 {
+		return false
+	}
+	if span >= d.win<<longShift/2 {
+		return true
+	}
+	quiet := quietRatio * thr * float64(span) / 1e9 * r / b // reads, at its mean size
+	return r >= quiet+evidenceZ*math.Sqrt(quiet)
+}
+
+// ownReads is the weighted reads behind slot s's window of bytes, at the
+// long view's mean value size (s.reads counts them since the key entered
+// its slot, which may be longer ago than the window reaches).
+func (lv *longView) ownReads(s *slot) uint32 {
+	if lv.b.sum == 0 {
+		return s.reads
+	}
+	n := float64(s.own.sum) * float64(lv.r.sum) / float64(lv.b.sum)
+	return min(s.reads, uint32(min(math.Ceil(n), math.MaxUint32)))
 }
 
 // promoteFrom promotes the key of slot s, confirmed by stage w, taking the

@@ -125,7 +125,9 @@ func TestHotByBytes(t *testing.T) {
 // --hot-bytes events have no reason but carry the measured bytes.
 func TestHotBytesRules(t *testing.T) {
 	d, rec := newDet(t, Config{HotQPS: T, Rules: []Rule{{Pattern: "blob:*", HotBytes: 1e5}}})
-	playSized(d, 0, 2*time.Second, sized{"blob:1", 10, 20_000}, sized{"other", 10, 20_000}, sized{"hot", 2 * T, 100})
+	// 10 reads a second: the bytes stage waits for them to tell blob:1 from
+	// a key at 0.8× of its threshold (bytes.go), about 3 s.
+	playSized(d, 0, 4*time.Second, sized{"blob:1", 10, 20_000}, sized{"other", 10, 20_000}, sized{"hot", 2 * T, 100})
 	if e, ok := lastHot(rec, "blob:1"); !ok || e.Reason != event.ReasonBytes {
 		t.Errorf("blob:1 (200 kB/s over its rule's 100 kB/s): %+v %v", e, ok)
 	}
@@ -137,5 +139,40 @@ func TestHotBytesRules(t *testing.T) {
 	}
 	if _, err := New(Config{HotQPS: T, HotBytes: -1}, nil); err == nil {
 		t.Error("negative hot_bytes accepted")
+	}
+}
+
+// TestHotByBytesEvidence: a key hot by its bytes alone, with a value so
+// large that it is read a few dozen times a window, is judged on its long
+// view (bytes.go): not before its reads tell it from a key at 0.8× of the
+// threshold, however the window's bytes look, and no later than half the
+// long view; a key far above the threshold tells at once.
+func TestHotByBytesEvidence(t *testing.T) {
+	// T reads/s: a window W of 800 ms. 4 MB/s of 20 000-byte values: 200
+	// reads a second at the threshold, 160 a window where the reads stage
+	// has 800.
+	d, rec := newDet(t, Config{HotQPS: T, HotBytes: 4e6})
+	win := time.Duration(d.win)
+	playSized(d, 0, 8*win, sized{"slow", 240, 20_000}, sized{"fast", 900, 20_000}, sized{"under", 160, 20_000})
+	at := func(key string) time.Duration {
+		for _, e := range rec.ev {
+			if string(e.Key) == key && e.Type == event.TypeHot {
+				return e.TS.Sub(time.Unix(0, base))
+			}
+		}
+		return -1
+	}
+	// At 1.2× it makes 1.5 × the reads of a key at 0.8×: q + 5 √q ≤ 1.5 q
+	// from q = 100 of those, 100 / 160 per second = 625 ms (the window
+	// alone confirmed it after W/2, 400 ms).
+	if s := at("slow"); s < 625*time.Millisecond || s > 4*win {
+		t.Errorf("slow (1.2×) hot at %v, want between 625 ms and 4 W (W %v): %v", s, win, rec.of("slow"))
+	}
+	// At 4.5× (below the reads threshold): q + 5 √q ≤ 5.6 q from q = 1.2.
+	if s := at("fast"); s < 0 || s > win/2 {
+		t.Errorf("fast (4.5×) hot at %v, want within W/2 (%v): %v", s, win/2, rec.of("fast"))
+	}
+	if evs := rec.of("under"); len(evs) != 0 {
+		t.Errorf("under (0.8×) reported: %v", evs)
 	}
 }

@@ -100,6 +100,8 @@ type windowed struct {
 	minThr  float64  // lowest threshold (per second)
 	// bytes: this instance counts reply bytes (detect/bytes.go), not reads.
 	bytes bool
+	// long: per slot, the bytes stage's long view (nil for reads).
+	long []longView
 	// kern: the kernel's bucket counts (kernel.go), nil without kernel
 	// counting; counted: the reads now observed are already in them.
 	kern    *kernelStage1
@@ -124,6 +126,9 @@ func newWindowedFor(d *Detector, c Config, minThr float64, bytes bool) *windowed
 		se:     make([]uint32, c.Buckets*slotsPerBucket),
 		minThr: minThr,
 		bytes:  bytes,
+	}
+	if bytes {
+		w.long = make([]longView, c.Buckets*slotsPerBucket)
 	}
 	full := float64(d.win-d.sub) / 1e9 // seconds a full ring surely covers
 	w.trig = max(uint64(locateRatio*w.minThr*full), 1)
@@ -199,13 +204,20 @@ func (w *windowed) observe(h uint64, f *decode.Flow, ns int32, k decode.Key, n u
 		}
 		sh[i] = h
 		w.slots[lo+uint64(i)] = slot{since: d.now, need: w.minNeed, own: window{epoch: ep}}
+		if w.long != nil {
+			w.long[lo+uint64(i)] = longView{b: window{epoch: ep >> longShift}, r: window{epoch: ep >> longShift}}
+		}
 		d.st.Located++
 	}
 	se[i] = satAdd(se[i], n)
 	s := &w.slots[lo+uint64(i)]
 	s.own.add(ep, n)
-	if w.bytes {
+	var lv *longView
+	if w.long != nil {
 		s.reads = satAdd(s.reads, k.Weight)
+		lv = &w.long[lo+uint64(i)]
+		lv.b.add(ep>>longShift, n)
+		lv.r.add(ep>>longShift, k.Weight)
 	}
 	if k.Prefix {
 		s.flags |= slotPrefix
@@ -213,7 +225,7 @@ func (w *windowed) observe(h uint64, f *decode.Flow, ns int32, k decode.Key, n u
 	if s.own.sum < s.need {
 		return
 	}
-	if w.confirm(s, h, f, ns, k) {
+	if w.confirm(s, lv, h, f, ns, k) {
 		// The entry measures it from now on: free the slot.
 		sh[i], se[i] = 0, 0
 	}
@@ -228,8 +240,9 @@ func (w *windowed) activate(bi uint64) {
 	clear(w.se[lo : lo+slotsPerBucket])
 }
 
-// confirm promotes the slot's key if its own rate reaches its threshold.
-func (w *windowed) confirm(s *slot, h uint64, f *decode.Flow, ns int32, k decode.Key) bool {
+// confirm promotes the slot's key if its own rate reaches its threshold
+// (lv: its long view, bytes stage only).
+func (w *windowed) confirm(s *slot, lv *longView, h uint64, f *decode.Flow, ns int32, k decode.Key) bool {
 	d := w.d
 	if s.flags&slotChecked == 0 {
 		// Rules are looked up once per slot tenancy, only for keys that got
@@ -251,13 +264,21 @@ func (w *windowed) confirm(s *slot, h uint64, f *decode.Flow, ns int32, k decode
 			return false
 		}
 	}
-	if d.rate(&s.own, s.since, d.win/2) < s.thr {
+	if w.thin(lv, s.thr) {
+		// Too few reads behind the window's bytes: judge on the long view.
+		if !lv.confirms(d, s.since, s.thr) {
+			return false
+		}
+	} else if d.rate(&s.own, s.since, d.win/2) < s.thr {
 		return false
 	}
 	// Under sampling, not on too few seen reads (sampling.go): the bytes
 	// stage counts its seen reads apart, unscaled.
 	if g := d.samp.guard; g != 0 && (w.bytes && uint64(s.reads) < guardReads || !w.bytes && s.own.sum < g) {
 		return false
+	}
+	if lv != nil {
+		s.reads = lv.ownReads(s) // the reads behind the window promoted
 	}
 	// The count already holds at least threshold × W/2 reads, so it is a
 	// solid estimate over its real span: flooring the span at two
