@@ -41,25 +41,36 @@ func zipfKeys(n, m int, s float64, seed uint64) [][]byte {
 // reads in a hot key's kernel bucket are counted on its entry).
 func BenchmarkObserve(b *testing.B) {
 	keys := zipfKeys(1<<16, 1_000_000, 0.99, 1)
-	for _, name := range []string{DetectorDefault, DetectorTair, "default-sampled", "default-kernel"} {
+	for _, name := range []string{DetectorDefault, DetectorTair, "default-sampled", "default-kernel", "default-bytes"} {
 		b.Run(name, func(b *testing.B) {
-			det, rate := name, 1.0
+			det, rate, hb := name, 1.0, 0.0
 			switch name {
 			case "default-sampled":
 				det, rate = DetectorDefault, 0.3
 			case "default-kernel":
 				det = DetectorDefault
+			case "default-bytes":
+				// Every read answered, the bytes stage on: 4 MB/s of
+				// replies a few thousand bytes long.
+				det, hb = DetectorDefault, 4e6
 			}
-			d, err := New(Config{HotQPS: 2000 / rate, Detector: det}, nil)
+			d, err := New(Config{HotQPS: 2000 / rate, Detector: det, HotBytes: hb}, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
 			d.SetSampleRate(rate)
 			f := decode.Flow{Server: srvA, Proto: decode.ProtoRedis, TS: base}
 			r := decode.Request{Op: "GET"}
+			observe := func(i int) {
+				k := decode.Key{Bytes: keys[i&(1<<16-1)], Weight: 1}
+				d.Key(&f, &r, k)
+				if hb > 0 {
+					d.ReplyKey(&f, 0, k, uint64(1000+i&4095))
+				}
+			}
 			for i := range 1 << 20 { // warm up: hot set formed
 				f.TS += 1000
-				d.Key(&f, &r, decode.Key{Bytes: keys[i&(1<<16-1)], Weight: 1})
+				observe(i)
 			}
 			if name == "default-kernel" {
 				d.KernelCounts(f.TS-d.sub, f.TS, make([]uint32, 1<<16), true)
@@ -70,7 +81,7 @@ func BenchmarkObserve(b *testing.B) {
 			cpu0 := cpuTime()
 			for i := 0; b.Loop(); i++ {
 				f.TS += 1000
-				d.Key(&f, &r, decode.Key{Bytes: keys[i&(1<<16-1)], Weight: 1})
+				observe(i)
 			}
 			// On a shared machine wall time includes waiting for a core;
 			// CPU time per op is what one core can sustain.
