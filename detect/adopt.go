@@ -63,7 +63,7 @@ func (d *Detector) Adopt(evs []*event.Event, now int64) int {
 		e.adoptUntil = d.now + d.win
 		e.resetWrites(d.now, d.epoch)
 		if d.bdet != nil && bthr > 0 {
-			e.bthr, e.bsince = bthr, d.now
+			e.bthr, e.bsince, e.lsince = bthr, d.now, d.now
 			e.bwin = window{epoch: d.epoch}
 			e.bn = window{epoch: d.epoch}
 		}

@@ -50,6 +50,11 @@ func (d *Detector) ReplyKey(f *decode.Flow, ns int32, k decode.Key, n uint64) {
 			}
 			e.bwin.add(d.epoch, c)
 			e.bn.add(d.epoch, w)
+			if e.lsince == 0 {
+				e.lsince = d.now
+			}
+			e.blong.b.add(d.epoch>>longShift, c)
+			e.blong.r.add(d.epoch>>longShift, w)
 			return
 		}
 	}
@@ -131,11 +136,85 @@ func (w *windowed) thin(lv *longView, thr float64) bool {
 	if lv == nil {
 		return false
 	}
-	if lv.r.sum == 0 || !(thr > 0) {
+	if lv.r.sum == 0 {
 		return true
 	}
-	need := evidenceReads * float64(lv.b.sum) / float64(lv.r.sum) / thr * 1e9
-	return need > float64(w.d.win/2)
+	return w.d.thinAt(thr, float64(lv.b.sum)/float64(lv.r.sum))
+}
+
+// thinAt is thin for a key of threshold thr whose replies are size bytes.
+func (d *Detector) thinAt(thr, size float64) bool {
+	return !(thr > 0) || evidenceReads*size/thr*1e9 > float64(d.win/2)
+}
+
+// bytesCold reports whether hot entry e's reply bytes show it below the
+// cold line: its window's rate, and, when it is read too seldom for the
+// window (thin), evidence as for its promotion. Some recent span of its long
+// view (the last k coarse sub-windows, k = 1..numSub, since lsince) must
+// hold so few reads that a key at its threshold would read as few with a
+// probability below coldEvidence (Poisson), at a rate below the line; or
+// the whole view, once it spans 4 W, a rate below the line. Without it, a
+// key at 1.2× of its bytes threshold read 96 times a window was published
+// cold once in 25 s when its window's count dipped (bytes-band-0.8x-1.2x),
+// and went hot again 0.7 s later. A key that stops is cold once the
+// silence since the start of a coarse sub-window is worth 15 reads at its
+// threshold (75 ms at 200 reads a second; 1.5 s at 10).
+func (d *Detector) bytesCold(e *hotEntry) bool {
+	line := d.cfg.ColdRatio * e.bthr
+	if d.rate(&e.bwin, e.bsince, d.win/2) >= line {
+		return false
+	}
+	if e.bsize <= 0 || !d.thinAt(e.bthr, e.bsize) {
+		return true // the window holds the evidence, or nothing to weigh
+	}
+	if e.lsince == 0 {
+		return false
+	}
+	lv := &e.blong
+	coarse := d.sub << longShift
+	var r, b float64
+	span := int64(0)
+	for k := range int64(numSub) {
+		ep := lv.r.epoch - k
+		j := ep & (numSub - 1)
+		r += float64(lv.r.ring[j])
+		b += float64(lv.b.ring[j])
+		span = d.now - max(ep*coarse, e.lsince)
+		if span <= 0 {
+			return false
+		}
+		at := e.bthr * float64(span) / 1e9 / e.bsize // reads at the threshold
+		if b*1e9/float64(span) < line && poissonAtMost(r, at) < coldEvidence {
+			return true
+		}
+		if ep*coarse <= e.lsince {
+			break
+		}
+	}
+	return span >= d.win<<longShift/2 && b*1e9/float64(span) < line
+}
+
+// coldEvidence: how unlikely a hot key's reads must be at its threshold for
+// a thin key to be cold on them (5 standard deviations, as evidenceZ).
+const coldEvidence = 3e-7
+
+// poissonAtMost is P(X ≤ n) for X Poisson with mean mu (n rounded down); a
+// normal approximation past a few thousand.
+func poissonAtMost(n, mu float64) float64 {
+	n = math.Floor(n)
+	switch {
+	case n >= mu:
+		return 1
+	case mu > 4000:
+		return 0.5 * math.Erfc((mu-n-0.5)/math.Sqrt(2*mu))
+	}
+	lmu := math.Log(mu)
+	p := 0.0
+	for i := 0.0; i <= n; i++ {
+		lg, _ := math.Lgamma(i + 1)
+		p += math.Exp(i*lmu - mu - lg)
+	}
+	return p
 }
 
 // confirms reports whether the long view shows a key of threshold thr,

@@ -176,3 +176,31 @@ func TestHotByBytesEvidence(t *testing.T) {
 		t.Errorf("under (0.8×) reported: %v", evs)
 	}
 }
+
+// TestHotByBytesColdEvidence: a hot key read too seldom for the window
+// turns cold on its bytes only on evidence (bytes.go, bytesCold). A window
+// whose rate dips below the cold line, but on a count a key at the
+// threshold makes now and then, is not that: before, a key at 1.2× was
+// published cold on such a dip. A key that stops is.
+func TestHotByBytesColdEvidence(t *testing.T) {
+	// W 800 ms; 4 MB/s of 20 000-byte values: 160 reads a window at the
+	// threshold. The dip: 0.65× for one window, 104 reads, below the cold
+	// line (0.7×), 4.4 standard deviations short of 160.
+	d, rec := newDet(t, Config{HotQPS: T, HotBytes: 4e6})
+	win := time.Duration(d.win)
+	playSized(d, 0, 3*time.Second, sized{"k", 240, 20_000}, sized{"bg", 20, 100})
+	if _, ok := lastHot(rec, "k"); !ok {
+		t.Fatalf("k (1.2×) never hot: %v", rec.of("k"))
+	}
+	playSized(d, 3*time.Second, 3*time.Second+win, sized{"k", 130, 20_000}, sized{"bg", 20, 100})
+	playSized(d, 3*time.Second+win, 6*time.Second, sized{"k", 240, 20_000}, sized{"bg", 20, 100})
+	if n := rec.count("k", event.TypeCold); n != 0 {
+		t.Fatalf("k cold on one window at 0.65×: %v", rec.of("k"))
+	}
+	// Stopped: 15 reads at the threshold's rate is 75 ms of silence, from
+	// the start of a coarse sub-window (W) at the latest.
+	playSized(d, 6*time.Second, 6*time.Second+3*win, sized{"bg", 20, 100})
+	if got := rec.of("k"); got[len(got)-1] != event.TypeCold {
+		t.Fatalf("k not cold 3 W after it stopped: %v", got)
+	}
+}

@@ -380,7 +380,12 @@ func (d *Detector) scan() {
 		if e.bthr > 0 || e.bwin.sum > 0 {
 			e.bwin.advance(d.epoch)
 			e.bn.advance(d.epoch)
+			e.blong.b.advance(d.epoch >> longShift)
+			e.blong.r.advance(d.epoch >> longShift)
 			e.bps = d.rate(&e.bwin, e.bsince, 2*d.sub)
+			if e.bn.sum > 0 {
+				e.bsize = float64(e.bwin.sum) / float64(e.bn.sum)
+			}
 		}
 		e.abs.advance(d.epoch)
 		e.absQPS = min(d.rate(&e.abs, e.since, 2*d.sub), e.qps)
@@ -390,7 +395,7 @@ func (d *Detector) scan() {
 			// a young entry, which was just measured above its threshold.
 			cold = d.now-e.lastSeen >= d.lifetime || d.rate(&e.win, e.since, d.win/2) < d.cfg.ColdRatio*e.thr
 			if cold && e.bthr > 0 && d.now-e.lastSeen < d.lifetime {
-				cold = d.rate(&e.bwin, e.bsince, d.win/2) < d.cfg.ColdRatio*e.bthr
+				cold = d.bytesCold(e)
 			}
 			if cold && d.now-e.lastSeen < d.lifetime && d.kernelDemand(e) >= d.cfg.ColdRatio*e.thr {
 				// The kernel counted reads user space did not see
@@ -478,6 +483,7 @@ func (d *Detector) promote(h uint64, f *decode.Flow, ns int32, k decode.Key, thr
 			e.bwin = *b.win
 			e.bn = b.win.scaled(b.reads)
 		}
+		e.lsince = d.now // the long view counts from here
 	}
 	e.gate = uint32(h >> (64 - gateBits))
 	d.gate[e.gate]++

@@ -7,7 +7,7 @@ import (
 	"github.com/hotsniff/hotsniff/decode"
 )
 
-// hotEntry is one hot key: 1248 bytes (amd64) plus the key.
+// hotEntry is one hot key: 1360 bytes (amd64) plus the key.
 type hotEntry struct {
 	h      uint64
 	key    []byte
@@ -40,6 +40,12 @@ type hotEntry struct {
 	bn     window // weighted reads answered with the bytes in bwin: their mean size
 	bsince int64
 	bps    float64
+	// blong: its bytes and reads over the long view since lsince, and
+	// bsize its last known mean reply size: with too few reads for the
+	// window, the cold verdict on bytes weighs its evidence (bytesCold).
+	blong  longView
+	lsince int64
+	bsize  float64
 	gate   uint32 // index of the gate counter (bucket) it is registered in
 
 	since     int64 // start of the measurement in win (ns)

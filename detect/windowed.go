@@ -44,7 +44,8 @@ import (
 //     W/2) happen only in the first window of a key's tenure in its slot.
 //
 // Memory is fixed at New: per bucket 49 bytes (counts, history, state) + slotsPerBucket ×
-// 92 bytes (hash, estimate, slot), ~800 bytes; per hot entry ~200 bytes +
+// 100 bytes (hash, estimate, slot), ~850 bytes, and for the bytes stage
+// 768 more (its slots' long views, bytes.go); per hot entry 1360 bytes +
 // the key. It does not depend on the number of distinct keys.
 
 // slotsPerBucket is the size of a located bucket's Space-Saving table.
