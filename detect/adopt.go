@@ -62,6 +62,9 @@ func (d *Detector) Adopt(evs []*event.Event, now int64) int {
 		e.expires = d.now + d.lifetime
 		e.adoptUntil = d.now + d.win
 		e.resetWrites(d.now, d.epoch)
+		if e.rthin = d.thinAt(thr, 1); e.rthin {
+			e.rlsince = d.now
+		}
 		if d.bdet != nil && bthr > 0 {
 			e.bthr, e.bsince, e.lsince = bthr, d.now, d.now
 			e.bwin = window{epoch: d.epoch}

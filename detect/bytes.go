@@ -80,7 +80,7 @@ func (w *windowed) take(h uint64) (slot, bool) {
 	for i := lo; i < lo+slotsPerBucket; i++ {
 		if w.sh[i] == h {
 			s := w.slots[i]
-			if w.long != nil {
+			if w.bytes {
 				s.reads = w.long[i].ownReads(&s)
 			}
 			w.sh[i], w.se[i] = 0, 0
@@ -90,27 +90,32 @@ func (w *windowed) take(h uint64) (slot, bool) {
 	return slot{}, false
 }
 
-// The bytes stage weighs its evidence. The window is sized for the reads
-// threshold: a key at it adds about countsAtHotRate reads a window, so the
+// Thin keys: the stages weigh their evidence. The window is sized for
+// --hot-qps: a key at it adds about countsAtHotRate reads a window, so the
 // window's count is a solid estimate (W/2 holds evidenceReads of them). A
-// key hot by its bytes with a large value is read far less often (a
-// 20 000-byte value at 4 MB/s: 200 reads a second, 80 a 400 ms window), and
-// at a few dozen reads the window's count varies by one part in eight: a
-// key at 0.8× of the bytes threshold crosses it now and then, and a test
-// on the window alone reports it. So each slot of the bytes stage also
-// keeps a long view: its bytes and its reads over numSub coarse
-// sub-windows of one window each (8 W). A key whose reads at the
-// threshold's rate would not reach evidenceReads in W/2 (at its own mean
-// value size) is judged on the long view, over its span there (from when
-// it entered its slot, at most 8 W, at least W/2): its bytes must reach
-// the threshold over the span, as on the window, and its reads must be
-// more than a key at quietRatio of the threshold would make over the same
-// span by evidenceZ standard deviations (Poisson: the square root of that
+// key judged against a threshold it reaches on far fewer reads is thin: hot
+// by its bytes with a large value (a 20 000-byte value at 4 MB/s: 200 reads
+// a second, 80 a 400 ms window), or under a rule's reads threshold well
+// below --hot-qps (200/s against a window sized for 2000/s: 80 a window).
+// At a few dozen reads the window's count varies by one part in eight: a
+// key at 0.8× of its threshold crosses it now and then, and a test on the
+// window alone reports it (84 of 100 such keys in 5 s, 100 in 25 s, for a
+// rule at a tenth of --hot-qps). So each slot of the bytes stage, and of the
+// reads stage when some threshold is thin, also keeps a long view: its
+// count (bytes, or reads scaled for sampling) and its reads seen over
+// numSub coarse sub-windows of one window each (8 W). A key whose reads at
+// the threshold's rate would not reach evidenceReads in W/2 (at its own
+// mean size) is judged on the long view, over its span there (from when it
+// entered its slot, at most 8 W, at least W/2): its count must reach the
+// threshold over the span, as on the window, and its reads must be more
+// than a key at quietRatio of the threshold would make over the same span
+// by evidenceZ standard deviations (Poisson: the square root of that
 // count). A key far above the threshold passes within a few dozen reads; a
 // key just above waits for about a hundred reads at the threshold; once the
-// span reaches half the long view (4 W), the rate alone decides, as far as
-// the view reaches. Memory: 96 bytes a slot, 768 a bucket, for the bytes
-// stage only.
+// span covers the whole view (7 W of it), the rate alone decides. Memory:
+// 96 bytes a slot, 768 a bucket, for the bytes stage, and for the reads
+// stage only when a threshold is thin. Hot entries keep the same long view
+// for their cold verdict (coldOnEvidence).
 
 // longShift: a coarse sub-window of the long view is 1<<longShift
 // sub-windows (one window).
@@ -149,16 +154,10 @@ func (d *Detector) thinAt(thr, size float64) bool {
 
 // bytesCold reports whether hot entry e's reply bytes show it below the
 // cold line: its window's rate, and, when it is read too seldom for the
-// window (thin), evidence as for its promotion. Some recent span of its long
-// view (the last k coarse sub-windows, k = 1..numSub, since lsince) must
-// hold so few reads that a key at its threshold would read as few with a
-// probability below coldEvidence (Poisson), at a rate below the line; or
-// the whole view, once it spans 4 W, a rate below the line. Without it, a
-// key at 1.2× of its bytes threshold read 96 times a window was published
-// cold once in 25 s when its window's count dipped (bytes-band-0.8x-1.2x),
-// and went hot again 0.7 s later. A key that stops is cold once the
-// silence since the start of a coarse sub-window is worth 15 reads at its
-// threshold (75 ms at 200 reads a second; 1.5 s at 10).
+// window (thin), the evidence of its long view (coldOnEvidence). Without
+// it, a key at 1.2× of its bytes threshold read 96 times a window was
+// published cold once in 25 s when its window's count dipped
+// (bytes-band-0.8x-1.2x), and went hot again 0.7 s later.
 func (d *Detector) bytesCold(e *hotEntry) bool {
 	line := d.cfg.ColdRatio * e.bthr
 	if d.rate(&e.bwin, e.bsince, d.win/2) >= line {
@@ -167,10 +166,37 @@ func (d *Detector) bytesCold(e *hotEntry) bool {
 	if e.bsize <= 0 || !d.thinAt(e.bthr, e.bsize) {
 		return true // the window holds the evidence, or nothing to weigh
 	}
-	if e.lsince == 0 {
+	return d.coldOnEvidence(&e.blong, e.lsince, e.bthr, e.bsize, line)
+}
+
+// readsCold is bytesCold for reads: a key whose threshold is too low for
+// the window (a rule's, below --hot-qps) turns cold on its reads only on
+// the evidence of its long view.
+func (d *Detector) readsCold(e *hotEntry) bool {
+	line := d.cfg.ColdRatio * e.thr
+	if d.rate(&e.win, e.since, d.win/2) >= line {
 		return false
 	}
-	lv := &e.blong
+	if !e.rthin {
+		return true
+	}
+	return d.coldOnEvidence(&e.rlong, e.rlsince, e.thr, 1, line)
+}
+
+// coldOnEvidence reports whether long view lv, counting since since, shows
+// a key of threshold thr (per second, of units of size per read) below
+// line: some recent span of it (the last k coarse sub-windows, k =
+// 1..numSub) holds so few reads that a key at its threshold would read as
+// few with a probability below coldEvidence (Poisson), at a rate below the
+// line; or the whole view, once it spans 4 W, a rate below the line (a cold
+// verdict is the cautious side: it only stops serving a key locally). A key
+// that stops is cold once the silence since the start of a coarse
+// sub-window is worth 15 reads at its threshold (75 ms at 200 reads a
+// second; 1.5 s at 10).
+func (d *Detector) coldOnEvidence(lv *longView, since int64, thr, size, line float64) bool {
+	if since == 0 {
+		return false
+	}
 	coarse := d.sub << longShift
 	var r, b float64
 	span := int64(0)
@@ -179,15 +205,15 @@ func (d *Detector) bytesCold(e *hotEntry) bool {
 		j := ep & (numSub - 1)
 		r += float64(lv.r.ring[j])
 		b += float64(lv.b.ring[j])
-		span = d.now - max(ep*coarse, e.lsince)
+		span = d.now - max(ep*coarse, since)
 		if span <= 0 {
 			return false
 		}
-		at := e.bthr * float64(span) / 1e9 / e.bsize // reads at the threshold
+		at := thr * float64(span) / 1e9 / size // reads at the threshold
 		if b*1e9/float64(span) < line && poissonAtMost(r, at) < coldEvidence {
 			return true
 		}
-		if ep*coarse <= e.lsince {
+		if ep*coarse <= since {
 			break
 		}
 	}
@@ -226,8 +252,8 @@ func (lv *longView) confirms(d *Detector, since int64, thr float64) bool {
 	if b*1e9 < thr*float64(span) || r == 0 {
 		return false
 	}
-	if span >= d.win<<longShift/2 {
-		return true
+	if span >= d.win<<longShift-d.win {
+		return true // the whole view: its rate alone decides
 	}
 	quiet := quietRatio * thr * float64(span) / 1e9 * r / b // reads, at its mean size
 	return r >= quiet+evidenceZ*math.Sqrt(quiet)

@@ -204,3 +204,25 @@ func TestHotByBytesColdEvidence(t *testing.T) {
 		t.Fatalf("k not cold 3 W after it stopped: %v", got)
 	}
 }
+
+// TestRuleThinColdEvidence: TestHotByBytesColdEvidence on reads, under a
+// rule whose threshold is a tenth of the one the window is sized for (80
+// reads a window at it): a one-window dip below the cold line that a key
+// at the threshold makes now and then is no evidence; a stop is.
+func TestRuleThinColdEvidence(t *testing.T) {
+	d, rec := newDet(t, Config{HotQPS: T, Rules: []Rule{{Pattern: "k", HotQPS: T / 10}}})
+	win := time.Duration(d.win)
+	playSized(d, 0, 3*time.Second, sized{"k", 120, 100}, sized{"bg", 20, 100})
+	if _, ok := lastHot(rec, "k"); !ok {
+		t.Fatalf("k (1.2× of its rule) never hot: %v", rec.of("k"))
+	}
+	playSized(d, 3*time.Second, 3*time.Second+win, sized{"k", 65, 100}, sized{"bg", 20, 100})
+	playSized(d, 3*time.Second+win, 6*time.Second, sized{"k", 120, 100}, sized{"bg", 20, 100})
+	if n := rec.count("k", event.TypeCold); n != 0 {
+		t.Fatalf("k cold on one window at 0.65× of its rule: %v", rec.of("k"))
+	}
+	playSized(d, 6*time.Second, 6*time.Second+3*win, sized{"bg", 20, 100})
+	if got := rec.of("k"); got[len(got)-1] != event.TypeCold {
+		t.Fatalf("k not cold 3 W after it stopped: %v", got)
+	}
+}

@@ -94,8 +94,9 @@ type Config struct {
 type Rule struct {
 	Pattern string
 	// HotQPS is the threshold for matching keys; 0 keeps the default. The
-	// window is sized for the default threshold, so a much lower one is
-	// judged on fewer requests (noisier near it): raise window if needed.
+	// window is sized for the default threshold, so keys under a much lower
+	// one are judged on a longer view of their own reads (bytes.go): found
+	// later near the threshold, never on too few reads.
 	// The lowest threshold also sets how many buckets are located, so a
 	// very low one costs speed, never accuracy.
 	HotQPS float64

@@ -246,6 +246,10 @@ func (d *Detector) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 	if d.gate[h>>(64-gateBits)] != 0 {
 		if e := d.hot.find(h, f, r.NS, k.Bytes); e != nil {
 			e.win.add(d.epoch, w)
+			if e.rthin {
+				e.rlong.b.add(d.epoch>>longShift, w)
+				e.rlong.r.add(d.epoch>>longShift, w)
+			}
 			e.lastSeen = d.now
 			e.prefix = e.prefix || k.Prefix
 			if e.pending && d.now-e.lastInval >= d.invGap {
@@ -377,6 +381,10 @@ func (d *Detector) scan() {
 		var cold bool
 		e.qps = d.rate(&e.win, e.since, 2*d.sub)
 		e.qpsLow = d.span(e.since) < 2*d.sub
+		if e.rthin {
+			e.rlong.b.advance(d.epoch >> longShift)
+			e.rlong.r.advance(d.epoch >> longShift)
+		}
 		if e.bthr > 0 || e.bwin.sum > 0 {
 			e.bwin.advance(d.epoch)
 			e.bn.advance(d.epoch)
@@ -393,7 +401,7 @@ func (d *Detector) scan() {
 		if d.def != nil {
 			// The conservative rate (span at least W/2) only under-reads
 			// a young entry, which was just measured above its threshold.
-			cold = d.now-e.lastSeen >= d.lifetime || d.rate(&e.win, e.since, d.win/2) < d.cfg.ColdRatio*e.thr
+			cold = d.now-e.lastSeen >= d.lifetime || d.readsCold(e)
 			if cold && e.bthr > 0 && d.now-e.lastSeen < d.lifetime {
 				cold = d.bytesCold(e)
 			}
@@ -477,6 +485,9 @@ func (d *Detector) promote(h uint64, f *decode.Flow, ns int32, k decode.Key, thr
 	e.lastSeen, e.lastEmit = d.now, d.now
 	e.expires = d.now + d.lifetime
 	e.resetWrites(d.now, d.epoch)
+	if e.rthin = d.thinAt(thr, 1); e.rthin {
+		e.rlsince = d.now // the long view counts from here
+	}
 	if b != nil {
 		e.bthr, e.bsince, e.bps = b.thr, b.since, b.bps
 		if b.win != nil {

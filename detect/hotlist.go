@@ -46,7 +46,12 @@ type hotEntry struct {
 	blong  longView
 	lsince int64
 	bsize  float64
-	gate   uint32 // index of the gate counter (bucket) it is registered in
+	// rthin: its reads threshold is too low for the window (a rule's), so
+	// the cold verdict on reads weighs rlong, its reads since rlsince.
+	rthin   bool
+	rlong   longView
+	rlsince int64
+	gate    uint32 // index of the gate counter (bucket) it is registered in
 
 	since     int64 // start of the measurement in win (ns)
 	lastSeen  int64 // last read (ns): LRU order and lifetime

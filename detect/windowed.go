@@ -101,7 +101,8 @@ type windowed struct {
 	minThr  float64  // lowest threshold (per second)
 	// bytes: this instance counts reply bytes (detect/bytes.go), not reads.
 	bytes bool
-	// long: per slot, the bytes stage's long view (nil for reads).
+	// long: per slot, the long view (bytes.go): always for the bytes
+	// stage, for reads only when a threshold is too low for the window.
 	long []longView
 	// kern: the kernel's bucket counts (kernel.go), nil without kernel
 	// counting; counted: the reads now observed are already in them.
@@ -128,7 +129,7 @@ func newWindowedFor(d *Detector, c Config, minThr float64, bytes bool) *windowed
 		minThr: minThr,
 		bytes:  bytes,
 	}
-	if bytes {
+	if bytes || d.thinAt(minThr, 1) {
 		w.long = make([]longView, c.Buckets*slotsPerBucket)
 	}
 	full := float64(d.win-d.sub) / 1e9 // seconds a full ring surely covers
@@ -213,9 +214,12 @@ func (w *windowed) observe(h uint64, f *decode.Flow, ns int32, k decode.Key, n u
 	se[i] = satAdd(se[i], n)
 	s := &w.slots[lo+uint64(i)]
 	s.own.add(ep, n)
+	if w.bytes {
+		s.reads = satAdd(s.reads, k.Weight)
+	}
 	var lv *longView
 	if w.long != nil {
-		s.reads = satAdd(s.reads, k.Weight)
+		// n: bytes, or reads scaled for sampling; k.Weight: the reads seen.
 		lv = &w.long[lo+uint64(i)]
 		lv.b.add(ep>>longShift, n)
 		lv.r.add(ep>>longShift, k.Weight)
@@ -278,7 +282,7 @@ func (w *windowed) confirm(s *slot, lv *longView, h uint64, f *decode.Flow, ns i
 	if g := d.samp.guard; g != 0 && (w.bytes && uint64(s.reads) < guardReads || !w.bytes && s.own.sum < g) {
 		return false
 	}
-	if lv != nil {
+	if w.bytes {
 		s.reads = lv.ownReads(s) // the reads behind the window promoted
 	}
 	// The count already holds at least threshold × W/2 reads, so it is a

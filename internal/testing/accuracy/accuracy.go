@@ -102,7 +102,7 @@ func (r Result) FPRate() float64 {
 }
 
 // Workloads lists the workload names in table order.
-var Workloads = []string{"zipf-0.99", "zipf-1.2", "band-0.8x-1.2x", "dense-10x", "uniform-1M", "uniform-0.5x", "step-2x", "multi-10x1.5x", "bytes-band-0.8x-1.2x"}
+var Workloads = []string{"zipf-0.99", "zipf-1.2", "band-0.8x-1.2x", "dense-10x", "uniform-1M", "uniform-0.5x", "step-2x", "multi-10x1.5x", "bytes-band-0.8x-1.2x", "rule-band-0.8x-1.2x"}
 
 // BytesWorkload reports whether workload name is hot by reply bytes: its
 // truth is bytes per second against a reply-bytes threshold, and only the
@@ -156,6 +156,9 @@ type workload struct {
 	// read), and the reply-bytes threshold its truth is judged against.
 	size     []uint32
 	hotBytes float64
+	// ruleQPS: every key's threshold is a rule's, this far below the
+	// one the window is sized for; truth is judged against it.
+	ruleQPS float64
 }
 
 const t0 = int64(1_700_000_000) * 1e9 // packet time origin: a realistic epoch
@@ -208,6 +211,22 @@ func build(p Params, name string, rng *rand.Rand) (*workload, error) {
 			size[i] = small
 		}
 		return &workload{bgRate: p.Rate, bg: newAlias(prob), bgProb: prob, dur: dur, bgTruth: true, size: size, hotBytes: hb}, nil
+	case "rule-band-0.8x-1.2x":
+		// band-0.8x-1.2x against a rule's threshold a tenth of --hot-qps
+		// (the window is sized for --hot-qps): 100 keys at 1.2× the rule
+		// (must be found), 100 at 0.8× (must not), read 80 and 53 times
+		// a window where the reads stage expects 800.
+		R := T / 10
+		prob := make([]float64, p.Keys)
+		for i := range 100 {
+			prob[i] = 1.2 * R / p.Rate
+			prob[100+i] = 0.8 * R / p.Rate
+		}
+		rest := (1 - 200*R/p.Rate) / float64(p.Keys-200)
+		for i := 200; i < p.Keys; i++ {
+			prob[i] = rest
+		}
+		return &workload{bgRate: p.Rate, bg: newAlias(prob), bgProb: prob, dur: dur, bgTruth: true, ruleQPS: R}, nil
 	case "dense-10x":
 		// Ten times the rate, uniform over the key space, so that every
 		// bucket is located and its Space-Saving table churns, plus 10 keys
@@ -294,7 +313,11 @@ func RunOne(p Params, name, det string) (Result, error) {
 	if w.size != nil && det == detect.DetectorTair {
 		return Result{}, fmt.Errorf("run %s: the Tair detector has no reply-bytes stage", name)
 	}
-	d, err := detect.New(detect.Config{HotQPS: p.HotQPS, HotBytes: w.hotBytes, Detector: cfgDet, Window: p.Window}, col)
+	cfg := detect.Config{HotQPS: p.HotQPS, HotBytes: w.hotBytes, Detector: cfgDet, Window: p.Window}
+	if w.ruleQPS > 0 {
+		cfg.Rules = []detect.Rule{{Pattern: "k:*", HotQPS: w.ruleQPS}}
+	}
+	d, err := detect.New(cfg, col)
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s: %w", name, err)
 	}
@@ -394,8 +417,11 @@ func RunOne(p Params, name, det string) (Result, error) {
 
 	r := Result{Workload: name, Detector: det, Events: col.events, Obs: obs, Reads: reads}
 	T := p.HotQPS
-	if w.size != nil {
+	switch {
+	case w.size != nil:
 		T = w.hotBytes
+	case w.ruleQPS > 0:
+		T = w.ruleQPS
 	}
 	for k, pk := range w.bgProb {
 		rate := pk * w.bgRate
