@@ -177,52 +177,43 @@ func TestHotByBytesEvidence(t *testing.T) {
 	}
 }
 
-// TestHotByBytesColdEvidence: a hot key read too seldom for the window
-// turns cold on its bytes only on evidence (bytes.go, bytesCold). A window
-// whose rate dips below the cold line, but on a count a key at the
-// threshold makes now and then, is not that: before, a key at 1.2× was
-// published cold on such a dip. A key that stops is.
-func TestHotByBytesColdEvidence(t *testing.T) {
-	// W 800 ms; 4 MB/s of 20 000-byte values: 160 reads a window at the
-	// threshold. The dip: 0.65× for one window, 104 reads, below the cold
-	// line (0.7×), 4.4 standard deviations short of 160.
-	d, rec := newDet(t, Config{HotQPS: T, HotBytes: 4e6})
-	win := time.Duration(d.win)
-	playSized(d, 0, 3*time.Second, sized{"k", 240, 20_000}, sized{"bg", 20, 100})
-	if _, ok := lastHot(rec, "k"); !ok {
-		t.Fatalf("k (1.2×) never hot: %v", rec.of("k"))
-	}
-	playSized(d, 3*time.Second, 3*time.Second+win, sized{"k", 130, 20_000}, sized{"bg", 20, 100})
-	playSized(d, 3*time.Second+win, 6*time.Second, sized{"k", 240, 20_000}, sized{"bg", 20, 100})
-	if n := rec.count("k", event.TypeCold); n != 0 {
-		t.Fatalf("k cold on one window at 0.65×: %v", rec.of("k"))
-	}
-	// Stopped: 15 reads at the threshold's rate is 75 ms of silence, from
-	// the start of a coarse sub-window (W) at the latest.
-	playSized(d, 6*time.Second, 6*time.Second+3*win, sized{"bg", 20, 100})
-	if got := rec.of("k"); got[len(got)-1] != event.TypeCold {
-		t.Fatalf("k not cold 3 W after it stopped: %v", got)
-	}
-}
-
-// TestRuleThinColdEvidence: TestHotByBytesColdEvidence on reads, under a
-// rule whose threshold is a tenth of the one the window is sized for (80
-// reads a window at it): a one-window dip below the cold line that a key
-// at the threshold makes now and then is no evidence; a stop is.
-func TestRuleThinColdEvidence(t *testing.T) {
-	d, rec := newDet(t, Config{HotQPS: T, Rules: []Rule{{Pattern: "k", HotQPS: T / 10}}})
-	win := time.Duration(d.win)
-	playSized(d, 0, 3*time.Second, sized{"k", 120, 100}, sized{"bg", 20, 100})
-	if _, ok := lastHot(rec, "k"); !ok {
-		t.Fatalf("k (1.2× of its rule) never hot: %v", rec.of("k"))
-	}
-	playSized(d, 3*time.Second, 3*time.Second+win, sized{"k", 65, 100}, sized{"bg", 20, 100})
-	playSized(d, 3*time.Second+win, 6*time.Second, sized{"k", 120, 100}, sized{"bg", 20, 100})
-	if n := rec.count("k", event.TypeCold); n != 0 {
-		t.Fatalf("k cold on one window at 0.65× of its rule: %v", rec.of("k"))
-	}
-	playSized(d, 6*time.Second, 6*time.Second+3*win, sized{"bg", 20, 100})
-	if got := rec.of("k"); got[len(got)-1] != event.TypeCold {
-		t.Fatalf("k not cold 3 W after it stopped: %v", got)
+// TestColdEvidence: a hot key read too seldom for the window (bytes.go,
+// coldOnEvidence) turns cold only on evidence. A window whose rate dips
+// below the cold line, on a count a key at the threshold makes now and
+// then, is not that: before, a key at 1.2× was published cold on such a
+// dip. A key that stops is. Hot by bytes: 4 MB/s of 20 000-byte values,
+// 160 reads a window at the threshold, the dip 0.65× (104 reads, 4.4
+// standard deviations short). Under a rule at a tenth of the threshold the
+// window is sized for: 80 reads a window, the dip 52 (3.1 short).
+func TestColdEvidence(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		cfg       Config
+		rate, dip float64
+		size      uint64
+	}{
+		{"bytes", Config{HotQPS: T, HotBytes: 4e6}, 240, 130, 20_000},
+		{"rule", Config{HotQPS: T, Rules: []Rule{{Pattern: "k", HotQPS: T / 10}}}, 120, 65, 100},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d, rec := newDet(t, c.cfg)
+			win := time.Duration(d.win)
+			bg := sized{"bg", 20, 100}
+			playSized(d, 0, 3*time.Second, sized{"k", c.rate, c.size}, bg)
+			if _, ok := lastHot(rec, "k"); !ok {
+				t.Fatalf("k (1.2×) never hot: %v", rec.of("k"))
+			}
+			playSized(d, 3*time.Second, 3*time.Second+win, sized{"k", c.dip, c.size}, bg)
+			playSized(d, 3*time.Second+win, 6*time.Second, sized{"k", c.rate, c.size}, bg)
+			if n := rec.count("k", event.TypeCold); n != 0 {
+				t.Fatalf("k cold on one window at 0.65×: %v", rec.of("k"))
+			}
+			// Stopped: 15 reads at the threshold's rate of silence, from
+			// the start of a coarse sub-window (W) at the latest.
+			playSized(d, 6*time.Second, 6*time.Second+3*win, bg)
+			if got := rec.of("k"); got[len(got)-1] != event.TypeCold {
+				t.Fatalf("k not cold 3 W after it stopped: %v", got)
+			}
+		})
 	}
 }
