@@ -242,10 +242,17 @@ func (t *topology) masters(ctx context.Context) map[string]*redis.Options {
 }
 
 // owner reports whether the master at addr holds key now: on a cluster by
-// go-redis's slot map, elsewhere every master may (a ring's shards are
-// cheap to over-register on).
+// go-redis's slot map, on a ring by the ring's own sharding; a plain or
+// sentinel client has one master. A key is registered for tracking only
+// where it is held: a registration elsewhere would read the key as missing
+// and drop the value cached from its shard (tracked).
 func (t *topology) owner(key, addr string) bool {
-	if t.kind != topoCluster {
+	switch t.kind {
+	case topoRing:
+		c, err := t.ring.GetShardClientForKey(key)
+		return err != nil || c.Options().Addr == addr // unknown: register
+	case topoCluster:
+	default:
 		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -222,6 +222,14 @@ func TestRingClient(t *testing.T) {
 	eventually(t, "tracking on both shards", func() bool { return e.shim.Stats().Tracking })
 	e.plain.Set(ctx, keys[0], "new", 0)
 	eventually(t, "foreign write seen", func() bool { return e.app.Get(ctx, keys[0]).Val() == "new" })
+	// Each key is registered at its own shard only: at the other, the
+	// registration would read it as missing and drop the value cached (8
+	// invalidations, one per key). The foreign write's key accounts for
+	// at most 2: its invalidation, and its registration again if a fetch
+	// began while it was sent.
+	if n := e.shim.Stats().Invalidations["tracking"]; n > 2 {
+		t.Errorf("%d tracking invalidations, want at most 2 (the foreign write)", n)
+	}
 }
 
 // TestFailoverClient: one Install on a sentinel-managed failover client,
