@@ -379,9 +379,10 @@ func (t *tracker) owns(key string) bool { return t.s.topo.owner(key, t.addr) }
 
 // trackers runs one tracker per master the client writes to (one for a
 // plain client; every master of a cluster, every shard of a ring), adding
-// and retiring them as the topology changes. Each tracks every hot key: a
-// write can only happen where the key's slot is, and tracking it everywhere
-// means a slot that moves to another master is covered there already.
+// and retiring them as the topology changes. Each tracks the cached keys
+// its master holds (owns): a write can only happen there, and a key that
+// moves is registered at its new master within TrackingCheck, where the
+// registration's read checks the value cached (tracked).
 type trackers struct {
 	s  *Shim
 	mu sync.Mutex
