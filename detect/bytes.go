@@ -130,13 +130,13 @@ const evidenceReads = countsAtHotRate / 2
 // threshold would read (the edge below which no key may be reported).
 const quietRatio, evidenceZ = 0.8, 5.0
 
-// longView is a bytes-stage slot's bytes and weighted reads over the long
-// view.
+// longView is a thin key's count (bytes, or reads) and reads seen over the
+// long view: a slot's, or a hot entry's for its cold verdict.
 type longView struct{ b, r window }
 
 // thin reports whether a key of threshold thr is read too seldom for the
 // window: its reads at the threshold's rate reach evidenceReads only after
-// more than W/2. lv nil (the reads stage): never.
+// more than W/2. lv nil (no long view kept): never.
 func (w *windowed) thin(lv *longView, thr float64) bool {
 	if lv == nil {
 		return false
@@ -224,21 +224,23 @@ func (d *Detector) coldOnEvidence(lv *longView, since int64, thr, size, line flo
 // a thin key to be cold on them (5 standard deviations, as evidenceZ).
 const coldEvidence = 3e-7
 
-// poissonAtMost is P(X ≤ n) for X Poisson with mean mu (n rounded down); a
-// normal approximation past a few thousand.
+// poissonAtMost is P(X ≤ n) for X Poisson with mean mu (n rounded down):
+// summed term by term up to a mean of 100 (at most 100 terms), a normal
+// approximation above, whose lower tail is heavier than the Poisson's (it
+// can only make a cold verdict wait).
 func poissonAtMost(n, mu float64) float64 {
 	n = math.Floor(n)
 	switch {
 	case n >= mu:
 		return 1
-	case mu > 4000:
+	case mu > 100:
 		return 0.5 * math.Erfc((mu-n-0.5)/math.Sqrt(2*mu))
 	}
-	lmu := math.Log(mu)
-	p := 0.0
-	for i := 0.0; i <= n; i++ {
-		lg, _ := math.Lgamma(i + 1)
-		p += math.Exp(i*lmu - mu - lg)
+	term := math.Exp(-mu)
+	p := term
+	for i := 1.0; i <= n; i++ {
+		term *= mu / i
+		p += term
 	}
 	return p
 }
