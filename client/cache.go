@@ -188,9 +188,7 @@ func (s *Shim) acquire(key string, kind uint8, now int64) (action, *value, ticke
 // invalidation dropped it) returns that entry as busy, uncounted: the
 // caller may wait for the fetch instead (acquireWait).
 func (s *Shim) decide(key string, kind uint8, now int64) (act action, v *value, t ticket, busy *cacheEntry) {
-	s.mu.RLock()
-	e := s.entries[key]
-	s.mu.RUnlock()
+	e := s.entry(key)
 	if e == nil {
 		act, v, t = s.admit(key, kind, now)
 		return act, v, t, nil
@@ -249,9 +247,7 @@ func (s *Shim) peek(key string, kind uint8, now int64) *value {
 // fresh returns key's entry if it holds a fresh value of kind (counting
 // nothing).
 func (s *Shim) fresh(key string, kind uint8, now int64) *cacheEntry {
-	s.mu.RLock()
-	e := s.entries[key]
-	s.mu.RUnlock()
+	e := s.entry(key)
 	if e == nil || e.kind != kind || e.uncacheable.Load() {
 		return nil
 	}
@@ -440,20 +436,32 @@ func (s *Shim) release(t ticket) {
 // invalidate drops key's cached value (the key stays admitted: it is still
 // hot, the next read refreshes it).
 func (s *Shim) invalidate(key string, reason int) {
-	s.mu.RLock()
-	e := s.entries[key]
-	s.mu.RUnlock()
+	e := s.entry(key)
 	if e != nil {
 		s.invalidateEntry(e)
 		s.m.invalidations[reason].Add(1)
 	}
 }
 
+// entry is key's cache entry, or nil.
+func (s *Shim) entry(key string) *cacheEntry {
+	s.mu.RLock()
+	e := s.entries[key]
+	s.mu.RUnlock()
+	return e
+}
+
 func (s *Shim) invalidateEntry(e *cacheEntry) {
 	e.mu.Lock()
+	s.dropLocked(e)
+	e.mu.Unlock()
+}
+
+// dropLocked drops e's value (e.mu held); gen moves too, so a fetch in
+// flight does not store.
+func (s *Shim) dropLocked(e *cacheEntry) {
 	e.gen.Add(1)
 	s.setVal(e, nil)
-	e.mu.Unlock()
 }
 
 // probeKind is how a registration of key should read it (newProbe): as the
@@ -461,9 +469,7 @@ func (s *Shim) invalidateEntry(e *cacheEntry) {
 // registration missed a write; 0 (EXISTS alone) when there is nothing to
 // check.
 func (s *Shim) probeKind(key string) uint8 {
-	s.mu.RLock()
-	e := s.entries[key]
-	s.mu.RUnlock()
+	e := s.entry(key)
 	if e == nil || e.uncacheable.Load() {
 		return 0
 	}
@@ -484,9 +490,7 @@ func (s *Shim) probeKind(key string) uint8 {
 // admission's own fetch races it), after an invalidation, and at a cluster
 // master a slot moved to.
 func (s *Shim) tracked(key string, done int64, kind uint8, sum uint64) {
-	s.mu.RLock()
-	e := s.entries[key]
-	s.mu.RUnlock()
+	e := s.entry(key)
 	if e == nil {
 		return
 	}
@@ -500,9 +504,7 @@ func (s *Shim) tracked(key string, done int64, kind uint8, sum uint64) {
 	switch {
 	case v != nil && v.expires-int64(s.opt.LocalTTL) < done && (!compared || v.sum(kind) != sum),
 		inFlight && !compared:
-		// gen moves too, so a fetch in flight does not store.
-		e.gen.Add(1)
-		s.setVal(e, nil)
+		s.dropLocked(e)
 		s.m.invalidations[invalTracking].Add(1)
 	case inFlight:
 		e.check = regCheck{done: done, sum: sum}

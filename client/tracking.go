@@ -312,7 +312,6 @@ func (t *tracker) sync(ctx context.Context) {
 // server's command statistics keep telling the application's reads from
 // the shim's; an ACL that denies them only costs the comparison.
 type probe struct {
-	kind uint8
 	ex   *redis.IntCmd    // EXISTS: registers; for a string, tells "" from missing
 	str  *redis.StringCmd // GETRANGE k 0 -1: the whole string
 	scan *redis.ScanCmd   // HSCAN k 0 COUNT n: the whole hash (cursor 0)
@@ -321,8 +320,8 @@ type probe struct {
 // newProbe queues key's registration on p, reading it as what it is cached
 // as when there is a value or a fetch to check (probeKind).
 func (s *Shim) newProbe(ctx context.Context, p redis.Pipeliner, key string) probe {
-	pr := probe{kind: s.probeKind(key), ex: p.Exists(ctx, key)}
-	switch pr.kind {
+	pr := probe{ex: p.Exists(ctx, key)}
+	switch s.probeKind(key) {
 	case kindString:
 		pr.str = p.GetRange(ctx, key, 0, -1)
 	case kindHash:

@@ -233,8 +233,7 @@ func (d *Detector) absorb(e *hotEntry, hits, windowMS uint64) (uint64, bool) {
 		e.abs.add(ep, uint32(n))
 		e.win.add(ep, uint32(n))
 		if e.rthin {
-			e.rlong.b.add(ep>>longShift, uint32(n))
-			e.rlong.r.add(ep>>longShift, uint32(n))
+			e.rlong.add(ep>>longShift, uint32(n))
 		}
 		credited += n
 	}

@@ -50,11 +50,10 @@ func (d *Detector) ReplyKey(f *decode.Flow, ns int32, k decode.Key, n uint64) {
 			}
 			e.bwin.add(d.epoch, c)
 			e.bn.add(d.epoch, w)
-			if e.lsince == 0 {
-				e.lsince = d.now
+			if e.bthr > 0 { // only a bytes threshold's cold verdict reads it
+				e.blong.b.add(d.epoch>>longShift, c)
+				e.blong.r.add(d.epoch>>longShift, w)
 			}
-			e.blong.b.add(d.epoch>>longShift, c)
-			e.blong.r.add(d.epoch>>longShift, w)
 			return
 		}
 	}
@@ -166,7 +165,7 @@ func (d *Detector) bytesCold(e *hotEntry) bool {
 	if e.bsize <= 0 || !d.thinAt(e.bthr, e.bsize) {
 		return true // the window holds the evidence, or nothing to weigh
 	}
-	return d.coldOnEvidence(&e.blong, e.lsince, e.bthr, e.bsize, line)
+	return d.coldOnEvidence(&e.blong.b, &e.blong.r, e.lsince, e.bthr, e.bsize, line)
 }
 
 // readsCold is bytesCold for reads: a key whose threshold is too low for
@@ -180,12 +179,12 @@ func (d *Detector) readsCold(e *hotEntry) bool {
 	if !e.rthin {
 		return true
 	}
-	return d.coldOnEvidence(&e.rlong, e.rlsince, e.thr, 1, line)
+	return d.coldOnEvidence(&e.rlong, &e.rlong, e.rlsince, e.thr, 1, line)
 }
 
-// coldOnEvidence reports whether long view lv, counting since since, shows
-// a key of threshold thr (per second, of units of size per read) below
-// line: some recent span of it (the last k coarse sub-windows, k =
+// coldOnEvidence reports whether a long view, its count cnt (bytes, or
+// reads) and its reads seen rd since since, shows a key of threshold thr
+// (per second, of units of size per read) below line: some recent span of it (the last k coarse sub-windows, k =
 // 1..numSub) holds so few reads that a key at its threshold would read as
 // few with a probability below coldEvidence (Poisson), at a rate below the
 // line; or the whole view, once it spans 4 W, a rate below the line (a cold
@@ -193,7 +192,7 @@ func (d *Detector) readsCold(e *hotEntry) bool {
 // that stops is cold once the silence since the start of a coarse
 // sub-window is worth 15 reads at its threshold (75 ms at 200 reads a
 // second; 1.5 s at 10).
-func (d *Detector) coldOnEvidence(lv *longView, since int64, thr, size, line float64) bool {
+func (d *Detector) coldOnEvidence(cnt, rd *window, since int64, thr, size, line float64) bool {
 	if since == 0 {
 		return false
 	}
@@ -201,10 +200,10 @@ func (d *Detector) coldOnEvidence(lv *longView, since int64, thr, size, line flo
 	var r, b float64
 	span := int64(0)
 	for k := range int64(numSub) {
-		ep := lv.r.epoch - k
+		ep := rd.epoch - k
 		j := ep & (numSub - 1)
-		r += float64(lv.r.ring[j])
-		b += float64(lv.b.ring[j])
+		r += float64(rd.ring[j])
+		b += float64(cnt.ring[j])
 		span = d.now - max(ep*coarse, since)
 		if span <= 0 {
 			return false

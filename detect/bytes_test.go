@@ -145,8 +145,8 @@ func TestHotBytesRules(t *testing.T) {
 // TestHotByBytesEvidence: a key hot by its bytes alone, with a value so
 // large that it is read a few dozen times a window, is judged on its long
 // view (bytes.go): not before its reads tell it from a key at 0.8× of the
-// threshold, however the window's bytes look, and no later than half the
-// long view; a key far above the threshold tells at once.
+// threshold, however the window's bytes look, and well within the long
+// view; a key far above the threshold tells at once.
 func TestHotByBytesEvidence(t *testing.T) {
 	// T reads/s: a window W of 800 ms. 4 MB/s of 20 000-byte values: 200
 	// reads a second at the threshold, 160 a window where the reads stage

@@ -247,8 +247,7 @@ func (d *Detector) Key(f *decode.Flow, r *decode.Request, k decode.Key) {
 		if e := d.hot.find(h, f, r.NS, k.Bytes); e != nil {
 			e.win.add(d.epoch, w)
 			if e.rthin {
-				e.rlong.b.add(d.epoch>>longShift, w)
-				e.rlong.r.add(d.epoch>>longShift, w)
+				e.rlong.add(d.epoch>>longShift, w)
 			}
 			e.lastSeen = d.now
 			e.prefix = e.prefix || k.Prefix
@@ -382,14 +381,15 @@ func (d *Detector) scan() {
 		e.qps = d.rate(&e.win, e.since, 2*d.sub)
 		e.qpsLow = d.span(e.since) < 2*d.sub
 		if e.rthin {
-			e.rlong.b.advance(d.epoch >> longShift)
-			e.rlong.r.advance(d.epoch >> longShift)
+			e.rlong.advance(d.epoch >> longShift)
 		}
 		if e.bthr > 0 || e.bwin.sum > 0 {
 			e.bwin.advance(d.epoch)
 			e.bn.advance(d.epoch)
-			e.blong.b.advance(d.epoch >> longShift)
-			e.blong.r.advance(d.epoch >> longShift)
+			if e.bthr > 0 {
+				e.blong.b.advance(d.epoch >> longShift)
+				e.blong.r.advance(d.epoch >> longShift)
+			}
 			e.bps = d.rate(&e.bwin, e.bsince, 2*d.sub)
 			if e.bn.sum > 0 {
 				e.bsize = float64(e.bwin.sum) / float64(e.bn.sum)

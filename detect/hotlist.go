@@ -7,7 +7,7 @@ import (
 	"github.com/hotsniff/hotsniff/decode"
 )
 
-// hotEntry is one hot key: 1360 bytes (amd64) plus the key.
+// hotEntry is one hot key: 1424 bytes (amd64) plus the key.
 type hotEntry struct {
 	h      uint64
 	key    []byte
@@ -40,16 +40,18 @@ type hotEntry struct {
 	bn     window // weighted reads answered with the bytes in bwin: their mean size
 	bsince int64
 	bps    float64
-	// blong: its bytes and reads over the long view since lsince, and
-	// bsize its last known mean reply size: with too few reads for the
-	// window, the cold verdict on bytes weighs its evidence (bytesCold).
+	// blong: its bytes and reads over the long view since lsince (with a
+	// bytes threshold), and bsize its last known mean reply size: with too
+	// few reads for the window, the cold verdict on bytes weighs its
+	// evidence (bytesCold).
 	blong  longView
 	lsince int64
 	bsize  float64
 	// rthin: its reads threshold is too low for the window (a rule's), so
-	// the cold verdict on reads weighs rlong, its reads since rlsince.
+	// the cold verdict on reads weighs rlong, its reads over the long view
+	// since rlsince (count and reads seen alike).
 	rthin   bool
-	rlong   longView
+	rlong   window
 	rlsince int64
 	gate    uint32 // index of the gate counter (bucket) it is registered in
 

@@ -44,9 +44,9 @@ import (
 //     W/2) happen only in the first window of a key's tenure in its slot.
 //
 // Memory is fixed at New: per bucket 49 bytes (counts, history, state) + slotsPerBucket ×
-// 100 bytes (hash, estimate, slot), ~850 bytes, and for the bytes stage
-// 768 more (its slots' long views, bytes.go); per hot entry 1360 bytes +
-// the key. It does not depend on the number of distinct keys.
+// 100 bytes (hash, estimate, slot), ~850 bytes, and 768 more for the long
+// views of a stage with thin keys (bytes.go: always the bytes stage); per
+// hot entry 1424 bytes + the key. It does not depend on the number of distinct keys.
 
 // slotsPerBucket is the size of a located bucket's Space-Saving table.
 const slotsPerBucket = 8
@@ -246,7 +246,7 @@ func (w *windowed) activate(bi uint64) {
 }
 
 // confirm promotes the slot's key if its own rate reaches its threshold
-// (lv: its long view, bytes stage only).
+// (lv: its long view, nil when the stage keeps none).
 func (w *windowed) confirm(s *slot, lv *longView, h uint64, f *decode.Flow, ns int32, k decode.Key) bool {
 	d := w.d
 	if s.flags&slotChecked == 0 {

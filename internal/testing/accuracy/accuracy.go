@@ -163,6 +163,25 @@ type workload struct {
 
 const t0 = int64(1_700_000_000) * 1e9 // packet time origin: a realistic epoch
 
+// band is the band workloads' key distribution: keys 0-99 read at 1.2 ×
+// rate per second, keys 100-199 at 0.8 ×, the rest of p.Rate uniform over
+// the other keys.
+func band(p Params, name string, rate float64) ([]float64, error) {
+	prob := make([]float64, p.Keys)
+	for i := range 100 {
+		prob[i] = 1.2 * rate / p.Rate
+		prob[100+i] = 0.8 * rate / p.Rate
+	}
+	rest := (1 - 200*rate/p.Rate) / float64(p.Keys-200)
+	if rest < 0 {
+		return nil, fmt.Errorf("build %s: rate %v too low for 200 keys near %v/s", name, p.Rate, rate)
+	}
+	for i := 200; i < p.Keys; i++ {
+		prob[i] = rest
+	}
+	return prob, nil
+}
+
 func build(p Params, name string, rng *rand.Rand) (*workload, error) {
 	T := p.HotQPS
 	dur := p.Duration.Nanoseconds()
@@ -177,17 +196,9 @@ func build(p Params, name string, rng *rand.Rand) (*workload, error) {
 	case "band-0.8x-1.2x":
 		// The edge of the statistics: 100 keys at exactly 1.2× (must be
 		// found) and 100 at exactly 0.8× (must not), over a uniform rest.
-		prob := make([]float64, p.Keys)
-		for i := range 100 {
-			prob[i] = 1.2 * T / p.Rate
-			prob[100+i] = 0.8 * T / p.Rate
-		}
-		rest := (1 - 200*T/p.Rate) / float64(p.Keys-200)
-		if rest < 0 {
-			return nil, fmt.Errorf("build %s: rate %v too low for 200 keys near %v/s", name, p.Rate, T)
-		}
-		for i := 200; i < p.Keys; i++ {
-			prob[i] = rest
+		prob, err := band(p, name, T)
+		if err != nil {
+			return nil, err
 		}
 		return &workload{bgRate: p.Rate, bg: newAlias(prob), bgProb: prob, dur: dur, bgTruth: true}, nil
 	case "bytes-band-0.8x-1.2x":
@@ -198,35 +209,28 @@ func build(p Params, name string, rng *rand.Rand) (*workload, error) {
 		// replies. No key is near the reads threshold.
 		const big, small = 20000, 100
 		hb := 0.1 * T * big
-		prob := make([]float64, p.Keys)
-		size := make([]uint32, p.Keys)
-		for i := range 100 {
-			prob[i] = 1.2 * hb / big / p.Rate
-			prob[100+i] = 0.8 * hb / big / p.Rate
-			size[i], size[100+i] = big, big
+		prob, err := band(p, name, hb/big)
+		if err != nil {
+			return nil, err
 		}
-		rest := (1 - 200*hb/big/p.Rate) / float64(p.Keys-200)
-		for i := 200; i < p.Keys; i++ {
-			prob[i] = rest
+		size := make([]uint32, p.Keys)
+		for i := range size {
 			size[i] = small
+		}
+		for i := range 200 {
+			size[i] = big
 		}
 		return &workload{bgRate: p.Rate, bg: newAlias(prob), bgProb: prob, dur: dur, bgTruth: true, size: size, hotBytes: hb}, nil
 	case "rule-band-0.8x-1.2x":
 		// band-0.8x-1.2x against a rule's threshold a tenth of --hot-qps
 		// (the window is sized for --hot-qps): 100 keys at 1.2× the rule
-		// (must be found), 100 at 0.8× (must not), read 80 and 53 times
-		// a window where the reads stage expects 800.
-		R := T / 10
-		prob := make([]float64, p.Keys)
-		for i := range 100 {
-			prob[i] = 1.2 * R / p.Rate
-			prob[100+i] = 0.8 * R / p.Rate
+		// (must be found), 100 at 0.8× (must not), read 96 and 64 times a
+		// 400 ms window where the reads stage expects 800.
+		prob, err := band(p, name, T/10)
+		if err != nil {
+			return nil, err
 		}
-		rest := (1 - 200*R/p.Rate) / float64(p.Keys-200)
-		for i := 200; i < p.Keys; i++ {
-			prob[i] = rest
-		}
-		return &workload{bgRate: p.Rate, bg: newAlias(prob), bgProb: prob, dur: dur, bgTruth: true, ruleQPS: R}, nil
+		return &workload{bgRate: p.Rate, bg: newAlias(prob), bgProb: prob, dur: dur, bgTruth: true, ruleQPS: T / 10}, nil
 	case "dense-10x":
 		// Ten times the rate, uniform over the key space, so that every
 		// bucket is located and its Space-Saving table churns, plus 10 keys

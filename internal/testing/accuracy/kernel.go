@@ -107,6 +107,17 @@ func (k *kernelFeed) close(end int64) {
 	}
 }
 
+// fill sets k.counts at buckets idx to n (nil: back to zero).
+func (k *kernelFeed) fill(idx, n []uint32) {
+	for i, b := range idx {
+		var c uint32
+		if n != nil {
+			c = n[i]
+		}
+		k.counts[b] = c
+	}
+}
+
 // step is the reader: every ended sub-window into the detector, in order,
 // and the located set of the last one to the programs.
 func (k *kernelFeed) step(at int64) {
@@ -116,20 +127,12 @@ func (k *kernelFeed) step(at int64) {
 			continue
 		}
 		// The reply bytes first, as the daemon's reader hands them.
-		for i, b := range s.bidx {
-			k.counts[b] = s.bn[i]
-		}
+		k.fill(s.bidx, s.bn)
 		k.d.KernelByteCountsAt(t0+s.start, t0+s.end, k.counts, s.bidx, detect.KernelByteUnit, true)
-		for _, b := range s.bidx {
-			k.counts[b] = 0
-		}
-		for i, b := range s.idx {
-			k.counts[b] = s.n[i]
-		}
+		k.fill(s.bidx, nil)
+		k.fill(s.idx, s.n)
 		k.bits = k.d.KernelCountsAt(t0+s.start, t0+s.end, k.counts, s.idx, true)
-		for _, b := range s.idx {
-			k.counts[b] = 0
-		}
+		k.fill(s.idx, nil)
 	}
 	k.ended = k.ended[:0]
 	if k.every == 0 {

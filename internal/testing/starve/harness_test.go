@@ -152,7 +152,7 @@ type ev struct {
 	Key  string  `json:"key"`
 	QPS  float64 `json:"qps"`
 	Samp float64 `json:"sample"`
-	// Reason is why a hot key is hot: "qps", "bytes" or "qps+bytes".
+	// Reason is why a hot key is hot: "qps", "bytes" or "qps,bytes".
 	Reason string `json:"reason"`
 }
 
