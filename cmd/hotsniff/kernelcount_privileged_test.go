@@ -105,19 +105,22 @@ func TestRunKernelCountPooled(t *testing.T) {
 	defer cancel()
 	rdb := redis.NewClient(&redis.Options{Addr: cache.String(), PoolSize: 2, MinIdleConns: 2, ConnMaxIdleTime: -1})
 	defer rdb.Close()
-	var wg sync.WaitGroup
-	hold := make(chan struct{})
+	// Both connections open before the daemon: two taken from the pool at
+	// once (a Ping each returns its connection at once, so two Pings from
+	// two goroutines could share one: it failed so in a CI run), then
+	// given back.
+	var conns []*redis.Conn
 	for range 2 {
-		// Both connections open (and busy together) before the daemon.
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = rdb.Ping(ctx).Err()
-			<-hold
-		}()
+		c := rdb.Conn()
+		if err := c.Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
 	}
-	close(hold)
-	wg.Wait()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	var wg sync.WaitGroup
 	if st := rdb.PoolStats(); st.TotalConns != 2 {
 		t.Fatalf("pool holds %d connections, want 2", st.TotalConns)
 	}
