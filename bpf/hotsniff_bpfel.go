@@ -56,6 +56,16 @@ type hotsniffKcCmd struct {
 	Step    int16
 }
 
+type hotsniffKcCset struct {
+	_       structs.HostLayout
+	Tag     [4]uint64
+	Seen    [4]uint16
+	Spilled uint8
+	Pad     [3]uint8
+	F       [4]hotsniffKcFlow
+	_       [4]byte
+}
+
 type hotsniffKcFlow struct {
 	_        structs.HostLayout
 	NextSeq  uint32
@@ -197,7 +207,8 @@ type hotsniffKcState struct {
 		Unseen uint8
 		Rec    uint32
 		Frec   uint32
-		Fpad   uint32
+		Cset   uint32
+		Ckey   uint64
 	}
 	Nc struct {
 		_   structs.HostLayout
@@ -252,7 +263,7 @@ type hotsniffKcState struct {
 		Ts uint64
 	}
 	Rq [256]uint64
-	_  [2320]byte
+	_  [2312]byte
 }
 
 type hotsniffKcStats struct {
@@ -353,6 +364,7 @@ const (
 	hotsniffMapKcAnchor               = "kc_anchor"
 	hotsniffMapKcBcounts              = "kc_bcounts"
 	hotsniffMapKcCmds                 = "kc_cmds"
+	hotsniffMapKcConns                = "kc_conns"
 	hotsniffMapKcCounts               = "kc_counts"
 	hotsniffMapKcFlows                = "kc_flows"
 	hotsniffMapKcHot                  = "kc_hot"
@@ -374,6 +386,8 @@ const (
 	hotsniffProgHotsniffTcIngress     = "hotsniff_tc_ingress"
 	hotsniffProgHotsniffXdp           = "hotsniff_xdp"
 	hotsniffVarKcBytes                = "kc_bytes"
+	hotsniffVarKcConnKey              = "kc_conn_key"
+	hotsniffVarKcCsets                = "kc_csets"
 	hotsniffVarKcOn                   = "kc_on"
 	hotsniffVarKcSubNs                = "kc_sub_ns"
 	hotsniffVarMaxCopy                = "max_copy"
@@ -456,6 +470,7 @@ type hotsniffMapSpecs struct {
 	KcAnchor   *ebpf.MapSpec `ebpf:"kc_anchor"`
 	KcBcounts  *ebpf.MapSpec `ebpf:"kc_bcounts"`
 	KcCmds     *ebpf.MapSpec `ebpf:"kc_cmds"`
+	KcConns    *ebpf.MapSpec `ebpf:"kc_conns"`
 	KcCounts   *ebpf.MapSpec `ebpf:"kc_counts"`
 	KcFlows    *ebpf.MapSpec `ebpf:"kc_flows"`
 	KcHot      *ebpf.MapSpec `ebpf:"kc_hot"`
@@ -478,6 +493,8 @@ type hotsniffMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type hotsniffVariableSpecs struct {
 	KcBytes            *ebpf.VariableSpec `ebpf:"kc_bytes"`
+	KcConnKey          *ebpf.VariableSpec `ebpf:"kc_conn_key"`
+	KcCsets            *ebpf.VariableSpec `ebpf:"kc_csets"`
 	KcOn               *ebpf.VariableSpec `ebpf:"kc_on"`
 	KcSubNs            *ebpf.VariableSpec `ebpf:"kc_sub_ns"`
 	MaxCopy            *ebpf.VariableSpec `ebpf:"max_copy"`
@@ -527,6 +544,7 @@ type hotsniffMaps struct {
 	KcAnchor   *ebpf.Map `ebpf:"kc_anchor"`
 	KcBcounts  *ebpf.Map `ebpf:"kc_bcounts"`
 	KcCmds     *ebpf.Map `ebpf:"kc_cmds"`
+	KcConns    *ebpf.Map `ebpf:"kc_conns"`
 	KcCounts   *ebpf.Map `ebpf:"kc_counts"`
 	KcFlows    *ebpf.Map `ebpf:"kc_flows"`
 	KcHot      *ebpf.Map `ebpf:"kc_hot"`
@@ -550,6 +568,7 @@ func (m *hotsniffMaps) Close() error {
 		m.KcAnchor,
 		m.KcBcounts,
 		m.KcCmds,
+		m.KcConns,
 		m.KcCounts,
 		m.KcFlows,
 		m.KcHot,
@@ -573,6 +592,8 @@ func (m *hotsniffMaps) Close() error {
 // It can be passed to loadHotsniffObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hotsniffVariables struct {
 	KcBytes            *ebpf.Variable `ebpf:"kc_bytes"`
+	KcConnKey          *ebpf.Variable `ebpf:"kc_conn_key"`
+	KcCsets            *ebpf.Variable `ebpf:"kc_csets"`
 	KcOn               *ebpf.Variable `ebpf:"kc_on"`
 	KcSubNs            *ebpf.Variable `ebpf:"kc_sub_ns"`
 	MaxCopy            *ebpf.Variable `ebpf:"max_copy"`

@@ -2,6 +2,8 @@ package bpf
 
 import (
 	"cmp"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -149,6 +151,10 @@ type KernelCountConfig struct {
 	// ReplyFlows is how many connections keep a reply queue (about 2 KiB
 	// each); 0: DefaultReplyFlows. The least recently used is dropped.
 	ReplyFlows int
+	// ConnSets is how many sets of four connection states the programs
+	// keep (kc_conns in kcount.h; a power of two); 0: 16 384. Tests make
+	// it small to fill a set.
+	ConnSets int
 }
 
 // DefaultReplyFlows is KernelCountConfig.ReplyFlows' default.
@@ -160,6 +166,9 @@ func (k *KernelCountConfig) validate() error {
 	}
 	if k.Buckets <= 0 || k.Buckets > KernelBuckets || k.Buckets&(k.Buckets-1) != 0 {
 		return fmt.Errorf("configure kernel counting: %d buckets: want a power of two up to %d", k.Buckets, KernelBuckets)
+	}
+	if k.ConnSets < 0 || k.ConnSets&(k.ConnSets-1) != 0 {
+		return fmt.Errorf("configure kernel counting: %d connection sets: want a power of two", k.ConnSets)
 	}
 	return nil
 }
@@ -174,9 +183,25 @@ func setKernelVars(spec *ebpf.CollectionSpec, k *KernelCountConfig, cpus int) er
 	}
 	if k != nil {
 		on, sub = 1, uint64(k.SubWindow.Nanoseconds())
+		if k.ConnSets != 0 {
+			spec.Maps[hotsniffMapKcConns].MaxEntries = uint32(k.ConnSets)
+		}
 	} else {
-		// Off: the programs never count; no 2 MiB of counts per CPU.
+		// Off: the programs never count; no 2 MiB of counts per CPU, nor
+		// of connection states.
 		spec.Maps[hotsniffMapKcCounts].MaxEntries = 1
+		spec.Maps[hotsniffMapKcConns].MaxEntries = 1
+		spec.Maps[hotsniffMapKcFlows].MaxEntries = 1
+	}
+	var key [8]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		return fmt.Errorf("draw connection hash key: %w", err)
+	}
+	if err := spec.Variables[hotsniffVarKcConnKey].Set(binary.LittleEndian.Uint64(key[:])); err != nil {
+		return fmt.Errorf("set kc_conn_key: %w", err)
+	}
+	if err := spec.Variables[hotsniffVarKcCsets].Set(spec.Maps[hotsniffMapKcConns].MaxEntries - 1); err != nil {
+		return fmt.Errorf("set kc_csets: %w", err)
 	}
 	if k != nil && k.ReplyBytes {
 		bytes = 1

@@ -47,9 +47,20 @@ func openKC(t testing.TB) *kcEnv {
 
 func openKCSub(t testing.TB, sub time.Duration) *kcEnv {
 	t.Helper()
-	c, objs, rd := openTestConfig(t, Config{Ports: []uint16{6379, 11211}, RingSize: 1 << 20, KernelCount: &KernelCountConfig{Commands: testRedisTable(),
+	return openKCWith(t, sub, nil)
+}
+
+// openKCWith opens the test env with the kernel-counting config edited by
+// edit, if not nil.
+func openKCWith(t testing.TB, sub time.Duration, edit func(*KernelCountConfig)) *kcEnv {
+	t.Helper()
+	kc := &KernelCountConfig{Commands: testRedisTable(),
 		SubWindow: sub, Buckets: 4096, Protos: map[uint16]uint8{6379: uint8(decode.ProtoRedis), 11211: uint8(decode.ProtoMemcache)},
-	}})
+	}
+	if edit != nil {
+		edit(kc)
+	}
+	c, objs, rd := openTestConfig(t, Config{Ports: []uint16{6379, 11211}, RingSize: 1 << 20, KernelCount: kc})
 	return &kcEnv{t: t, c: c, objs: objs, rd: rd, sub: sub, ep0: c.KernelEpoch(), port: 41000}
 }
 
@@ -490,6 +501,60 @@ func TestKernelCountDuplicate(t *testing.T) {
 	}
 	w := want{}
 	w.add(srv4, decode.ProtoRedis, 0, "cold", 2)
+	e.check(w)
+}
+
+// TestKernelCountConnSets: with every connection in one set of four ways,
+// the connections past four keep their states in the overflow map: each
+// keeps its own DB and boundary, so every GET is counted in the kernel, in
+// its connection's DB, with no fallback; a SYN on a connection already
+// there (its ports reused) starts it afresh wherever it is.
+func TestKernelCountConnSets(t *testing.T) {
+	e := openKCWith(t, 300*time.Millisecond, func(k *KernelCountConfig) { k.ConnSets = 1 })
+	prog := e.objs.HotsniffTcIngress
+	const n = 10
+	var conns []*conn
+	for i := range n {
+		c := e.newConn(srv4, prog, true)
+		conns = append(conns, c)
+		if recs := e.send(prog, c, resp("SELECT", strconv.Itoa(i))); len(recs) != 1 {
+			t.Fatalf("connection %d: SELECT made %d records, want 1 (copied)", i, len(recs))
+		}
+	}
+	w := want{}
+	for round := range 3 {
+		for i, c := range conns {
+			if recs := e.send(prog, c, resp("GET", "k")); len(recs) != 0 {
+				t.Fatalf("round %d, connection %d: GET copied: %+v", round, i, recs)
+			}
+			w.add(srv4, decode.ProtoRedis, int32(i), "k", 1)
+		}
+	}
+	var key uint64
+	var fl hotsniffKcFlow
+	spilled := 0
+	for it := e.objs.KcFlows.Iterate(); it.Next(&key, &fl); {
+		spilled++
+	}
+	if spilled != n-4 {
+		t.Errorf("%d connections in the overflow map, want %d", spilled, n-4)
+	}
+	// Connection 7 (in the overflow map) and 1 (in the set) open again on
+	// the same ports: DB 0 and a new sequence from their SYNs.
+	for _, i := range []int{7, 1} {
+		c := conns[i]
+		c.seq = 500000
+		e.run(prog, pkt{src: c.cli, dst: c.srv, flags: 0x02, seq: c.seq - 1})
+		e.drain()
+		if recs := e.send(prog, c, resp("GET", "k")); len(recs) != 0 {
+			t.Fatalf("connection %d after its new SYN: GET copied: %+v", i, recs)
+		}
+		w.add(srv4, decode.ProtoRedis, 0, "k", 1)
+	}
+	st := e.stats()
+	if st.Skipped != 3*n+2 || sumFallback(st) != 0 {
+		t.Errorf("stats %+v, want %d counted and skipped, no fallback", st, 3*n+2)
+	}
 	e.check(w)
 }
 

@@ -344,7 +344,7 @@ func (c *Capture) createMaps(online []bool) error {
 	}
 	c.kcMaps = make(map[string]*ebpf.Map)
 	for _, name := range []string{hotsniffMapKcCounts, hotsniffMapKcLocated, hotsniffMapKcHot, hotsniffMapKcCmds,
-		hotsniffMapKcProto, hotsniffMapKcFlows, hotsniffMapKcScratch, hotsniffMapKcBcounts, hotsniffMapKcRflows, hotsniffMapKcRzero} {
+		hotsniffMapKcProto, hotsniffMapKcConns, hotsniffMapKcFlows, hotsniffMapKcScratch, hotsniffMapKcBcounts, hotsniffMapKcRflows, hotsniffMapKcRzero} {
 		m, err := ebpf.NewMap(c.spec.Maps[name])
 		if err != nil {
 			return fmt.Errorf("create map %s: %w", name, err)
