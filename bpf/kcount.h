@@ -315,14 +315,16 @@ struct kc_flow {
 // this path every page the TLB does not hold costs as much as the rest of
 // the lookup (measured: kc_request on TC at -P 1, 622 to 539 ns a run).
 //
-// A connection takes a free way of its set, or one whose connection has
+// A connection takes a free way of its set, else one whose connection has
 // sent nothing for KC_IDLE (closed connections are never removed: their
-// ways are reused this way). When all four are busy it goes to kc_flows,
-// an LRU hash keyed by the tag, and the set is marked so that a miss
-// there looks in kc_flows too. A way is never taken from a connection that
-// sent something within KC_IDLE, so no program run still holds its state
-// when it is reused (it would write a stale connection's fields over the
-// new one's: a DB among them).
+// ways are reused this way), whose state then moves to kc_flows, an LRU
+// hash keyed by the tag; when all four are busy the newcomer goes there
+// itself. A set that sent a state there is marked, so that a miss in it
+// looks in kc_flows too. So a connection loses its state only where the
+// LRU hash this replaced dropped it (its least recently used end), and a
+// way is never taken from a connection that sent something within KC_IDLE:
+// no program run still holds its state when it is reused (it would write
+// a stale connection's fields over the new one's, a DB among them).
 //
 // A tag matching another connection's (2^-64 per pair) shares its state:
 // the segment is then at a boundary only if its sequence number is the
@@ -742,7 +744,10 @@ __attribute__((noinline)) int kc_conn_find(struct kc_in *in)
 }
 
 // kc_conn_new gives connection in->k (just looked up by kc_conn_find) a
-// fresh state: a free or idle way, else kc_flows. Same returns.
+// fresh state: a free way, else one whose connection has been idle for
+// KC_IDLE (its state moves to kc_flows, where it is found if the
+// connection is alive: an idle pooled connection keeps its DB), else
+// kc_flows. Same returns.
 __attribute__((noinline)) int kc_conn_new(struct kc_in *in)
 {
 	if (!in)
@@ -753,14 +758,24 @@ __attribute__((noinline)) int kc_conn_new(struct kc_in *in)
 		return -1;
 	__u64 tag = in->ckey;
 	__u16 now = bpf_jiffies64() >> 8;
-	for (int w = 0; w < KC_WAYS; w++) {
-		__u64 old = cs->tag[w];
-		if (old && old != tag && (__u16)(now - cs->seen[w]) < KC_IDLE)
+	int w = 0;
+	for (; w < KC_WAYS; w++) {
+		// Claimed atomically: another CPU may be taking a way of this
+		// set for another connection.
+		if (!cs->tag[w] && !__sync_val_compare_and_swap(&cs->tag[w], 0, tag))
+			break;
+	}
+	for (int v = 0; v < KC_WAYS && w == KC_WAYS; v++) {
+		__u64 old = cs->tag[v];
+		if (!old || (__u16)(now - cs->seen[v]) < KC_IDLE)
 			continue;
-		// Claimed atomically: another CPU may be taking this way for
-		// another connection of the set.
-		if (__sync_val_compare_and_swap(&cs->tag[w], old, tag) != old)
+		if (bpf_map_update_elem(&kc_flows, &cs->tag[v], &cs->f[v], BPF_ANY))
 			continue;
+		cs->spilled = 1;
+		if (__sync_val_compare_and_swap(&cs->tag[v], old, tag) == old)
+			w = v;
+	}
+	if (w < KC_WAYS) {
 		cs->seen[w] = now;
 		__builtin_memset(&cs->f[w], 0, sizeof(cs->f[w]));
 		return w;

@@ -558,6 +558,82 @@ func TestKernelCountConnSets(t *testing.T) {
 	e.check(w)
 }
 
+// jiffies is the kernel's tick count, from /proc/timer_list.
+func jiffies(t *testing.T) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/timer_list")
+	if err != nil {
+		t.Fatalf("read the tick count: %v", err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "jiffies: "); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				t.Fatalf("parse the tick count %q: %v", v, err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no tick count in /proc/timer_list")
+	return 0
+}
+
+// TestKernelCountConnIdle: a new connection takes the way of one idle for
+// KC_IDLE in a full set, and the idle one's state moves to the overflow
+// map: when it speaks again its GETs are still counted in the kernel, in
+// its own DB. (Dropped instead, its next segment would be copied as joined
+// mid-stream and the programs would count it in DB 0 from then on.)
+func TestKernelCountConnIdle(t *testing.T) {
+	e := openKCWith(t, 300*time.Millisecond, func(k *KernelCountConfig) { k.ConnSets = 1 })
+	prog := e.objs.HotsniffTcIngress
+	var conns []*conn
+	w := want{}
+	for i := range 4 {
+		c := e.newConn(srv4, prog, true)
+		conns = append(conns, c)
+		e.send(prog, c, resp("SELECT", strconv.Itoa(i+1)))
+		if recs := e.send(prog, c, resp("GET", "k")); len(recs) != 0 {
+			t.Fatalf("connection %d: GET copied: %+v", i, recs)
+		}
+		w.add(srv4, decode.ProtoRedis, int32(i+1), "k", 1)
+	}
+	e.check(w)
+	// KC_IDLE is 4 units of 256 ticks, counted from the unit of the last
+	// segment: 5 units surely pass it. The programs keep 8 sub-windows of
+	// counts, fewer than that: the counts are checked on each side.
+	for j0 := jiffies(t); jiffies(t) < j0+5*256+8; {
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.ep0 = e.c.KernelEpoch()
+	w = want{}
+	for range 2 {
+		conns = append(conns, e.newConn(srv4, prog, true))
+	}
+	for i, c := range conns {
+		if recs := e.send(prog, c, resp("GET", "k")); len(recs) != 0 {
+			t.Fatalf("connection %d after the idle: GET copied: %+v", i, recs)
+		}
+		db := int32(i + 1)
+		if i >= 4 {
+			db = 0 // the new ones
+		}
+		w.add(srv4, decode.ProtoRedis, db, "k", 1)
+	}
+	var key uint64
+	var fl hotsniffKcFlow
+	moved := 0
+	for it := e.objs.KcFlows.Iterate(); it.Next(&key, &fl); {
+		moved++
+	}
+	if moved != 2 {
+		t.Errorf("%d connection states in the overflow map, want the 2 idle ones moved there", moved)
+	}
+	if st := e.stats(); st.Skipped != 10 || sumFallback(st) != 0 {
+		t.Errorf("stats %+v, want 10 counted and skipped, no fallback", st)
+	}
+	e.check(w)
+}
+
 // TestKernelCountSaturates: a bucket's count is 16 bits and saturates at
 // KernelMaxBucketCount on one CPU in one sub-window instead of wrapping
 // round to a small count (which would read as a cold bucket); the reads
