@@ -323,8 +323,9 @@ struct kc_flow {
 // looks in kc_flows too. So a connection loses its state only where the
 // LRU hash this replaced dropped it (its least recently used end), and a
 // way is never taken from a connection that sent something within KC_IDLE:
-// no program run still holds its state when it is reused (it would write
-// a stale connection's fields over the new one's, a DB among them).
+// a program run could still hold the state it reuses (and write a stale
+// connection's fields over the new one's, a DB among them) only if that
+// connection, silent for seconds, spoke again in the instant of the reuse.
 //
 // A tag matching another connection's (2^-64 per pair) shares its state:
 // the segment is then at a boundary only if its sequence number is the
@@ -758,25 +759,31 @@ __attribute__((noinline)) int kc_conn_new(struct kc_in *in)
 		return -1;
 	__u64 tag = in->ckey;
 	__u16 now = bpf_jiffies64() >> 8;
+	// A way is claimed with a compare-and-swap of its tag (another CPU
+	// may be taking a way of this set for another connection), and its
+	// seen is written first: whoever reads a way's new tag reads its new
+	// seen too (x86 keeps stores, and loads, in order), so a way just
+	// claimed never looks idle.
 	int w = 0;
 	for (; w < KC_WAYS; w++) {
-		// Claimed atomically: another CPU may be taking a way of this
-		// set for another connection.
-		if (!cs->tag[w] && !__sync_val_compare_and_swap(&cs->tag[w], 0, tag))
+		if (cs->tag[w])
+			continue;
+		cs->seen[w] = now;
+		if (!__sync_val_compare_and_swap(&cs->tag[w], 0, tag))
 			break;
 	}
 	for (int v = 0; v < KC_WAYS && w == KC_WAYS; v++) {
 		__u64 old = cs->tag[v];
 		if (!old || (__u16)(now - cs->seen[v]) < KC_IDLE)
 			continue;
-		if (bpf_map_update_elem(&kc_flows, &cs->tag[v], &cs->f[v], BPF_ANY))
+		if (bpf_map_update_elem(&kc_flows, &old, &cs->f[v], BPF_ANY))
 			continue;
 		cs->spilled = 1;
+		cs->seen[v] = now;
 		if (__sync_val_compare_and_swap(&cs->tag[v], old, tag) == old)
 			w = v;
 	}
 	if (w < KC_WAYS) {
-		cs->seen[w] = now;
 		__builtin_memset(&cs->f[w], 0, sizeof(cs->f[w]));
 		return w;
 	}
@@ -2897,15 +2904,11 @@ __attribute__((noinline)) int kc_syn(struct kc_in *in, __u32 seq)
 	if (!fl)
 		return 0;
 	__u8 proto = kc_port_proto(in->k.dport);
+	__builtin_memset(fl, 0, sizeof(*fl)); // DB 0, no gap, not in MULTI
 	fl->next_seq = seq + 1;
-	fl->db = 0;
-	fl->db_before = 0;
 	fl->synced = 1;
-	fl->in_multi = 0;
-	fl->gap = 0;
 	fl->syn = 1;
 	fl->proto = proto;
-	fl->copied = 0;
 	if (kc_bytes && proto == 1)
 		kc_rflow_syn(&in->k); // pairs from the first reply
 	return 0;

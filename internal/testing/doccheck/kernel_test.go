@@ -35,6 +35,7 @@ var helperKernel = map[asm.BuiltinFunc]string{
 	asm.FnXdpLoadBytes:         "5.18",
 	asm.FnKtimeGetBootNs:       "5.8",
 	asm.FnKtimeGetCoarseNs:     "5.11",
+	asm.FnJiffies64:            "5.5",
 	asm.FnGetPrandomU32:        "4.1",
 	asm.FnMapUpdateElem:        "3.19",
 	asm.FnMapDeleteElem:        "3.19",
