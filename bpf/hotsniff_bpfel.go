@@ -207,7 +207,7 @@ type hotsniffKcState struct {
 		Unseen uint8
 		Rec    uint32
 		Frec   uint32
-		Cset   uint32
+		Fpad   uint32
 		Ckey   uint64
 	}
 	Nc struct {

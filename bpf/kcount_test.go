@@ -504,6 +504,21 @@ func TestKernelCountDuplicate(t *testing.T) {
 	e.check(w)
 }
 
+// overflowed is how many connection states are in the overflow map.
+func (e *kcEnv) overflowed() int {
+	var key uint64
+	var fl hotsniffKcFlow
+	n := 0
+	it := e.objs.KcFlows.Iterate()
+	for it.Next(&key, &fl) {
+		n++
+	}
+	if err := it.Err(); err != nil {
+		e.t.Fatalf("read the overflow map: %v", err)
+	}
+	return n
+}
+
 // TestKernelCountConnSets: with every connection in one set of four ways,
 // the connections past four keep their states in the overflow map: each
 // keeps its own DB and boundary, so every GET is counted in the kernel, in
@@ -530,13 +545,7 @@ func TestKernelCountConnSets(t *testing.T) {
 			w.add(srv4, decode.ProtoRedis, int32(i), "k", 1)
 		}
 	}
-	var key uint64
-	var fl hotsniffKcFlow
-	spilled := 0
-	for it := e.objs.KcFlows.Iterate(); it.Next(&key, &fl); {
-		spilled++
-	}
-	if spilled != n-4 {
+	if spilled := e.overflowed(); spilled != n-4 {
 		t.Errorf("%d connections in the overflow map, want %d", spilled, n-4)
 	}
 	// Connection 7 (in the overflow map) and 1 (in the set) open again on
@@ -619,13 +628,7 @@ func TestKernelCountConnIdle(t *testing.T) {
 		}
 		w.add(srv4, decode.ProtoRedis, db, "k", 1)
 	}
-	var key uint64
-	var fl hotsniffKcFlow
-	moved := 0
-	for it := e.objs.KcFlows.Iterate(); it.Next(&key, &fl); {
-		moved++
-	}
-	if moved != 2 {
+	if moved := e.overflowed(); moved != 2 {
 		t.Errorf("%d connection states in the overflow map, want the 2 idle ones moved there", moved)
 	}
 	if st := e.stats(); st.Skipped != 10 || sumFallback(st) != 0 {
